@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <map>
+#include <string>
+#include <utility>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -158,6 +161,9 @@ QueuePassResult Scheduler::RunQueuePass(Snapshot& snapshot,
   result.decisions.resize(order.size());
   std::map<std::string, int> usage = options.tenant_gpus_in_use;
   FailureCache failures;
+  // Explaining costs a scan of every node; requests of the same shape share
+  // one explanation until the snapshot changes (a placement or the hold).
+  std::map<std::pair<int, int>, std::string> explained;
   InstanceId blocked_by = kNoInstance;
   for (size_t rank = 0; rank < order.size(); ++rank) {
     const PendingRequest& item = pending[order[rank]];
@@ -200,12 +206,18 @@ QueuePassResult Scheduler::RunQueuePass(Snapshot& snapshot,
         decision.placement = *std::move(placement);
         in_use += request.gpu_count;
         result.placed_count++;
+        explained.clear();
         continue;
       }
       failures.Record(request);
     }
     decision.cause = WaitCause::kNoCapacity;
-    if (options.explain) decision.reason = Explain(snapshot, request);
+    if (options.explain) {
+      auto [it, inserted] = explained.try_emplace(
+          std::pair{request.gpu_count, request.max_leaves});
+      if (inserted) it->second = Explain(snapshot, request);
+      decision.reason = it->second;
+    }
     if (!options.backfill) {
       blocked_by = request.instance;
       continue;
@@ -218,6 +230,7 @@ QueuePassResult Scheduler::RunQueuePass(Snapshot& snapshot,
     for (NodeIndex node : result.held_nodes) {
       snapshot.mutable_state().SetHeld(node, true);
     }
+    explained.clear();
     if (options.explain) {
       absl::StrAppend(&decision.reason, "; ", result.held_nodes.size(),
                       " nodes held for it");

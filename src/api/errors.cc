@@ -1,0 +1,35 @@
+#include "api/errors.h"
+
+#include "common/status.h"
+#include "sv/v1/error.pb.h"
+
+namespace sv::api {
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  const auto code = static_cast<grpc::StatusCode>(status.code());
+  std::string reason = sv::ReasonOf(status);
+  if (reason.empty()) reason = absl::StatusCodeToString(status.code());
+  sv::v1::ErrorInfo info;
+  info.set_reason(reason);
+  info.set_domain(kErrorDomain);
+  sv::v1::RpcStatus details;
+  details.set_code(static_cast<int>(code));
+  details.set_message(std::string(status.message()));
+  details.add_details()->PackFrom(info);
+  return grpc::Status(code, std::string(status.message()), details.SerializeAsString());
+}
+
+std::string ReasonOf(const grpc::Status& status) {
+  sv::v1::RpcStatus details;
+  if (status.error_details().empty() || !details.ParseFromString(status.error_details())) {
+    return "";
+  }
+  for (const auto& any : details.details()) {
+    sv::v1::ErrorInfo info;
+    if (any.UnpackTo(&info)) return info.reason();
+  }
+  return "";
+}
+
+}  // namespace sv::api

@@ -1,0 +1,34 @@
+#ifndef SV_API_SERVICES_H_
+#define SV_API_SERVICES_H_
+
+#include <grpcpp/server_builder.h>
+
+#include <memory>
+
+#include "common/clock.h"
+#include "control/loops.h"
+#include "store/store.h"
+
+namespace sv::api {
+
+struct ApiDependencies {
+  store::Store* store = nullptr;
+  const Clock* clock = nullptr;
+  control::ControlLoops* loops = nullptr;  // Kicked after creates and deletes.
+};
+
+// Owns the gRPC service implementations of the public API.
+class ApiServices {
+ public:
+  explicit ApiServices(ApiDependencies deps);
+  ~ApiServices();
+  void RegisterWith(grpc::ServerBuilder& builder);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sv::api
+
+#endif  // SV_API_SERVICES_H_

@@ -1,0 +1,51 @@
+#ifndef SV_API_VALIDATION_H_
+#define SV_API_VALIDATION_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "store/store.h"
+
+namespace sv::api {
+
+inline constexpr int kInstanceGpusMax = 128;
+inline constexpr int kGpusPerNode = 8;
+inline constexpr int kNameLengthMax = 63;
+inline constexpr int kImageLengthMax = 256;
+inline constexpr int kRequestIdLengthMax = 128;
+inline constexpr int kPageSizeDefault = 50;
+inline constexpr int kPageSizeMax = 500;
+inline constexpr char kDefaultGpuModel[] = "RTX 4090";
+inline constexpr char kDefaultImage[] = "sv/ubuntu-22.04-cuda-12.4";
+
+// Checks a GPU count: 1-8, or a multiple of 8 up to 128.
+absl::Status ValidateGpuCount(int gpu_count);
+
+// Validates a create request's fields and fills in defaults (model, image).
+// Every failure is INVALID_ARGUMENT with a reason naming the field.
+absl::StatusOr<store::InstanceSpec> NormalizeInstanceSpec(store::InstanceSpec spec);
+
+// Request ids: 1-128 characters of [A-Za-z0-9._:-].
+absl::Status ValidateRequestId(const std::string& request_id);
+
+// Resource ids and names: lower-case letters, digits and dashes.
+absl::Status ValidateName(const std::string& field, const std::string& name);
+bool LooksLikeId(const std::string& id, const std::string& prefix);
+
+// A digest of the request's content, to tell a retry from a reuse.
+std::string InstanceFingerprint(const store::InstanceSpec& spec);
+
+// Page size after defaults and the cap; negative sizes are rejected.
+absl::StatusOr<int> NormalizePageSize(int page_size);
+
+// Opaque page tokens; they also bind the list's filter so a token from one
+// query cannot be used with another.
+std::string EncodePageToken(const store::ListCursor& cursor, bool show_deleted);
+absl::StatusOr<std::optional<store::ListCursor>> DecodePageToken(
+    const std::string& token, bool show_deleted);
+
+}  // namespace sv::api
+
+#endif  // SV_API_VALIDATION_H_

@@ -1,0 +1,93 @@
+#include "cli/client.h"
+
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "api/errors.h"
+#include "nlohmann/json.hpp"
+
+namespace sv::cli {
+namespace {
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+std::string DefaultConfigPath() {
+  std::string xdg = Env("XDG_CONFIG_HOME");
+  if (!xdg.empty()) return xdg + "/svctl/config.json";
+  std::string home = Env("HOME");
+  return (home.empty() ? std::string(".") : home) + "/.config/svctl/config.json";
+}
+
+const char* CodeName(grpc::StatusCode code) {
+  static const char* const kNames[] = {
+      "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+      "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+      "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+      "UNAUTHENTICATED"};
+  int i = static_cast<int>(code);
+  return i >= 0 && i <= 16 ? kNames[i] : "UNKNOWN";
+}
+
+}  // namespace
+
+bool ResolveConnection(const ConnectionFlags& flags, Connection* out, std::string* error) {
+  nlohmann::json config = nlohmann::json::object();
+  const std::string path = flags.config_path.empty() ? DefaultConfigPath() : flags.config_path;
+  std::ifstream in(path);
+  if (in) {
+    config = nlohmann::json::parse(in, nullptr, false);
+    if (config.is_discarded() || !config.is_object()) {
+      *error = absl::StrCat("config file ", path, " is not a JSON object");
+      return false;
+    }
+  }
+  auto pick = [&](const std::string& flag, const char* env, const char* key) {
+    if (!flag.empty()) return flag;
+    std::string from_env = Env(env);
+    if (!from_env.empty()) return from_env;
+    auto it = config.find(key);
+    return it != config.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  out->endpoint = pick(flags.endpoint, "SVCTL_ENDPOINT", "endpoint");
+  out->token = flags.admin ? pick(flags.token, "SVCTL_ADMIN_TOKEN", "admin_token")
+                           : pick(flags.token, "SVCTL_TOKEN", "token");
+  out->timeout = absl::Seconds(flags.timeout_s);
+  if (out->endpoint.empty()) {
+    *error = absl::StrCat("no endpoint: pass --endpoint, set SVCTL_ENDPOINT, or write ", path,
+                          " (svd --dev writes it)");
+    return false;
+  }
+  if (out->token.empty()) {
+    *error = absl::StrCat("no API key: pass --token, set ",
+                          flags.admin ? "SVCTL_ADMIN_TOKEN" : "SVCTL_TOKEN", ", or write ",
+                          path);
+    return false;
+  }
+  return true;
+}
+
+std::shared_ptr<grpc::Channel> Dial(const Connection& connection) {
+  return grpc::CreateChannel(connection.endpoint, grpc::InsecureChannelCredentials());
+}
+
+void Prepare(const Connection& connection, grpc::ClientContext* context) {
+  context->AddMetadata("authorization", "Bearer " + connection.token);
+  context->set_deadline(std::chrono::system_clock::now() +
+                        absl::ToChronoNanoseconds(connection.timeout));
+}
+
+std::string DescribeError(const grpc::Status& status, const std::string& endpoint) {
+  std::string reason = api::ReasonOf(status);
+  std::string message = status.error_message();
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE && reason.empty()) {
+    message = absl::StrCat("cannot reach svd at ", endpoint, " (is it running?): ", message);
+  }
+  return absl::StrCat(CodeName(status.error_code()),
+                      reason.empty() ? "" : absl::StrCat(" (", reason, ")"), ": ", message);
+}
+
+}  // namespace sv::cli

@@ -1,0 +1,42 @@
+#ifndef SV_CLI_CLIENT_H_
+#define SV_CLI_CLIENT_H_
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/time/time.h"
+
+namespace sv::cli {
+
+// Where svctl connects and with which key, after flags, then the
+// environment (SVCTL_ENDPOINT, SVCTL_TOKEN), then the config file.
+struct Connection {
+  std::string endpoint;
+  std::string token;
+  absl::Duration timeout = absl::Seconds(30);
+};
+
+struct ConnectionFlags {
+  std::string endpoint;
+  std::string token;
+  std::string config_path;  // Empty: $XDG_CONFIG_HOME or ~/.config/svctl/config.json.
+  bool admin = false;       // Use the config's admin_token (or SVCTL_ADMIN_TOKEN).
+  int timeout_s = 30;
+};
+
+// Fails with a one-line message when no endpoint or token can be found.
+bool ResolveConnection(const ConnectionFlags& flags, Connection* out, std::string* error);
+
+std::shared_ptr<grpc::Channel> Dial(const Connection& connection);
+
+// Sets the bearer token and the deadline on a fresh context.
+void Prepare(const Connection& connection, grpc::ClientContext* context);
+
+// "INVALID_ARGUMENT (INVALID_GPU_COUNT): gpu_count ..." for one line on stderr.
+std::string DescribeError(const grpc::Status& status, const std::string& endpoint);
+
+}  // namespace sv::cli
+
+#endif  // SV_CLI_CLIENT_H_

@@ -1,0 +1,89 @@
+#include "cli/output.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace sv::cli {
+namespace {
+
+std::string FormatTime(const google::protobuf::Timestamp& t) {
+  absl::Time at = absl::FromUnixMicros(google::protobuf::util::TimeUtil::TimestampToMicroseconds(t));
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", at, absl::UTCTimeZone());
+}
+
+std::string NodesOf(const v1::Instance& instance) {
+  std::vector<std::string> parts;
+  for (const auto& p : instance.placement()) {
+    parts.push_back(absl::StrCat(p.node_name(), "[", absl::StrJoin(p.gpu_indices(), ","), "]"));
+  }
+  return parts.empty() ? "-" : absl::StrJoin(parts, " ");
+}
+
+void PrintRows(const std::vector<std::vector<std::string>>& rows, std::ostream& out) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    widths.resize(std::max(widths.size(), row.size()));
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
+    }
+    out << line << "\n";
+  }
+}
+
+}  // namespace
+
+std::string StateName(v1::InstanceState state) { return v1::InstanceState_Name(state); }
+
+void PrintJson(const google::protobuf::Message& message, std::ostream& out) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  out << json;
+  if (json.empty() || json.back() != '\n') out << "\n";
+}
+
+void PrintInstanceDetail(const v1::Instance& i, std::ostream& out) {
+  PrintRows({{"id:", i.id()},
+             {"name:", i.name()},
+             {"state:", StateName(i.state())},
+             {"reason:", i.state_reason()},
+             {"gpus:", absl::StrCat(i.gpu_count(), " x ", i.gpu_model())},
+             {"image:", i.image()},
+             {"placement:", NodesOf(i)},
+             {"created:", FormatTime(i.create_time())},
+             {"updated:", FormatTime(i.update_time())}},
+            out);
+}
+
+void PrintInstanceTable(const std::vector<v1::Instance>& instances, std::ostream& out) {
+  std::vector<std::vector<std::string>> rows = {
+      {"ID", "NAME", "GPUS", "STATE", "PLACEMENT", "CREATED"}};
+  for (const auto& i : instances) {
+    rows.push_back({i.id(), i.name(), std::to_string(i.gpu_count()), StateName(i.state()),
+                    NodesOf(i), FormatTime(i.create_time())});
+  }
+  PrintRows(rows, out);
+}
+
+void PrintAccount(const v1::Account& a, std::ostream& out) {
+  PrintRows({{"user:", absl::StrCat(a.user_email(), " (", a.user_id(), ")")},
+             {"tenant:", absl::StrCat(a.tenant_name(), " (", a.tenant_id(), ")")},
+             {"role:", v1::Role_Name(a.role())},
+             {"api key:", a.api_key_id()}},
+            out);
+}
+
+}  // namespace sv::cli

@@ -1,0 +1,25 @@
+#ifndef SV_CLI_OUTPUT_H_
+#define SV_CLI_OUTPUT_H_
+
+#include <ostream>
+#include <vector>
+
+#include "google/protobuf/message.h"
+#include "sv/v1/account.pb.h"
+#include "sv/v1/instance.pb.h"
+
+namespace sv::cli {
+
+enum class Format { kTable, kJson };
+
+void PrintJson(const google::protobuf::Message& message, std::ostream& out);
+void PrintInstanceDetail(const v1::Instance& instance, std::ostream& out);
+void PrintInstanceTable(const std::vector<v1::Instance>& instances, std::ostream& out);
+void PrintAccount(const v1::Account& account, std::ostream& out);
+
+// "RUNNING", "PENDING", ...
+std::string StateName(v1::InstanceState state);
+
+}  // namespace sv::cli
+
+#endif  // SV_CLI_OUTPUT_H_

@@ -1,0 +1,51 @@
+// svd: the sv control-plane server. See docs/operations.md.
+#include "CLI/CLI.hpp"
+#include "server/server.h"
+#include "spdlog/spdlog.h"
+
+int main(int argc, char** argv) {
+  sv::server::ServerOptions o;
+  std::string log_level = "info";
+  CLI::App app{"svd - the sv GPU cloud control plane server"};
+  app.add_flag("--dev", o.dev,
+               "Embedded default: private PostgreSQL under --state-dir, a simulated "
+               "fleet, and svctl configured");
+  app.add_option("--listen", o.listen_address, "gRPC listen address (host:port; port 0 picks one)")
+      ->capture_default_str();
+  app.add_option("--database-url", o.database_url, "libpq URL of PostgreSQL")
+      ->envname("SV_DATABASE_URL");
+  app.add_option("--state-dir", o.state_dir, "Folder for the embedded cluster and keys")
+      ->capture_default_str();
+  app.add_option("--db-connections", o.database_connections_max,
+                 "Most open database connections")
+      ->check(CLI::Range(1, 512))
+      ->capture_default_str();
+  app.add_option("--db-statement-timeout-ms", o.database_statement_timeout_ms,
+                 "Timeout of every SQL statement")
+      ->check(CLI::Range(100, 600000))
+      ->capture_default_str();
+  app.add_option("--sim-nodes", o.sim_nodes,
+                 "Simulated 8-GPU nodes to register (default 16 with --dev, else 0)")
+      ->check(CLI::Range(0, 20000));
+  app.add_option("--sim-leaves", o.sim_leaves, "Leaf switches of the simulated fleet")
+      ->check(CLI::Range(1, 2000))
+      ->capture_default_str();
+  app.add_option("--sim-pods", o.sim_pods, "Pods of the simulated fleet")
+      ->check(CLI::Range(1, 200))
+      ->capture_default_str();
+  app.add_option("--admin-key-file", o.admin_key_file,
+                 "Operator bootstrap key: read from this file, or generated into it");
+  app.add_option("--svctl-config", o.svctl_config,
+                 "Where --dev writes svctl's config (default ~/.config/svctl/config.json)");
+  app.add_option("--port-file", o.port_file, "Write the bound gRPC port here");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
+      ->capture_default_str();
+  bool sim_nodes_given = false;
+  app.callback([&] { sim_nodes_given = app.count("--sim-nodes") > 0; });
+  CLI11_PARSE(app, argc, argv);
+  if (o.dev && !sim_nodes_given) o.sim_nodes = 16;
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  return sv::server::RunServer(o);
+}

@@ -1,0 +1,177 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <fstream>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "api/services.h"
+#include "common/clock.h"
+#include "control/loops.h"
+#include "server/bootstrap.h"
+#include "spdlog/spdlog.h"
+#include "store/database.h"
+#include "store/embedded_postgres.h"
+#include "store/migrations.h"
+#include "store/store.h"
+
+namespace sv::server {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitUsage = 2;
+constexpr int kExitStartFailed = 3;
+constexpr int kMessageBytesMax = 4 << 20;
+constexpr absl::Duration kShutdownGrace = absl::Seconds(10);
+
+// Keeps retrying for a short while: a database that is still starting up is
+// not a reason for svd to give up at once.
+absl::Status ConnectWithRetry(store::Database& db) {
+  absl::Status status;
+  for (int attempt = 0; attempt < 30; ++attempt) {
+    status = db.Ping();
+    if (status.ok()) return status;
+    spdlog::warn("server: database not reachable yet: {}", std::string(status.message()));
+    absl::SleepFor(absl::Seconds(1));
+  }
+  return status;
+}
+
+bool WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << port << "\n";
+    if (!out) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+}  // namespace
+
+int RunServer(const ServerOptions& options) {
+  // Signals are taken by sigwait() below, never by a random thread.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  RealClock clock;
+  std::unique_ptr<store::EmbeddedPostgres> postgres;
+  std::string url = options.database_url;
+  if (url.empty()) {
+    if (!options.dev) {
+      spdlog::error("svd: --database-url is required (or run svd --dev)");
+      return kExitUsage;
+    }
+    postgres = std::make_unique<store::EmbeddedPostgres>(
+        store::EmbeddedPostgresOptions{options.state_dir + "/pg", 0, true, "sv", {}});
+    if (absl::Status s = postgres->Start(); !s.ok()) {
+      spdlog::error("svd: cannot start the embedded PostgreSQL: {}", std::string(s.message()));
+      return kExitStartFailed;
+    }
+    url = postgres->url();
+  }
+
+  store::DatabaseOptions db_options;
+  db_options.url = url;
+  db_options.connections_max = options.database_connections_max;
+  db_options.statement_timeout = absl::Milliseconds(options.database_statement_timeout_ms);
+  store::Database db(db_options);
+  if (absl::Status s = ConnectWithRetry(db); !s.ok()) {
+    spdlog::error("svd: cannot reach the database: {}", std::string(s.message()));
+    return kExitStartFailed;
+  }
+  if (absl::Status s = store::ApplyMigrations(db); !s.ok()) {
+    spdlog::error("svd: migrations failed: {}", std::string(s.message()));
+    return kExitStartFailed;
+  }
+  store::Store store(db);
+
+  std::string admin_key_file = options.admin_key_file;
+  if (admin_key_file.empty() && options.dev) admin_key_file = options.state_dir + "/admin.key";
+  std::string admin_key, demo_key;
+  if (!admin_key_file.empty()) {
+    auto key = EnsureKeyFromFile(store, clock, admin_key_file, "operator",
+                                 "operator@sv.local", store::Role::kOperator);
+    if (!key.ok()) {
+      spdlog::error("svd: operator key: {}", std::string(key.status().message()));
+      return kExitStartFailed;
+    }
+    admin_key = *key;
+  }
+  if (options.dev) {
+    auto key = EnsureKeyFromFile(store, clock, options.state_dir + "/demo.key", "demo",
+                                 "demo@sv.local", store::Role::kMember);
+    if (!key.ok()) {
+      spdlog::error("svd: demo key: {}", std::string(key.status().message()));
+      return kExitStartFailed;
+    }
+    demo_key = *key;
+  }
+  if (options.sim_nodes > 0) {
+    absl::Status s = RegisterSimulatedFleet(store, clock, options.sim_nodes,
+                                            options.sim_leaves, options.sim_pods);
+    if (!s.ok()) {
+      spdlog::error("svd: simulated fleet: {}", std::string(s.message()));
+      return kExitStartFailed;
+    }
+  }
+
+  control::LoopOptions loop_options;
+  loop_options.simulate_fleet = options.sim_nodes > 0;
+  control::ControlLoops loops(store, clock, loop_options);
+  api::ApiServices api({&store, &clock, &loops});
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(kMessageBytesMax);
+  api.RegisterWith(builder);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    spdlog::error("svd: cannot listen on {}", options.listen_address);
+    return kExitStartFailed;
+  }
+  const std::string host = options.listen_address.substr(0, options.listen_address.rfind(':'));
+  const std::string endpoint = absl::StrCat(host == "0.0.0.0" ? "127.0.0.1" : host, ":", port);
+  if (!options.port_file.empty() && !WritePortFile(options.port_file, port)) {
+    spdlog::error("svd: cannot write {}", options.port_file);
+    return kExitStartFailed;
+  }
+  if (options.dev) {
+    std::string path = options.svctl_config.empty() ? DefaultSvctlConfigPath()
+                                                    : options.svctl_config;
+    if (absl::Status s = WriteSvctlConfig(path, endpoint, demo_key, admin_key); !s.ok()) {
+      spdlog::warn("svd: {}", std::string(s.message()));
+    }
+  }
+  loops.Start();
+  spdlog::info("svd: serving gRPC on {}", endpoint);
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  spdlog::info("svd: got signal {}, shutting down", signal_number);
+  server->GetHealthCheckService()->Shutdown();
+  server->Shutdown(std::chrono::system_clock::now() +
+                   absl::ToChronoNanoseconds(kShutdownGrace));
+  loops.Stop();
+  server->Wait();
+  if (postgres) {
+    if (absl::Status s = postgres->Stop(); !s.ok()) {
+      spdlog::warn("svd: stopping PostgreSQL: {}", std::string(s.message()));
+    }
+  }
+  spdlog::info("svd: stopped");
+  return kExitOk;
+}
+
+}  // namespace sv::server

@@ -1,0 +1,32 @@
+#ifndef SV_SERVER_SERVER_H_
+#define SV_SERVER_SERVER_H_
+
+#include <string>
+
+namespace sv::server {
+
+struct ServerOptions {
+  std::string listen_address = "127.0.0.1:7070";
+  std::string database_url;       // Empty with `dev`: start an embedded cluster.
+  bool dev = false;
+  std::string state_dir = ".sv";  // Embedded cluster, keys and dev state.
+  int database_connections_max = 16;
+  int database_statement_timeout_ms = 10000;
+  // Simulated fleet, registered at start and confirmed by svd itself.
+  int sim_nodes = 0;
+  int sim_leaves = 2;
+  int sim_pods = 1;
+  // Operator bootstrap key: read from this file, or generated into it.
+  std::string admin_key_file;
+  // Where svd --dev writes svctl's config; empty means ~/.config/svctl.
+  std::string svctl_config;
+  // Written with the bound port once the server listens (for tests).
+  std::string port_file;
+};
+
+// Runs svd until SIGTERM or SIGINT; returns the process exit code.
+int RunServer(const ServerOptions& options);
+
+}  // namespace sv::server
+
+#endif  // SV_SERVER_SERVER_H_

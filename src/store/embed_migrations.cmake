@@ -1,0 +1,18 @@
+# Turns the ordered SQL files in migrations/ into a C++ source file, so that
+# svd carries its schema with it and never depends on its working folder.
+file(GLOB sql_files "${SRC_DIR}/migrations/*.sql")
+list(SORT sql_files)
+set(body "// Generated from src/store/migrations/*.sql; do not edit.\n")
+string(APPEND body "#include \"store/migrations.h\"\n\nnamespace sv::store {\n")
+string(APPEND body "const std::vector<Migration>& EmbeddedMigrations() {\n")
+string(APPEND body "  static const std::vector<Migration> kMigrations = {\n")
+foreach(f ${sql_files})
+  get_filename_component(name ${f} NAME_WE)
+  string(REGEX MATCH "^[0-9]+" version ${name})
+  math(EXPR version "${version} + 0")
+  file(READ ${f} sql)
+  string(APPEND body "    {${version}, \"${name}\", R\"sv_sql(${sql})sv_sql\"},\n")
+endforeach()
+string(APPEND body "  };\n  return kMigrations;\n}\n}  // namespace sv::store\n")
+file(WRITE ${OUT_FILE}.tmp "${body}")
+execute_process(COMMAND ${CMAKE_COMMAND} -E copy_if_different ${OUT_FILE}.tmp ${OUT_FILE})

@@ -1,0 +1,191 @@
+#ifndef SV_STORE_STORE_H_
+#define SV_STORE_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "store/database.h"
+
+namespace sv::store {
+
+// ---- Tenancy ---------------------------------------------------------------
+
+enum class Role { kMember, kOperator };
+
+// Who is behind an API key.
+struct Principal {
+  std::string api_key_id;
+  std::string user_id;
+  std::string user_email;
+  std::string tenant_id;
+  std::string tenant_name;
+  Role role = Role::kMember;
+};
+
+struct ApiKeyRecord {
+  Principal principal;
+  std::string secret_sha256;
+  bool revoked = false;
+};
+
+struct TenantRecord {
+  std::string id;
+  std::string name;
+  absl::Time created_at;
+};
+
+struct NewTenant {
+  std::string name;
+  std::string owner_email;
+  Role owner_role = Role::kMember;
+  // The key to register for the owner: its public id and secret hash.
+  std::string api_key_id;
+  std::string api_key_secret_sha256;
+};
+
+struct CreatedTenant {
+  TenantRecord tenant;
+  std::string user_id;
+};
+
+// ---- Fleet -----------------------------------------------------------------
+
+enum class NodeState { kReady, kCordoned, kDraining, kDown };
+
+struct NodeRecord {
+  std::string id;
+  std::string name;
+  std::string zone;
+  std::string pod;
+  std::string leaf_switch;
+  std::string gpu_model;
+  int gpu_count = 8;
+  NodeState state = NodeState::kReady;
+  bool simulated = false;
+};
+
+// ---- Instances -------------------------------------------------------------
+
+enum class InstanceState {
+  kPending, kScheduled, kStarting, kRunning, kStopping, kStopped, kDeleted, kFailed
+};
+
+std::string InstanceStateName(InstanceState state);
+
+struct NodePlacement {
+  std::string node_id;
+  std::string node_name;
+  std::string leaf_switch;
+  std::string pod;
+  std::vector<int> gpu_indices;
+};
+
+struct InstanceSpec {
+  std::string name;
+  int gpu_count = 0;
+  std::string gpu_model;
+  std::string image;
+};
+
+struct InstanceRecord {
+  std::string id;
+  std::string tenant_id;
+  InstanceSpec spec;
+  InstanceState state = InstanceState::kPending;
+  std::string state_reason;
+  std::string request_id;
+  std::vector<NodePlacement> placement;
+  absl::Time created_at;
+  absl::Time updated_at;
+};
+
+// Keyset position in a tenant's instance list, ordered by (created_at, id).
+struct ListCursor {
+  int64_t created_at_micros = 0;
+  std::string id;
+};
+
+// ---- Placement pass --------------------------------------------------------
+
+// What a placement pass sees: the schedulable nodes with their free GPUs,
+// and the queue of pending instances in order.
+struct FreeNode {
+  NodeRecord node;
+  uint8_t free_gpu_mask = 0;  // Bit i set when GPU i is free.
+};
+
+struct PendingInstance {
+  std::string id;
+  std::string tenant_id;
+  int gpu_count = 0;
+  std::string gpu_model;
+  int priority = 0;
+  std::string state_reason;
+};
+
+struct PlacementDecision {
+  std::string instance_id;
+  // Empty when the instance must keep waiting; then `wait_reason` says why.
+  std::vector<std::pair<std::string, std::vector<int>>> node_gpus;
+  std::string wait_reason;
+};
+
+using Placer = std::function<std::vector<PlacementDecision>(
+    const std::vector<FreeNode>& nodes, const std::vector<PendingInstance>& queue)>;
+
+// All PostgreSQL access of svd. Every method is one transaction, every query
+// that touches tenant data is scoped by tenant id, and every time stored
+// comes from the caller (so tests can drive a fake clock).
+class Store {
+ public:
+  explicit Store(Database& db) : db_(db) {}
+
+  // Tenancy.
+  absl::StatusOr<ApiKeyRecord> LookupApiKey(const std::string& key_id);
+  absl::StatusOr<CreatedTenant> CreateTenant(const NewTenant& tenant, absl::Time now);
+  // Makes sure the tenant, its owner and the key exist (idempotent); used to
+  // bootstrap the operator's and the dev demo's keys from files.
+  absl::Status EnsureTenantWithKey(const NewTenant& tenant, absl::Time now);
+
+  // Fleet.
+  absl::Status UpsertNode(const NodeRecord& node, absl::Time now);
+  absl::StatusOr<std::vector<NodeRecord>> ListNodes();
+
+  // Instances. `fingerprint` identifies the request's content, so a retry
+  // with the same request id can be told from a different request.
+  absl::StatusOr<InstanceRecord> CreateInstance(const std::string& tenant_id,
+                                                const InstanceSpec& spec,
+                                                const std::string& request_id,
+                                                const std::string& fingerprint,
+                                                absl::Time now);
+  absl::StatusOr<InstanceRecord> GetInstance(const std::string& tenant_id,
+                                             const std::string& id);
+  absl::StatusOr<std::vector<InstanceRecord>> ListInstances(
+      const std::string& tenant_id, const std::optional<ListCursor>& after,
+      int limit, bool show_deleted);
+  absl::StatusOr<InstanceRecord> DeleteInstance(const std::string& tenant_id,
+                                                const std::string& id, absl::Time now);
+
+  // Runs one placement pass under a cluster-wide lock: reads the free GPUs
+  // and the queue, asks `placer`, and writes its decisions in the same
+  // transaction. Returns how many instances were placed.
+  absl::StatusOr<int> RunPlacementPass(const Placer& placer, int queue_max,
+                                       absl::Time now);
+
+  // Plays the node agents of simulated nodes: moves their SCHEDULED
+  // instances to STARTING and their STARTING ones to RUNNING.
+  absl::StatusOr<int> AdvanceSimulatedStarts(absl::Time now);
+
+ private:
+  Database& db_;
+};
+
+}  // namespace sv::store
+
+#endif  // SV_STORE_STORE_H_
