@@ -72,11 +72,14 @@ std::vector<NodeIndex> SmallCandidates(const SnapshotState& state,
   std::vector<NodeIndex> out;
   switch (source) {
     case CandidateSource::kTightest:
+      // Strict best fit first: only the tightest non-empty bucket competes,
+      // and the scores break ties inside it. Mixing buckets let a looser
+      // node win on group fit, which fragmented the fleet in the replay.
       out.reserve(candidates_max);
-      for (int free = gpu_count; free < kGpusPerNode; ++free) {
+      for (int free = gpu_count; free < kGpusPerNode && out.empty(); ++free) {
         AddFromList(state.buckets[free], candidates_max, out);
       }
-      AddWholeNodesByLeaf(state, candidates_max, out);
+      if (out.empty()) AddWholeNodesByLeaf(state, candidates_max, out);
       break;
     case CandidateSource::kTightestBucket:
       for (int free = gpu_count; free <= kGpusPerNode && out.empty(); ++free) {
