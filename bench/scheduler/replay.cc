@@ -1,1 +1,368 @@
-int main() { return 0; }
+// Event-driven replay of GPU job traces against every placement policy, side
+// by side, with the same queue policy (priority then FIFO, backfill around
+// nodes held for the oldest blocked request). Prints one markdown table per
+// trace and fleet size.
+//
+// Any CSV works: name the columns for submit time (s), duration (s) and GPU
+// count with flags. The fleet is sized as a multiple of the trace's peak
+// concurrent demand (every job started at its submit time), as in the
+// README of /work/shared/data/traces.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <queue>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "bench_util.h"
+#include "scheduler/scheduler.h"
+
+ABSL_FLAG(std::vector<std::string>, trace, {},
+          "CSV files to replay (default: cluster03 and cluster04 in --trace_dir)");
+ABSL_FLAG(bool, all, false, "replay cluster01..cluster10 in --trace_dir");
+ABSL_FLAG(std::string, trace_dir, "/work/shared/data/traces", "trace folder");
+ABSL_FLAG(std::string, submit_column, "submission_time", "submit time column (s)");
+ABSL_FLAG(std::string, duration_column, "duration", "duration column (s)");
+ABSL_FLAG(std::string, gpus_column, "num_gpu", "GPU count column");
+ABSL_FLAG(std::vector<std::string>, scales, std::vector<std::string>({"0.6", "0.8"}),
+          "fleet sizes as multiples of the peak concurrent demand");
+ABSL_FLAG(int, nodes_per_leaf, 16, "nodes under one leaf switch");
+ABSL_FLAG(int, leaves_per_pod, 4, "leaf switches in one pod");
+ABSL_FLAG(uint64_t, seed, 1, "seed for the random policy");
+
+namespace sv::scheduler::bench {
+namespace {
+
+struct Job {
+  int64_t submit_s = 0;
+  int64_t duration_s = 0;
+  int gpus = 0;
+};
+
+struct Trace {
+  std::string name;
+  std::vector<Job> jobs;
+  int skipped = 0;
+};
+
+absl::StatusOr<Trace> LoadTrace(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::string line;
+  std::getline(in, line);
+  std::vector<std::string> header = absl::StrSplit(absl::StripSuffix(line, "\r"), ',');
+  int columns[3] = {-1, -1, -1};
+  const std::string wanted[3] = {absl::GetFlag(FLAGS_submit_column),
+                                 absl::GetFlag(FLAGS_duration_column),
+                                 absl::GetFlag(FLAGS_gpus_column)};
+  for (int c = 0; c < 3; ++c) {
+    for (size_t i = 0; i < header.size(); ++i) {
+      if (header[i] == wanted[c]) columns[c] = static_cast<int>(i);
+    }
+    if (columns[c] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": no column '", wanted[c], "'"));
+    }
+  }
+  Trace trace;
+  trace.name = path.substr(path.find_last_of('/') + 1);
+  while (std::getline(in, line)) {
+    std::vector<absl::string_view> cells = absl::StrSplit(absl::StripSuffix(line, "\r"), ',');
+    double values[3];
+    bool ok = true;
+    for (int c = 0; c < 3; ++c) {
+      ok = ok && columns[c] < static_cast<int>(cells.size()) &&
+           absl::SimpleAtod(cells[columns[c]], &values[c]);
+    }
+    Job job{std::llround(values[0]), std::llround(values[1]),
+            static_cast<int>(std::lround(values[2]))};
+    if (!ok || job.duration_s <= 0 ||
+        !ValidateRequest(Request{1, job.gpus, 0}).ok()) {
+      trace.skipped++;
+      continue;
+    }
+    trace.jobs.push_back(job);
+  }
+  std::stable_sort(trace.jobs.begin(), trace.jobs.end(),
+                   [](const Job& a, const Job& b) { return a.submit_s < b.submit_s; });
+  return trace;
+}
+
+int PeakDemand(const std::vector<Job>& jobs) {
+  std::vector<std::pair<int64_t, int>> events;
+  for (const Job& job : jobs) {
+    events.push_back({job.submit_s, job.gpus});
+    events.push_back({job.submit_s + job.duration_s, -job.gpus});
+  }
+  std::sort(events.begin(), events.end());  // ends (negative) first on ties
+  int running = 0, peak = 0;
+  for (const auto& [time, delta] : events) {
+    running += delta;
+    peak = std::max(peak, running);
+  }
+  return peak;
+}
+
+struct Outcome {
+  std::string policy;
+  std::vector<int64_t> start_s;  // -1: never started
+  std::vector<int> leaves;
+  double busy_gpu_s = 0;      // inside the arrival window
+  double stranded_gpu_s = 0;  // free GPUs while a gang waited
+  double gang_wait_s = 0;     // time during which some gang waited
+  double queued_busy_gpu_s = 0;  // used GPUs while any job waited
+  double queued_s = 0;           // time during which any job waited
+};
+
+// Integrates used GPUs over the arrival window and free GPUs while a gang
+// waits.
+class Meter {
+ public:
+  Meter(const std::vector<Job>& jobs, int capacity)
+      : window_start_(jobs.front().submit_s),
+        window_end_(jobs.back().submit_s),
+        capacity_(capacity) {}
+  void Advance(Outcome& outcome, int64_t from, int64_t to, int used,
+               bool any_waiting, bool gang_waiting) const {
+    int64_t a = std::max(from, window_start_);
+    int64_t b = std::min(to, window_end_);
+    if (b > a) outcome.busy_gpu_s += static_cast<double>(b - a) * used;
+    if (any_waiting) {
+      outcome.queued_busy_gpu_s += static_cast<double>(to - from) * used;
+      outcome.queued_s += static_cast<double>(to - from);
+    }
+    if (gang_waiting) {
+      outcome.stranded_gpu_s += static_cast<double>(to - from) * (capacity_ - used);
+      outcome.gang_wait_s += static_cast<double>(to - from);
+    }
+  }
+  int capacity() const { return capacity_; }
+  double WindowGpuSeconds() const {
+    return static_cast<double>(window_end_ - window_start_) * capacity_;
+  }
+
+ private:
+  int64_t window_start_, window_end_;
+  int capacity_;
+};
+
+using EndQueue = std::priority_queue<std::pair<int64_t, int>,
+                                     std::vector<std::pair<int64_t, int>>,
+                                     std::greater<>>;
+
+Outcome ReplayPolicy(const std::vector<Job>& jobs, int node_count,
+                     Policy policy) {
+  std::vector<NodeSpec> specs = MakeFleet(node_count, absl::GetFlag(FLAGS_nodes_per_leaf),
+                                          absl::GetFlag(FLAGS_leaves_per_pod));
+  Snapshot snapshot = *Snapshot::Build(specs);
+  Scheduler scheduler(SchedulerOptions{policy, 32, absl::GetFlag(FLAGS_seed)});
+  QueueOptions options;
+  options.explain = false;
+  options.default_quota = TenantQuota{1 << 30, 1 << 30};
+  options.pending_items_max = 1 << 30;
+  options.placements_per_pass_max = 1 << 30;
+  Outcome outcome{std::string(PolicyName(policy)),
+                  std::vector<int64_t>(jobs.size(), -1),
+                  std::vector<int>(jobs.size(), 0)};
+  Meter meter(jobs, node_count * kGpusPerNode);
+  EndQueue ends;
+  std::vector<PendingRequest> pending;
+  size_t next = 0;
+  int used = 0, gangs_waiting = 0;
+  int64_t now = jobs.front().submit_s;
+  while (next < jobs.size() || !ends.empty()) {
+    int64_t at = next < jobs.size() ? jobs[next].submit_s : INT64_MAX;
+    if (!ends.empty()) at = std::min(at, ends.top().first);
+    meter.Advance(outcome, now, at, used, !pending.empty(), gangs_waiting > 0);
+    now = at;
+    while (!ends.empty() && ends.top().first == now) {
+      int job = ends.top().second;
+      ends.pop();
+      snapshot.Release(job + 1);
+      used -= jobs[job].gpus;
+    }
+    while (next < jobs.size() && jobs[next].submit_s == now) {
+      pending.push_back(PendingRequest{Request{static_cast<InstanceId>(next + 1),
+                                               jobs[next].gpus, 0},
+                                       "trace", 0, static_cast<int64_t>(next)});
+      if (jobs[next].gpus > kGpusPerNode) gangs_waiting++;
+      next++;
+    }
+    if (pending.empty()) continue;
+    QueuePassResult pass = scheduler.RunQueuePass(snapshot, pending, options);
+    if (pass.placed_count == 0) continue;
+    for (const QueueDecision& decision : pass.decisions) {
+      if (!decision.placed) continue;
+      int job = static_cast<int>(decision.instance - 1);
+      outcome.start_s[job] = now;
+      outcome.leaves[job] = decision.placement.leaf_count;
+      ends.push({now + jobs[job].duration_s, job});
+      used += jobs[job].gpus;
+      if (jobs[job].gpus > kGpusPerNode) gangs_waiting--;
+    }
+    std::erase_if(pending, [&](const PendingRequest& item) {
+      return outcome.start_s[item.request.instance - 1] >= 0;
+    });
+  }
+  return outcome;
+}
+
+// GPUs pooled with no node or switch boundaries; work-conserving: any
+// waiting job that fits the pool starts, in queue order.
+Outcome ReplayFluid(const std::vector<Job>& jobs, int node_count) {
+  int capacity = node_count * kGpusPerNode;
+  Outcome outcome{"fluid bound", std::vector<int64_t>(jobs.size(), -1),
+                  std::vector<int>(jobs.size(), 0)};
+  Meter meter(jobs, capacity);
+  EndQueue ends;
+  std::vector<int> pending;
+  size_t next = 0;
+  int used = 0, gangs_waiting = 0;
+  int64_t now = jobs.front().submit_s;
+  while (next < jobs.size() || !ends.empty()) {
+    int64_t at = next < jobs.size() ? jobs[next].submit_s : INT64_MAX;
+    if (!ends.empty()) at = std::min(at, ends.top().first);
+    meter.Advance(outcome, now, at, used, !pending.empty(), gangs_waiting > 0);
+    now = at;
+    while (!ends.empty() && ends.top().first == now) {
+      used -= jobs[ends.top().second].gpus;
+      ends.pop();
+    }
+    while (next < jobs.size() && jobs[next].submit_s == now) {
+      if (jobs[next].gpus > kGpusPerNode) gangs_waiting++;
+      pending.push_back(static_cast<int>(next++));
+    }
+    std::erase_if(pending, [&](int job) {
+      if (used + jobs[job].gpus > capacity) return false;
+      used += jobs[job].gpus;
+      outcome.start_s[job] = now;
+      ends.push({now + jobs[job].duration_s, job});
+      if (jobs[job].gpus > kGpusPerNode) gangs_waiting--;
+      return true;
+    });
+  }
+  return outcome;
+}
+
+int SizeClass(int gpus) {
+  if (gpus == 1) return 0;
+  if (gpus <= 4) return 1;
+  if (gpus == 8) return 2;
+  return 3;
+}
+
+std::string Minutes(double seconds) {
+  double minutes = seconds / 60.0;
+  return minutes >= 100 ? absl::StrCat(std::llround(minutes))
+                        : absl::StrFormat("%.1f", minutes);
+}
+
+void PrintRow(const std::vector<Job>& jobs, const Outcome& outcome,
+              const Meter& meter) {
+  std::vector<double> waits[4];
+  std::vector<double> jct;
+  int gangs = 0, gang_leaves = 0, one_leaf = 0, unplaced = 0;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    if (outcome.start_s[j] < 0) {
+      unplaced++;
+      continue;
+    }
+    double wait = static_cast<double>(outcome.start_s[j] - jobs[j].submit_s);
+    waits[SizeClass(jobs[j].gpus)].push_back(wait);
+    jct.push_back(wait + static_cast<double>(jobs[j].duration_s));
+    if (jobs[j].gpus > kGpusPerNode && outcome.leaves[j] > 0) {
+      gangs++;
+      gang_leaves += outcome.leaves[j];
+      if (outcome.leaves[j] == 1) one_leaf++;
+    }
+  }
+  double mean_jct = 0;
+  for (double value : jct) mean_jct += value;
+  mean_jct /= std::max<size_t>(1, jct.size());
+  double queued_util = outcome.queued_s > 0
+                           ? outcome.queued_busy_gpu_s /
+                                 (outcome.queued_s * meter.capacity())
+                           : 0;
+  std::printf("| %s | %.1f | %.1f | %.0f |", outcome.policy.c_str(),
+              100.0 * outcome.busy_gpu_s / meter.WindowGpuSeconds(),
+              100.0 * queued_util, outcome.queued_s / 3600);
+  for (const std::vector<double>& w : waits) {
+    std::printf(" %s / %s / %s |", Minutes(Percentile(w, 50)).c_str(),
+                Minutes(Percentile(w, 95)).c_str(), Minutes(Percentile(w, 99)).c_str());
+  }
+  std::printf(" %.2f | %.2f |", mean_jct / 3600, Percentile(jct, 99) / 3600);
+  if (gangs > 0) {
+    std::printf(" %.2f | %.0f%% |", static_cast<double>(gang_leaves) / gangs,
+                100.0 * one_leaf / gangs);
+  } else {
+    std::printf(" - | - |");
+  }
+  double mean_free = outcome.gang_wait_s > 0 ? outcome.stranded_gpu_s / outcome.gang_wait_s : 0;
+  std::printf(" %.0f (%.0f) |%s\n", outcome.stranded_gpu_s / 3600, mean_free,
+              unplaced ? absl::StrCat(" unplaced ", unplaced).c_str() : "");
+}
+
+void ReplayTrace(const Trace& trace) {
+  int peak = PeakDemand(trace.jobs);
+  int largest = 0;
+  for (const Job& job : trace.jobs) largest = std::max(largest, job.gpus);
+  for (const std::string& scale_text : absl::GetFlag(FLAGS_scales)) {
+    double scale = 0;
+    if (!absl::SimpleAtod(scale_text, &scale) || scale <= 0) continue;
+    int node_count = static_cast<int>(std::ceil(scale * peak / kGpusPerNode));
+    node_count = std::max(node_count, (largest + kGpusPerNode - 1) / kGpusPerNode);
+    std::printf(
+        "\n### %s: %zu jobs (%d skipped), peak demand %d GPUs, fleet %.1fx = "
+        "%d nodes (%d GPUs), %d nodes/leaf\n\n",
+        trace.name.c_str(), trace.jobs.size(), trace.skipped, peak, scale,
+        node_count, node_count * kGpusPerNode, absl::GetFlag(FLAGS_nodes_per_leaf));
+    std::printf(
+        "| policy | util %% | util while queued %% | hours queued | wait min "
+        "p50/p95/p99: 1 GPU | 2-4 | 8 | 16-128 | "
+        "JCT mean h | JCT p99 h | leaves/gang | gangs in 1 leaf | stranded "
+        "GPU-h (mean free GPUs while a gang waits) |\n");
+    std::printf("|---|---:|---:|---:|---|---|---|---|---:|---:|---:|---:|---:|\n");
+    Meter meter(trace.jobs, node_count * kGpusPerNode);
+    for (Policy policy : {Policy::kRandom, Policy::kFirstFit, Policy::kBestFit,
+                          Policy::kSpread, Policy::kTopologyTree, Policy::kDefault}) {
+      PrintRow(trace.jobs, ReplayPolicy(trace.jobs, node_count, policy), meter);
+      std::fflush(stdout);
+    }
+    PrintRow(trace.jobs, ReplayFluid(trace.jobs, node_count), meter);
+  }
+}
+
+}  // namespace
+}  // namespace sv::scheduler::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> paths = absl::GetFlag(FLAGS_trace);
+  std::string dir = absl::GetFlag(FLAGS_trace_dir);
+  if (absl::GetFlag(FLAGS_all)) {
+    paths.clear();
+    for (int i = 1; i <= 10; ++i) {
+      paths.push_back(absl::StrFormat("%s/cluster%02d.csv", dir, i));
+    }
+  } else if (paths.empty()) {
+    paths = {dir + "/cluster03.csv", dir + "/cluster04.csv"};
+  }
+  for (const std::string& path : paths) {
+    absl::StatusOr<sv::scheduler::bench::Trace> trace =
+        sv::scheduler::bench::LoadTrace(path);
+    if (!trace.ok()) {
+      std::fprintf(stderr, "%s\n", trace.status().ToString().c_str());
+      return 1;
+    }
+    if (trace->jobs.empty()) continue;
+    sv::scheduler::bench::ReplayTrace(*trace);
+  }
+  return 0;
+}
