@@ -1,0 +1,235 @@
+#include "tests/integration/harness.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <pqxx/pqxx>
+
+#include "absl/strings/str_cat.h"
+#include "sv/v1/account.grpc.pb.h"
+
+namespace sv::testing {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string MakeTempDir(const std::string& prefix) {
+  std::string pattern = "/tmp/" + prefix + "XXXXXX";
+  char* dir = mkdtemp(pattern.data());
+  if (dir == nullptr) std::abort();
+  chmod(dir, 0755);
+  return dir;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct PostgresHolder {
+  PostgresHolder() {
+    data_dir = MakeTempDir("sv-test-pg-");
+    store::EmbeddedPostgresOptions options;
+    options.data_dir = data_dir + "/data";
+    options.durable = false;
+    options.database = "postgres";
+    options.settings = {"max_connections=300"};
+    postgres = std::make_unique<store::EmbeddedPostgres>(options);
+    absl::Status status = postgres->Start();
+    if (!status.ok()) {
+      fprintf(stderr, "cannot start test PostgreSQL: %s\n", status.ToString().c_str());
+      std::abort();
+    }
+  }
+  ~PostgresHolder() {
+    postgres.reset();
+    std::error_code ec;
+    fs::remove_all(data_dir, ec);
+  }
+  std::string data_dir;
+  std::unique_ptr<store::EmbeddedPostgres> postgres;
+};
+
+}  // namespace
+
+std::string SvdPath() { return SV_SVD_PATH; }
+std::string SvctlPath() { return SV_SVCTL_PATH; }
+
+store::EmbeddedPostgres& SharedPostgres() {
+  static PostgresHolder* holder = new PostgresHolder();
+  static bool registered = [] {
+    std::atexit([] { delete holder; });
+    return true;
+  }();
+  (void)registered;
+  return *holder->postgres;
+}
+
+std::string CreateTestDatabase() {
+  static std::atomic<int> counter{0};
+  store::EmbeddedPostgres& pg = SharedPostgres();
+  std::string name = absl::StrCat("sv_test_", getpid(), "_", counter++);
+  pqxx::connection c(absl::StrCat("host=127.0.0.1 port=", pg.port(),
+                                  " user=postgres dbname=postgres"));
+  pqxx::nontransaction txn(c);
+  txn.exec("CREATE DATABASE " + name);
+  return absl::StrCat("host=127.0.0.1 port=", pg.port(), " user=postgres dbname=", name);
+}
+
+SvdProcess::SvdProcess(SvdOptions options) : options_(std::move(options)) {
+  work_dir_ = MakeTempDir("sv-test-svd-");
+  admin_key_file_ = work_dir_ + "/admin.key";
+  log_path_ = work_dir_ + "/svd.log";
+}
+
+SvdProcess::~SvdProcess() {
+  if (pid_ > 0) Stop();
+  std::error_code ec;
+  if (!::testing::Test::HasFailure() && getenv("SV_KEEP_TEST_DIRS") == nullptr) {
+    fs::remove_all(work_dir_, ec);
+  }
+}
+
+bool SvdProcess::Start() {
+  const std::string port_file = work_dir_ + "/port";
+  fs::remove(port_file);
+  std::vector<std::string> args = {SvdPath(),
+                                   "--database-url", options_.database_url,
+                                   "--listen", "127.0.0.1:0",
+                                   "--port-file", port_file,
+                                   "--admin-key-file", admin_key_file_,
+                                   "--sim-nodes", std::to_string(options_.sim_nodes),
+                                   "--sim-leaves", std::to_string(options_.sim_leaves),
+                                   "--state-dir", work_dir_ + "/state"};
+  args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
+  pid_ = fork();
+  if (pid_ == 0) {
+    int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      fprintf(stderr, "svd exited early; log:\n%s\n", ReadFile(log_path_).c_str());
+      return false;
+    }
+    std::string port = ReadFile(port_file);
+    if (!port.empty() && port.back() == '\n') {
+      port_ = std::stoi(port);
+      admin_key_ = ReadFile(admin_key_file_);
+      while (!admin_key_.empty() && admin_key_.back() == '\n') admin_key_.pop_back();
+      channel_ = grpc::CreateChannel(endpoint(), grpc::InsecureChannelCredentials());
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  fprintf(stderr, "svd did not start in time; log:\n%s\n", ReadFile(log_path_).c_str());
+  return false;
+}
+
+int SvdProcess::Stop() {
+  if (pid_ <= 0) return -1;
+  // Drop our channel first: an idle client connection that nobody polls
+  // holds svd's graceful shutdown for seconds.
+  channel_.reset();
+  kill(pid_, SIGTERM);
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (waitpid(pid_, &status, WNOHANG) != pid_) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  pid_ = -1;
+  channel_.reset();
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+void SvdProcess::Kill() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+  channel_.reset();
+}
+
+std::string SvdProcess::endpoint() const { return absl::StrCat("127.0.0.1:", port_); }
+
+std::shared_ptr<grpc::Channel> SvdProcess::channel() { return channel_; }
+
+std::unique_ptr<grpc::ClientContext> Context(const std::string& token) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  return ctx;
+}
+
+std::string CreateTenant(SvdProcess& svd, const std::string& name) {
+  v1::AdminService::Stub admin(svd.channel());
+  v1::CreateTenantRequest request;
+  request.set_name(name);
+  request.set_owner_email(name + "@example.com");
+  v1::CreateTenantResponse response;
+  grpc::Status status = admin.CreateTenant(Context(svd.admin_key()).get(), request, &response);
+  if (!status.ok()) {
+    ADD_FAILURE() << "CreateTenant " << name << ": " << status.error_message();
+    return "";
+  }
+  return response.api_key();
+}
+
+RunResult RunCapture(const std::vector<std::string>& argv,
+                     const std::vector<std::string>& env) {
+  std::string dir = MakeTempDir("sv-test-run-");
+  std::string out_path = dir + "/out", err_path = dir + "/err";
+  pid_t pid = fork();
+  if (pid == 0) {
+    int out = open(out_path.c_str(), O_WRONLY | O_CREAT, 0644);
+    int err = open(err_path.c_str(), O_WRONLY | O_CREAT, 0644);
+    dup2(out, STDOUT_FILENO);
+    dup2(err, STDERR_FILENO);
+    std::vector<std::string> args = argv, envs = env;
+    std::vector<char*> a, e;
+    for (auto& s : args) a.push_back(s.data());
+    a.push_back(nullptr);
+    for (auto& s : envs) e.push_back(s.data());
+    e.push_back(nullptr);
+    execve(a[0], a.data(), e.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  RunResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = ReadFile(out_path);
+  r.err = ReadFile(err_path);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return r;
+}
+
+}  // namespace sv::testing

@@ -1,0 +1,82 @@
+#ifndef SV_TESTS_INTEGRATION_HARNESS_H_
+#define SV_TESTS_INTEGRATION_HARNESS_H_
+
+// Shared fixtures for integration tests: a throwaway PostgreSQL cluster per
+// test binary, a fresh database per test, and real svd processes.
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "store/embedded_postgres.h"
+
+namespace sv::testing {
+
+// The cluster shared by all tests of one binary; started on first use and
+// stopped at exit.
+store::EmbeddedPostgres& SharedPostgres();
+
+// Creates an empty database on the shared cluster and returns its URL.
+std::string CreateTestDatabase();
+
+struct SvdOptions {
+  std::string database_url;
+  int sim_nodes = 16;
+  int sim_leaves = 2;
+  std::vector<std::string> extra_args;
+};
+
+// A real svd child process listening on a free port.
+class SvdProcess {
+ public:
+  explicit SvdProcess(SvdOptions options);
+  ~SvdProcess();  // SIGTERM, then SIGKILL if it lingers.
+
+  // Starts svd and waits until it listens; returns false on failure.
+  bool Start();
+  // Sends SIGTERM and waits; returns svd's exit code.
+  int Stop();
+  // SIGKILL, as in a crash.
+  void Kill();
+
+  std::string endpoint() const;
+  const std::string& admin_key() const { return admin_key_; }
+  const std::string& log_path() const { return log_path_; }
+  std::shared_ptr<grpc::Channel> channel();
+
+ private:
+  SvdOptions options_;
+  std::string work_dir_;
+  std::string admin_key_file_;
+  std::string log_path_;
+  std::string admin_key_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+// A fresh tenant created through the admin API; returns its API key.
+std::string CreateTenant(SvdProcess& svd, const std::string& name);
+
+// Context with the bearer token and a 30 s deadline.
+std::unique_ptr<grpc::ClientContext> Context(const std::string& token);
+
+// Runs a program, returns exit code, captures stdout and stderr.
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+RunResult RunCapture(const std::vector<std::string>& argv,
+                     const std::vector<std::string>& env);
+
+std::string SvdPath();
+std::string SvctlPath();
+
+}  // namespace sv::testing
+
+#endif  // SV_TESTS_INTEGRATION_HARNESS_H_

@@ -1,0 +1,123 @@
+// svctl as a user runs it: a real binary against a real svd.
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "nlohmann/json.hpp"
+#include "tests/integration/harness.h"
+
+namespace sv::testing {
+namespace {
+
+class SvctlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    svd_ = std::make_unique<SvdProcess>(SvdOptions{CreateTestDatabase(), 4, 1, {}});
+    ASSERT_TRUE(svd_->Start());
+    token_ = CreateTenant(*svd_, "cli");
+    home_ = ::testing::TempDir() + "svctl-home-" + std::to_string(getpid());
+  }
+
+  // Runs svctl with the endpoint and key from the environment.
+  RunResult Svctl(std::vector<std::string> args, std::vector<std::string> env = {}) {
+    args.insert(args.begin(), SvctlPath());
+    if (env.empty()) {
+      env = {"SVCTL_ENDPOINT=" + svd_->endpoint(), "SVCTL_TOKEN=" + token_};
+    }
+    env.push_back("HOME=" + home_);
+    env.push_back("XDG_CONFIG_HOME=");
+    return RunCapture(args, env);
+  }
+
+  std::unique_ptr<SvdProcess> svd_;
+  std::string token_;
+  std::string home_;
+};
+
+// A failure prints exactly one line on stderr, naming the cause.
+void ExpectOneLineError(const RunResult& r, const std::string& needle) {
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  ASSERT_FALSE(r.err.empty());
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+}
+
+TEST_F(SvctlTest, CreateWaitsUntilRunningThenGetListDelete) {
+  RunResult created = Svctl({"-o", "json", "create", "--gpus", "8", "--name", "job", "--wait"});
+  ASSERT_EQ(created.exit_code, 0) << created.err;
+  auto instance = nlohmann::json::parse(created.out);
+  EXPECT_EQ(instance["state"], "RUNNING");
+  EXPECT_EQ(instance["gpu_count"], 8);
+  EXPECT_EQ(instance["placement"][0]["gpu_indices"].size(), 8u);
+  const std::string id = instance["id"];
+
+  RunResult got = Svctl({"get", id});
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  EXPECT_NE(got.out.find("RUNNING"), std::string::npos);
+  EXPECT_NE(got.out.find("8 x RTX 4090"), std::string::npos);
+
+  RunResult listed = Svctl({"list"});
+  ASSERT_EQ(listed.exit_code, 0);
+  EXPECT_NE(listed.out.find(id), std::string::npos);
+  EXPECT_NE(listed.out.find("STATE"), std::string::npos);
+
+  RunResult deleted = Svctl({"-o", "json", "delete", id});
+  ASSERT_EQ(deleted.exit_code, 0) << deleted.err;
+  EXPECT_EQ(nlohmann::json::parse(deleted.out)["state"], "DELETED");
+  RunResult empty = Svctl({"-o", "json", "list"});
+  EXPECT_EQ(nlohmann::json::parse(empty.out).value("instances", nlohmann::json::array()).size(),
+            0u);
+}
+
+TEST_F(SvctlTest, WhoamiNamesTheTenant) {
+  RunResult r = Svctl({"whoami"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("cli@example.com"), std::string::npos);
+  EXPECT_NE(r.out.find("cli ("), std::string::npos);
+}
+
+TEST_F(SvctlTest, RetriedCreateWithOneRequestIdMakesOneInstance) {
+  RunResult a = Svctl({"-o", "json", "create", "--gpus", "1", "--request-id", "abc-1"});
+  RunResult b = Svctl({"-o", "json", "create", "--gpus", "1", "--request-id", "abc-1"});
+  ASSERT_EQ(a.exit_code, 0);
+  ASSERT_EQ(b.exit_code, 0);
+  EXPECT_EQ(nlohmann::json::parse(a.out)["id"], nlohmann::json::parse(b.out)["id"]);
+  ExpectOneLineError(Svctl({"create", "--gpus", "2", "--request-id", "abc-1"}),
+                     "REQUEST_ID_REUSED");
+}
+
+TEST_F(SvctlTest, ErrorsAreOneLineAndNonZero) {
+  ExpectOneLineError(Svctl({"create", "--gpus", "12"}), "INVALID_GPU_COUNT");
+  ExpectOneLineError(Svctl({"get", "ins-nosuchinstance1"}), "NOT_FOUND");
+  ExpectOneLineError(Svctl({"whoami"}, {"SVCTL_ENDPOINT=" + svd_->endpoint(),
+                                        "SVCTL_TOKEN=sv_wrong"}),
+                     "UNAUTHENTICATED");
+  ExpectOneLineError(Svctl({"whoami"}, {"SVCTL_ENDPOINT=" + svd_->endpoint()}), "no API key");
+  ExpectOneLineError(Svctl({"--timeout", "2", "whoami"},
+                           {"SVCTL_ENDPOINT=127.0.0.1:1", "SVCTL_TOKEN=" + token_}),
+                     "cannot reach svd");
+  RunResult usage = Svctl({"create"});
+  EXPECT_EQ(usage.exit_code, 2);
+}
+
+TEST_F(SvctlTest, FlagsBeatEnvironmentWhichBeatsTheConfigFile) {
+  std::string config = home_ + "/.config/svctl/config.json";
+  std::filesystem::create_directories(home_ + "/.config/svctl");
+  std::ofstream(config) << nlohmann::json{{"endpoint", svd_->endpoint()},
+                                          {"token", "sv_bogus"}}.dump();
+  // The config alone has a bad token.
+  ExpectOneLineError(Svctl({"whoami"}, {"PATH=/usr/bin"}), "UNAUTHENTICATED");
+  // The environment's token wins over the config's.
+  RunResult env = Svctl({"whoami"}, {"SVCTL_TOKEN=" + token_});
+  EXPECT_EQ(env.exit_code, 0) << env.err;
+  // A flag wins over the environment.
+  RunResult flag = Svctl({"--token", "sv_bogus2", "whoami"}, {"SVCTL_TOKEN=" + token_});
+  EXPECT_NE(flag.exit_code, 0);
+  RunResult flag_ok = Svctl({"--token", token_, "whoami"}, {"SVCTL_TOKEN=sv_bad"});
+  EXPECT_EQ(flag_ok.exit_code, 0) << flag_ok.err;
+}
+
+}  // namespace
+}  // namespace sv::testing
