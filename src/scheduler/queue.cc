@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "scheduler/internal/search.h"
 #include "scheduler/internal/snapshot_state.h"
 #include "scheduler/scheduler.h"
 
@@ -96,8 +97,15 @@ std::vector<NodeIndex> ChooseGangHold(const SnapshotState& state, int need,
 std::vector<NodeIndex> ChooseHold(const SnapshotState& state,
                                   const Request& request) {
   if (request.gpu_count > kGpusPerNode) {
-    return ChooseGangHold(state, request.gpu_count / kGpusPerNode,
-                          request.max_leaves);
+    std::vector<NodeIndex> nodes = ChooseGangHold(
+        state, request.gpu_count / kGpusPerNode, request.max_leaves);
+    // Holding nodes the request could never use would strand them for
+    // nothing.
+    if (request.max_leaves > 0 &&
+        internal::CountLeaves(state, nodes) > request.max_leaves) {
+      return {};
+    }
+    return nodes;
   }
   for (int free = request.gpu_count - 1; free >= 0; --free) {
     if (!state.buckets[free].empty()) {
@@ -132,6 +140,37 @@ class FailureCache {
   int small_gpus_ = kGpusPerNode + 1;
   std::array<int, kGangNodeCountMax + 1> gang_nodes_;
 };
+
+// Limits, quota and strict order, checked before trying to place. Fills in
+// the decision's cause and reason and returns false when the item waits.
+bool MayTry(const PendingRequest& item, int rank, int placed_count,
+            int in_use, InstanceId blocked_by, const QueueOptions& options,
+            QueueDecision& decision) {
+  if (rank >= options.pending_items_max ||
+      placed_count >= options.placements_per_pass_max) {
+    decision.cause = WaitCause::kPassLimit;
+    if (options.explain) decision.reason = "beyond this pass's limits";
+    return false;
+  }
+  const TenantQuota& quota = QuotaOf(options, item.tenant);
+  if (in_use + item.request.gpu_count > quota.gpus_in_use_max) {
+    decision.cause = WaitCause::kQuota;
+    if (options.explain) {
+      decision.reason = absl::StrCat(
+          "tenant ", item.tenant, " GPU quota: ", in_use, " in use + ",
+          item.request.gpu_count, " requested > ", quota.gpus_in_use_max);
+    }
+    return false;
+  }
+  if (blocked_by != kNoInstance) {
+    decision.cause = WaitCause::kHeldForOlder;
+    if (options.explain) {
+      decision.reason = absl::StrCat("waiting behind instance ", blocked_by);
+    }
+    return false;
+  }
+  return true;
+}
 
 void AssignPositions(QueuePassResult& result) {
   int position = 0;
@@ -175,28 +214,9 @@ QueuePassResult Scheduler::RunQueuePass(Snapshot& snapshot,
       decision.reason = std::string(status.message());
       continue;
     }
-    if (static_cast<int>(rank) >= options.pending_items_max ||
-        result.placed_count >= options.placements_per_pass_max) {
-      decision.cause = WaitCause::kPassLimit;
-      if (options.explain) decision.reason = "beyond this pass's limits";
-      continue;
-    }
-    const TenantQuota& quota = QuotaOf(options, item.tenant);
     int& in_use = usage[item.tenant];
-    if (in_use + request.gpu_count > quota.gpus_in_use_max) {
-      decision.cause = WaitCause::kQuota;
-      if (options.explain) {
-        decision.reason = absl::StrCat(
-            "tenant ", item.tenant, " GPU quota: ", in_use, " in use + ",
-            request.gpu_count, " requested > ", quota.gpus_in_use_max);
-      }
-      continue;
-    }
-    if (blocked_by != kNoInstance) {
-      decision.cause = WaitCause::kHeldForOlder;
-      if (options.explain) {
-        decision.reason = absl::StrCat("waiting behind instance ", blocked_by);
-      }
+    if (!MayTry(item, static_cast<int>(rank), result.placed_count, in_use,
+                blocked_by, options, decision)) {
       continue;
     }
     if (!failures.KnownToFail(request)) {

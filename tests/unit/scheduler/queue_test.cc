@@ -116,6 +116,21 @@ TEST(QueueTest, HoldsAreLiftedAfterThePass) {
   EXPECT_TRUE(snapshot.CheckInvariants());
 }
 
+TEST(QueueTest, NoHoldThatTheRequestsLeafLimitCouldNeverUse) {
+  // Four leaves of two nodes, all partly used: six nodes for a gang limited
+  // to two leaves would have to span three, so nothing is held.
+  std::vector<NodeSpec> nodes = MakeFleet(FleetShape{1, 1, 4, 2});
+  for (int n = 0; n < 8; ++n) Occupy(nodes, n, 1, 100 + n);
+  Snapshot snapshot = MustBuild(nodes);
+  Scheduler scheduler(SchedulerOptions{});
+  std::vector<PendingRequest> pending = {
+      PendingRequest{Request{1, 48, 2}, "t", 0, 1}, Pending(2, 1, 2)};
+  QueuePassResult result = scheduler.RunQueuePass(snapshot, pending, {});
+  EXPECT_EQ(result.held_for, 1);
+  EXPECT_TRUE(result.held_nodes.empty());
+  EXPECT_TRUE(DecisionFor(result, 2).placed);
+}
+
 TEST(QueueTest, GpuQuotaKeepsATenantWaitingButNotOthers) {
   Snapshot snapshot = MustBuild(MakeFleet(FleetShape{1, 1, 1, 4}));
   Scheduler scheduler(SchedulerOptions{});
