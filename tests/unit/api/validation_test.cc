@@ -1,0 +1,115 @@
+// Validation of API input: each rule, at and beyond its limit.
+
+#include "api/validation.h"
+
+#include <gtest/gtest.h>
+
+#include "api/api_keys.h"
+#include "common/status.h"
+
+namespace sv::api {
+namespace {
+
+TEST(ValidateGpuCountTest, AcceptsOneToEightAndWholeNodesUpTo128) {
+  struct Case {
+    int gpus;
+    bool ok;
+  };
+  const Case cases[] = {{0, false}, {-1, false}, {1, true},   {2, true},   {7, true},
+                        {8, true},  {9, false},  {12, false}, {15, false}, {16, true},
+                        {24, true}, {120, true}, {128, true}, {129, false}, {136, false}};
+  for (const Case& c : cases) {
+    absl::Status s = ValidateGpuCount(c.gpus);
+    EXPECT_EQ(s.ok(), c.ok) << c.gpus;
+    if (!c.ok) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_EQ(ReasonOf(s), "INVALID_GPU_COUNT");
+    }
+  }
+}
+
+TEST(NormalizeInstanceSpecTest, FillsDefaultsAndRejectsBadFields) {
+  auto spec = NormalizeInstanceSpec({"", 4, "", ""});
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(spec->gpu_model, "RTX 4090");
+  EXPECT_EQ(spec->image, kDefaultImage);
+
+  EXPECT_EQ(ReasonOf(NormalizeInstanceSpec({"", 4, "A100", ""}).status()), "UNKNOWN_GPU_MODEL");
+  EXPECT_EQ(ReasonOf(NormalizeInstanceSpec({"", 4, "", "bad image"}).status()), "INVALID_IMAGE");
+  EXPECT_EQ(ReasonOf(NormalizeInstanceSpec({"", 4, "", std::string(257, 'a')}).status()),
+            "INVALID_IMAGE");
+  EXPECT_TRUE(NormalizeInstanceSpec({"", 4, "", std::string(256, 'a')}).ok());
+  EXPECT_TRUE(NormalizeInstanceSpec({"", 4, "", "nvcr.io/nvidia/pytorch:24.01-py3"}).ok());
+}
+
+TEST(ValidateNameTest, LowerCaseDnsLabelsOfAtMost63) {
+  EXPECT_TRUE(ValidateName("name", "a").ok());
+  EXPECT_TRUE(ValidateName("name", "train-run-7").ok());
+  EXPECT_TRUE(ValidateName("name", std::string(63, 'a')).ok());
+  EXPECT_FALSE(ValidateName("name", std::string(64, 'a')).ok());
+  for (const char* bad : {"", "-a", "a-", "1abc", "A", "a_b", "a b", "ä"}) {
+    EXPECT_EQ(ReasonOf(ValidateName("name", bad)), "INVALID_NAME") << bad;
+  }
+}
+
+TEST(ValidateRequestIdTest, LimitsLengthAndAlphabet) {
+  EXPECT_TRUE(ValidateRequestId("0b9e2c1e-5d6c-4d52-9f5c-1c6c0b3f8f11").ok());
+  EXPECT_TRUE(ValidateRequestId(std::string(128, 'x')).ok());
+  EXPECT_FALSE(ValidateRequestId(std::string(129, 'x')).ok());
+  EXPECT_FALSE(ValidateRequestId("").ok());
+  EXPECT_FALSE(ValidateRequestId("a b").ok());
+  EXPECT_FALSE(ValidateRequestId("a/b").ok());
+}
+
+TEST(FingerprintTest, DiffersWhenAnyFieldDiffers) {
+  store::InstanceSpec base{"n", 8, "RTX 4090", "img"};
+  const std::string fp = InstanceFingerprint(base);
+  EXPECT_EQ(fp, InstanceFingerprint(base));
+  for (auto change : {+[](store::InstanceSpec& s) { s.name = "m"; },
+                      +[](store::InstanceSpec& s) { s.gpu_count = 16; },
+                      +[](store::InstanceSpec& s) { s.image = "other"; }}) {
+    store::InstanceSpec other = base;
+    change(other);
+    EXPECT_NE(InstanceFingerprint(other), fp);
+  }
+}
+
+TEST(PageTokenTest, RoundTripsAndRejectsForgeriesAndOtherFilters) {
+  store::ListCursor cursor{1732900000123456, "ins-abcdefghijklmn"};
+  std::string token = EncodePageToken(cursor, false);
+  auto decoded = DecodePageToken(token, false);
+  ASSERT_TRUE(decoded.ok());
+  ASSERT_TRUE(decoded->has_value());
+  EXPECT_EQ((*decoded)->created_at_micros, cursor.created_at_micros);
+  EXPECT_EQ((*decoded)->id, cursor.id);
+  EXPECT_FALSE(DecodePageToken(token, true).ok());  // Made for another filter.
+  EXPECT_FALSE(DecodePageToken("!!!", false).ok());
+  EXPECT_FALSE(DecodePageToken(std::string(300, 'a'), false).ok());
+  auto empty = DecodePageToken("", false);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_FALSE(empty->has_value());
+}
+
+TEST(PageSizeTest, DefaultsCapsAndRejectsNegative) {
+  EXPECT_EQ(*NormalizePageSize(0), kPageSizeDefault);
+  EXPECT_EQ(*NormalizePageSize(1), 1);
+  EXPECT_EQ(*NormalizePageSize(kPageSizeMax), kPageSizeMax);
+  EXPECT_EQ(*NormalizePageSize(kPageSizeMax + 1), kPageSizeMax);
+  EXPECT_FALSE(NormalizePageSize(-1).ok());
+}
+
+TEST(ApiKeyTest, GeneratedKeysParseBackAndOthersDoNot) {
+  GeneratedKey key = NewApiKey();
+  auto parsed = ParseApiKey(key.plaintext);
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(parsed->key_id, key.key_id);
+  EXPECT_NE(NewApiKey().plaintext, key.plaintext);
+  EXPECT_FALSE(ParseApiKey("").has_value());
+  EXPECT_FALSE(ParseApiKey("sv_short_key").has_value());
+  std::string upper = key.plaintext;
+  upper[5] = 'A';
+  EXPECT_FALSE(ParseApiKey(upper).has_value());
+}
+
+}  // namespace
+}  // namespace sv::api
