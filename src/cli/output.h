@@ -6,6 +6,7 @@
 
 #include "google/protobuf/message.h"
 #include "sv/v1/account.pb.h"
+#include "sv/v1/admin.pb.h"
 #include "sv/v1/instance.pb.h"
 
 namespace sv::cli {

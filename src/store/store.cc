@@ -377,6 +377,65 @@ absl::StatusOr<InstanceRecord> Store::DeleteInstance(const std::string& tenant_i
   return GetInstance(tenant_id, id);
 }
 
+absl::StatusOr<InstanceRecord> Store::StopInstance(const std::string& tenant_id,
+                                                   const std::string& id,
+                                                   const std::string& reason,
+                                                   absl::Time now) {
+  bool found = false;
+  absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    auto rows = txn.exec_params(
+        "SELECT state FROM instances WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
+        tenant_id, id);
+    found = !rows.empty();
+    if (!found) return absl::OkStatus();
+    std::string from = rows[0][0].as<std::string>();
+    if (from == "STOPPED") return absl::OkStatus();
+    if (from == "DELETED" || from == "FAILED") {
+      return Error(absl::StatusCode::kFailedPrecondition, "INSTANCE_FINISHED",
+                   absl::StrCat("instance ", id, " is ", from, " and cannot be stopped"));
+    }
+    txn.exec_params("DELETE FROM gpu_reservations WHERE instance_id = $1", id);
+    txn.exec_params(
+        "UPDATE instances SET state = 'STOPPED', state_reason = $2, "
+        "updated_at = $3::timestamptz, running_since = NULL WHERE id = $1",
+        id, reason, SqlTime(now));
+    RecordEvent(txn, id, now, from, "STOPPED", reason);
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  if (!found) return NotFound(id);
+  return GetInstance(tenant_id, id);
+}
+
+absl::StatusOr<InstanceRecord> Store::StartInstance(const std::string& tenant_id,
+                                                    const std::string& id, absl::Time now) {
+  bool found = false;
+  absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    auto rows = txn.exec_params(
+        "SELECT state FROM instances WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
+        tenant_id, id);
+    found = !rows.empty();
+    if (!found) return absl::OkStatus();
+    std::string from = rows[0][0].as<std::string>();
+    if (from == "DELETED" || from == "FAILED") {
+      return Error(absl::StatusCode::kFailedPrecondition, "INSTANCE_FINISHED",
+                   absl::StrCat("instance ", id, " is ", from, " and cannot be started"));
+    }
+    if (from != "STOPPED") return absl::OkStatus();
+    // Back of the queue, as a new request would be.
+    txn.exec_params(
+        "UPDATE instances SET state = 'PENDING', state_reason = 'waiting for placement', "
+        "updated_at = $2::timestamptz, queue_seq = nextval('instances_queue_seq_seq') "
+        "WHERE id = $1",
+        id, SqlTime(now));
+    RecordEvent(txn, id, now, from, "PENDING", "started by the user");
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  if (!found) return NotFound(id);
+  return GetInstance(tenant_id, id);
+}
+
 // ---- Placement -------------------------------------------------------------
 
 absl::StatusOr<int> Store::RunPlacementPass(const Placer& placer, int queue_max,

@@ -171,6 +171,17 @@ class Store {
       int limit, bool show_deleted);
   absl::StatusOr<InstanceRecord> DeleteInstance(const std::string& tenant_id,
                                                 const std::string& id, absl::Time now);
+  // Stops an instance: releases its GPUs and keeps the instance (and, later,
+  // its disks). `reason` is recorded, e.g. "stopped by the user" or "credit
+  // exhausted". Billable time ends at `now`. Stopping a STOPPED instance is a
+  // no-op; a DELETED or FAILED one is FAILED_PRECONDITION.
+  absl::StatusOr<InstanceRecord> StopInstance(const std::string& tenant_id,
+                                              const std::string& id,
+                                              const std::string& reason, absl::Time now);
+  // Queues a STOPPED instance again (PENDING); a no-op for one that is
+  // already queued or running.
+  absl::StatusOr<InstanceRecord> StartInstance(const std::string& tenant_id,
+                                               const std::string& id, absl::Time now);
 
   // Runs one placement pass under a cluster-wide lock: reads the free GPUs
   // and the queue, asks `placer`, and writes its decisions in the same

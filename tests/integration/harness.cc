@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "sv/v1/account.grpc.pb.h"
+#include "sv/v1/admin.grpc.pb.h"
 
 namespace sv::testing {
 namespace fs = std::filesystem;

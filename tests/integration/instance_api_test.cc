@@ -10,6 +10,7 @@
 #include "api/errors.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "sv/v1/account.grpc.pb.h"
+#include "sv/v1/admin.grpc.pb.h"
 #include "sv/v1/instance.grpc.pb.h"
 #include "tests/integration/harness.h"
 

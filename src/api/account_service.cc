@@ -1,0 +1,38 @@
+#include "api/internal/service_util.h"
+#include "api/validation.h"
+#include "common/ids.h"
+#include "common/status.h"
+#include "spdlog/spdlog.h"
+#include "sv/v1/account.grpc.pb.h"
+
+namespace sv::api::internal {
+namespace {
+
+class AccountServiceImpl final : public v1::AccountService::Service {
+ public:
+  explicit AccountServiceImpl(const Authenticator& auth) : auth_(auth) {}
+
+  grpc::Status GetCurrentAccount(grpc::ServerContext* context,
+                                 const v1::GetCurrentAccountRequest*,
+                                 v1::Account* response) override {
+    auto who = auth_.Authenticate(*context);
+    if (!who.ok()) return Finish("GetCurrentAccount", nullptr, "", who.status());
+    response->set_user_id(who->user_id);
+    response->set_user_email(who->user_email);
+    response->set_tenant_id(who->tenant_id);
+    response->set_tenant_name(who->tenant_name);
+    response->set_api_key_id(who->api_key_id);
+    response->set_role(who->role == store::Role::kOperator ? v1::OPERATOR : v1::MEMBER);
+    return Finish("GetCurrentAccount", &*who, "", absl::OkStatus());
+  }
+
+ private:
+  const Authenticator& auth_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::Service> NewAccountService(const Authenticator& auth) {
+  return std::make_unique<AccountServiceImpl>(auth);
+}
+}  // namespace sv::api::internal

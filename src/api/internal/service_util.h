@@ -1,0 +1,42 @@
+#ifndef SV_API_INTERNAL_SERVICE_UTIL_H_
+#define SV_API_INTERNAL_SERVICE_UTIL_H_
+
+// Helpers shared by the service implementations of src/api; private to it.
+
+#include <grpcpp/impl/codegen/service_type.h>
+#include <grpcpp/support/status.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "api/auth.h"
+#include "api/services.h"
+#include "google/protobuf/timestamp.pb.h"
+#include "store/store.h"
+#include "sv/v1/instance.pb.h"
+
+namespace sv::api::internal {
+
+google::protobuf::Timestamp ToProto(absl::Time t);
+void ToProto(const store::InstanceRecord& r, v1::Instance* out);
+
+// NOT_FOUND for a malformed id (no instance can have it), INVALID_ARGUMENT
+// for an empty one.
+absl::Status CheckInstanceId(const std::string& id);
+
+// Logs the outcome of a call with the caller and request id, then converts it.
+grpc::Status Finish(const char* method, const store::Principal* who,
+                    const std::string& request_id, const absl::Status& status);
+
+// Factories, one per service file.
+std::unique_ptr<grpc::Service> NewInstanceService(const ApiDependencies& deps,
+                                                  const Authenticator& auth);
+std::unique_ptr<grpc::Service> NewAccountService(const Authenticator& auth);
+std::unique_ptr<grpc::Service> NewAdminService(const ApiDependencies& deps,
+                                               const Authenticator& auth);
+
+}  // namespace sv::api::internal
+
+#endif  // SV_API_INTERNAL_SERVICE_UTIL_H_

@@ -1,0 +1,52 @@
+#ifndef SV_CLI_COMMANDS_H_
+#define SV_CLI_COMMANDS_H_
+
+// svctl's commands. Each group lives in its own file and registers its
+// subcommands; a subcommand's callback stores the Action that main() runs
+// after parsing.
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "cli/client.h"
+#include "cli/output.h"
+
+namespace CLI {
+class App;
+}
+
+namespace sv::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailed = 1;
+inline constexpr int kExitUsage = 2;
+
+struct Session {
+  ConnectionFlags flags;
+  std::string output = "table";
+  Connection connection;
+  std::shared_ptr<grpc::Channel> channel;
+
+  Format format() const { return output == "json" ? Format::kJson : Format::kTable; }
+  // Resolves the endpoint and key and dials; false with `error` set if not.
+  bool Connect(std::string* error);
+  // A fresh context with the key and the deadline.
+  std::unique_ptr<grpc::ClientContext> Context() const;
+};
+
+using Action = std::function<int(Session&)>;
+
+// One line on stderr: "svctl: error: ...". Returns kExitFailed.
+int Fail(const std::string& message);
+int FailRpc(const grpc::Status& status, const Session& session);
+
+void AddInstanceCommands(CLI::App& app, Action* action);
+void AddAccountCommands(CLI::App& app, Action* action);
+void AddAdminCommands(CLI::App& app, Action* action);
+
+}  // namespace sv::cli
+
+#endif  // SV_CLI_COMMANDS_H_

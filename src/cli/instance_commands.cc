@@ -1,0 +1,180 @@
+// svctl create, get, list and delete.
+#include <iostream>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "cli/commands.h"
+#include "common/ids.h"
+#include "sv/v1/instance.grpc.pb.h"
+
+namespace sv::cli {
+namespace {
+
+bool IsSettled(v1::InstanceState s) {
+  return s == v1::RUNNING || s == v1::FAILED || s == v1::DELETED || s == v1::STOPPED;
+}
+
+void Show(const v1::Instance& instance, Format format) {
+  if (format == Format::kJson) {
+    PrintJson(instance, std::cout);
+  } else {
+    PrintInstanceDetail(instance, std::cout);
+  }
+}
+
+// Polls until the instance settles or `wait_s` passes.
+grpc::Status WaitForInstance(v1::InstanceService::Stub& stub, const Session& s, int wait_s,
+                             v1::Instance* instance) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
+  while (!IsSettled(instance->state())) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          "instance " + instance->id() + " is still " +
+                              StateName(instance->state()) + " after " +
+                              std::to_string(wait_s) + "s: " + instance->state_reason());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    v1::GetInstanceRequest get;
+    get.set_id(instance->id());
+    grpc::Status status = stub.GetInstance(s.Context().get(), get, instance);
+    if (!status.ok()) return status;
+  }
+  return grpc::Status::OK;
+}
+
+struct CreateArgs {
+  int gpus = 0;
+  std::string name, image, request_id;
+  bool wait = false;
+  int wait_s = 300;
+};
+
+int RunCreate(Session& s, const CreateArgs& a) {
+  std::string error;
+  if (!s.Connect(&error)) return Fail(error);
+  v1::InstanceService::Stub stub(s.channel);
+  v1::CreateInstanceRequest request;
+  request.mutable_instance()->set_gpu_count(a.gpus);
+  request.mutable_instance()->set_name(a.name);
+  request.mutable_instance()->set_image(a.image);
+  request.set_request_id(a.request_id.empty() ? NewUuid() : a.request_id);
+  v1::Instance instance;
+  // Retrying after a lost answer is safe: the request id stays the same.
+  grpc::Status status;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    status = stub.CreateInstance(s.Context().get(), request, &instance);
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500 << attempt));
+  }
+  if (!status.ok()) return FailRpc(status, s);
+  if (a.wait) {
+    status = WaitForInstance(stub, s, a.wait_s, &instance);
+    if (!status.ok()) return FailRpc(status, s);
+  }
+  Show(instance, s.format());
+  if (a.wait && instance.state() != v1::RUNNING) {
+    return Fail("instance " + instance.id() + " ended " + StateName(instance.state()) + ": " +
+                instance.state_reason());
+  }
+  return kExitOk;
+}
+
+int RunGet(Session& s, const std::string& id, bool wait, int wait_s) {
+  std::string error;
+  if (!s.Connect(&error)) return Fail(error);
+  v1::InstanceService::Stub stub(s.channel);
+  v1::GetInstanceRequest request;
+  request.set_id(id);
+  v1::Instance instance;
+  grpc::Status status = stub.GetInstance(s.Context().get(), request, &instance);
+  if (status.ok() && wait) status = WaitForInstance(stub, s, wait_s, &instance);
+  if (!status.ok()) return FailRpc(status, s);
+  Show(instance, s.format());
+  return kExitOk;
+}
+
+int RunList(Session& s, int page_size, bool show_deleted) {
+  std::string error;
+  if (!s.Connect(&error)) return Fail(error);
+  v1::InstanceService::Stub stub(s.channel);
+  v1::ListInstancesRequest request;
+  request.set_page_size(page_size);
+  request.set_show_deleted(show_deleted);
+  std::vector<v1::Instance> all;
+  v1::ListInstancesResponse merged;
+  constexpr int kPagesMax = 1000;
+  for (int page = 0; page < kPagesMax; ++page) {
+    v1::ListInstancesResponse response;
+    grpc::Status status = stub.ListInstances(s.Context().get(), request, &response);
+    if (!status.ok()) return FailRpc(status, s);
+    for (const auto& i : response.instances()) {
+      all.push_back(i);
+      *merged.add_instances() = i;
+    }
+    if (response.next_page_token().empty()) break;
+    request.set_page_token(response.next_page_token());
+  }
+  if (s.format() == Format::kJson) {
+    PrintJson(merged, std::cout);
+  } else {
+    PrintInstanceTable(all, std::cout);
+  }
+  return kExitOk;
+}
+
+int RunDelete(Session& s, const std::string& id) {
+  std::string error;
+  if (!s.Connect(&error)) return Fail(error);
+  v1::InstanceService::Stub stub(s.channel);
+  v1::DeleteInstanceRequest request;
+  request.set_id(id);
+  v1::Instance instance;
+  grpc::Status status = stub.DeleteInstance(s.Context().get(), request, &instance);
+  if (!status.ok()) return FailRpc(status, s);
+  Show(instance, s.format());
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddInstanceCommands(CLI::App& app, Action* action) {
+  auto create_args = std::make_shared<CreateArgs>();
+  auto* create = app.add_subcommand("create", "Create an instance");
+  create->add_option("--gpus", create_args->gpus, "GPUs: 1-8, or a multiple of 8 up to 128")
+      ->required();
+  create->add_option("--name", create_args->name, "Name (lower-case letters, digits, dashes)");
+  create->add_option("--image", create_args->image, "Image to run");
+  create->add_option("--request-id", create_args->request_id,
+                     "Idempotency key (default: a fresh UUID per invocation)");
+  create->add_flag("--wait", create_args->wait, "Wait until the instance is RUNNING");
+  create->add_option("--wait-timeout", create_args->wait_s, "How long --wait waits, seconds");
+  create->callback([=] { *action = [=](Session& s) { return RunCreate(s, *create_args); }; });
+
+  auto get_id = std::make_shared<std::string>();
+  auto get_wait = std::make_shared<bool>(false);
+  auto* get = app.add_subcommand("get", "Show one instance");
+  get->add_option("id", *get_id, "Instance id")->required();
+  get->add_flag("--wait", *get_wait, "Wait until it settles (RUNNING, STOPPED, FAILED, DELETED)");
+  get->callback([=] {
+    *action = [=](Session& s) { return RunGet(s, *get_id, *get_wait, 300); };
+  });
+
+  auto page_size = std::make_shared<int>(0);
+  auto show_deleted = std::make_shared<bool>(false);
+  auto* list = app.add_subcommand("list", "List instances");
+  list->add_option("--page-size", *page_size, "Instances per page (default 50, max 500)");
+  list->add_flag("--show-deleted", *show_deleted, "Include deleted instances");
+  list->callback([=] {
+    *action = [=](Session& s) { return RunList(s, *page_size, *show_deleted); };
+  });
+
+  auto delete_id = std::make_shared<std::string>();
+  auto* del = app.add_subcommand("delete", "Delete an instance and release its GPUs");
+  del->add_option("id", *delete_id, "Instance id")->required();
+  del->callback([=] { *action = [=](Session& s) { return RunDelete(s, *delete_id); }; });
+}
+
+}  // namespace sv::cli
