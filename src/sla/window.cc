@@ -1,0 +1,102 @@
+#include "sla/window.h"
+
+#include <algorithm>
+#include <cassert>
+
+#include "absl/strings/str_cat.h"
+
+namespace sv::sla {
+
+InstanceHourWindow::InstanceHourWindow(absl::Time hour_start, int gpu_count)
+    : hour_start_(hour_start), gpu_count_(gpu_count) {
+  assert(gpu_count >= 1 && gpu_count <= kInstanceGpusMax);
+  reported_.resize(gpu_count);
+  unusable_.resize(gpu_count);
+}
+
+int InstanceHourWindow::SlotOf(absl::Time at) const {
+  if (at < hour_start_ || at >= hour_start_ + absl::Hours(1)) return -1;
+  return static_cast<int>((at - hour_start_) / absl::Seconds(kSlotSeconds));
+}
+
+absl::Status InstanceHourWindow::AddGpuSample(const GpuSample& s) {
+  int slot = SlotOf(s.at);
+  if (slot < 0) return absl::InvalidArgumentError("GPU sample outside the window's hour");
+  if (s.gpu_index < 0 || s.gpu_index >= gpu_count_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GPU index ", s.gpu_index, " is not one of the instance's ", gpu_count_));
+  }
+  reported_[s.gpu_index].set(slot);
+  if (s.xid_error || s.ecc_uncorrectable || s.throttled_by_platform) {
+    unusable_[s.gpu_index].set(slot);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InstanceHourWindow::AddStorageProbe(absl::Time at, int64_t bytes_per_second) {
+  if (SlotOf(at) < 0) return absl::InvalidArgumentError("storage probe outside the hour");
+  if (bytes_per_second < 0) return absl::InvalidArgumentError("negative throughput");
+  storage_min_ = storage_probe_count_ == 0 ? bytes_per_second
+                                           : std::min(storage_min_, bytes_per_second);
+  ++storage_probe_count_;
+  storage_sum_ += bytes_per_second;
+  return absl::OkStatus();
+}
+
+absl::Status InstanceHourWindow::AddLatency(absl::Time at, const LatencyHistogram& h) {
+  if (SlotOf(at) < 0) return absl::InvalidArgumentError("latency probe outside the hour");
+  latency_.Merge(h);
+  return absl::OkStatus();
+}
+
+void InstanceHourWindow::Merge(const InstanceHourWindow& other) {
+  assert(other.hour_start_ == hour_start_ && other.gpu_count_ == gpu_count_);
+  for (int g = 0; g < gpu_count_; ++g) {
+    reported_[g] |= other.reported_[g];
+    unusable_[g] |= other.unusable_[g];
+  }
+  if (other.storage_probe_count_ > 0) {
+    storage_min_ = storage_probe_count_ == 0 ? other.storage_min_
+                                             : std::min(storage_min_, other.storage_min_);
+    storage_probe_count_ += other.storage_probe_count_;
+    storage_sum_ += other.storage_sum_;
+  }
+  latency_.Merge(other.latency_);
+}
+
+int InstanceHourWindow::SlotsIn(absl::Time hour_start, absl::Time from, absl::Time to) {
+  from = std::max(from, hour_start);
+  to = std::min(to, hour_start + absl::Hours(1));
+  if (to <= from) return 0;
+  // A slot counts when the instance was billed for any part of it.
+  const absl::Duration slot = absl::Seconds(kSlotSeconds);
+  int first = static_cast<int>((from - hour_start) / slot);
+  int last = static_cast<int>(absl::Ceil(to - hour_start, slot) / slot);
+  return last - first;
+}
+
+int InstanceHourWindow::UsableSlots(absl::Time from, absl::Time to) const {
+  from = std::max(from, hour_start_);
+  to = std::min(to, hour_start_ + absl::Hours(1));
+  if (to <= from) return 0;
+  const absl::Duration slot = absl::Seconds(kSlotSeconds);
+  int first = static_cast<int>((from - hour_start_) / slot);
+  int last = static_cast<int>(absl::Ceil(to - hour_start_, slot) / slot);
+  int usable = 0;
+  for (int s = first; s < last; ++s) {
+    bool all = true;
+    for (int g = 0; g < gpu_count_ && all; ++g) {
+      // A GPU that did not report counts as unusable: missing telemetry
+      // during paid time is a breach.
+      all = reported_[g].test(s) && !unusable_[g].test(s);
+    }
+    usable += all ? 1 : 0;
+  }
+  return usable;
+}
+
+int64_t InstanceHourWindow::storage_mean_bytes_per_second() const {
+  return storage_probe_count_ == 0 ? 0 : storage_sum_ / storage_probe_count_;
+}
+
+}  // namespace sv::sla

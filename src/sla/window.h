@@ -1,0 +1,75 @@
+#ifndef SV_SLA_WINDOW_H_
+#define SV_SLA_WINDOW_H_
+
+#include <bitset>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "sla/latency_histogram.h"
+
+namespace sv::sla {
+
+// The hour is judged in slots of the agents' sampling period.
+inline constexpr int kSlotSeconds = 10;
+inline constexpr int kSlotsPerHour = 3600 / kSlotSeconds;
+inline constexpr int kInstanceGpusMax = 128;
+
+// One GPU's sample as the agent reports it. "Usable" means healthy and
+// allowed to run at full clocks: no XID error, no uncorrectable ECC error,
+// and no throttling other than the kinds a tenant causes itself (idle, or
+// application clock settings). Kernel activity does not matter: a tenant
+// leaving its own GPUs idle is not a breach.
+struct GpuSample {
+  absl::Time at;
+  int gpu_index = 0;  // 0 .. gpu_count-1, in the instance's own numbering.
+  bool xid_error = false;
+  bool ecc_uncorrectable = false;
+  bool throttled_by_platform = false;  // Thermal, power brake, HW slowdown.
+};
+
+// The evidence kept for one instance-hour. All of it merges, so agents may
+// send in any order and svd can rebuild it after a restart.
+class InstanceHourWindow {
+ public:
+  InstanceHourWindow(absl::Time hour_start, int gpu_count);
+
+  // Samples outside the hour or for unknown GPUs are rejected.
+  absl::Status AddGpuSample(const GpuSample& sample);
+  // One storage write probe: bytes per second measured over the probe.
+  absl::Status AddStorageProbe(absl::Time at, int64_t write_bytes_per_second);
+  absl::Status AddLatency(absl::Time at, const LatencyHistogram& histogram);
+  void Merge(const InstanceHourWindow& other);
+
+  // Slots in [from, to) (clamped to the hour) where every GPU reported and
+  // was usable, and the number of slots in that span.
+  int UsableSlots(absl::Time from, absl::Time to) const;
+  static int SlotsIn(absl::Time hour_start, absl::Time from, absl::Time to);
+
+  absl::Time hour_start() const { return hour_start_; }
+  int gpu_count() const { return gpu_count_; }
+  int64_t storage_probe_count() const { return storage_probe_count_; }
+  int64_t storage_mean_bytes_per_second() const;
+  int64_t storage_min_bytes_per_second() const { return storage_min_; }
+  const LatencyHistogram& latency() const { return latency_; }
+
+ private:
+  int SlotOf(absl::Time at) const;
+
+  absl::Time hour_start_;
+  int gpu_count_;
+  // Per GPU: slots with a sample, and slots with a sample that was not usable.
+  std::vector<std::bitset<kSlotsPerHour>> reported_;
+  std::vector<std::bitset<kSlotsPerHour>> unusable_;
+  int64_t storage_probe_count_ = 0;
+  // Sums of integer bytes/s; 2^63 holds 10^6 probes of 9 EB/s.
+  int64_t storage_sum_ = 0;
+  int64_t storage_min_ = 0;
+  LatencyHistogram latency_;
+};
+
+}  // namespace sv::sla
+
+#endif  // SV_SLA_WINDOW_H_

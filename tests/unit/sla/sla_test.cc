@@ -1,0 +1,226 @@
+// SLA judgement of instance-hours, against hand-computed outcomes.
+
+#include "sla/sla.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "sla/latency_histogram.h"
+#include "sla/window.h"
+
+namespace sv::sla {
+namespace {
+
+const absl::Time kHour = absl::FromUnixSeconds(1'800'000'000 / 3600 * 3600);
+constexpr int64_t kGpuMinuteMicros = 33'000;
+
+// Fills [from, to) with healthy samples for every GPU, good storage and
+// good latency, then lets the test spoil parts of it.
+struct Telemetry {
+  explicit Telemetry(int gpus) : window(kHour, gpus), gpus(gpus) {}
+
+  void Healthy(absl::Time from, absl::Time to) { Gpus(from, to, false); }
+  void Throttled(absl::Time from, absl::Time to) { Gpus(from, to, true); }
+  void Gpus(absl::Time from, absl::Time to, bool throttled) {
+    for (absl::Time t = from; t < to; t += absl::Seconds(kSlotSeconds)) {
+      for (int g = 0; g < gpus; ++g) {
+        GpuSample s{t, g, false, false, throttled};
+        EXPECT_TRUE(window.AddGpuSample(s).ok());
+      }
+    }
+  }
+  void Storage(absl::Time from, absl::Time to, int64_t bytes_per_second) {
+    for (absl::Time t = from; t < to; t += absl::Minutes(1)) {
+      EXPECT_TRUE(window.AddStorageProbe(t, bytes_per_second).ok());
+    }
+  }
+  void Latency(absl::Time from, absl::Time to, int64_t ns) {
+    for (absl::Time t = from; t < to; t += absl::Minutes(1)) {
+      LatencyHistogram h;
+      h.Record(ns, 100);
+      EXPECT_TRUE(window.AddLatency(t, h).ok());
+    }
+  }
+  void AllGood(absl::Time from, absl::Time to) {
+    Healthy(from, to);
+    Storage(from, to, 3'000'000'000);
+    Latency(from, to, 3'000);
+  }
+
+  InstanceHourWindow window;
+  int gpus;
+};
+
+int64_t Rent(int gpus, int minutes) { return gpus * minutes * kGpuMinuteMicros; }
+
+int Breaches(const HourJudgement& j) {
+  return static_cast<int>(std::count_if(j.verdicts.begin(), j.verdicts.end(),
+                                        [](const MetricVerdict& v) { return v.breached; }));
+}
+
+TEST(JudgeTest, TenMinutesOfThrottlingIsOneTenPercentRefund) {
+  Telemetry t(8);
+  t.AllGood(kHour, kHour + absl::Hours(1));
+  t.Throttled(kHour + absl::Minutes(20), kHour + absl::Minutes(30));
+  const int64_t rent = Rent(8, 60);
+  HourJudgement j = Judge(t.window, kHour, kHour + absl::Hours(1), rent, DefaultDefinitions());
+  EXPECT_EQ(Breaches(j), 1);
+  EXPECT_TRUE(j.verdicts[0].breached);
+  EXPECT_EQ(j.verdicts[0].observed, 8333);  // 50 of 60 minutes.
+  EXPECT_EQ(j.refund_micros_total, rent / 10);
+  EXPECT_NE(j.verdicts[0].explanation.find("83.3%"), std::string::npos)
+      << j.verdicts[0].explanation;
+}
+
+TEST(JudgeTest, AllThreeBreachedIsThirtyPercent) {
+  Telemetry t(8);
+  t.Throttled(kHour, kHour + absl::Hours(1));
+  t.Storage(kHour, kHour + absl::Hours(1), 1'000'000'000);
+  t.Latency(kHour, kHour + absl::Hours(1), 9'000);
+  const int64_t rent = Rent(8, 60);
+  HourJudgement j = Judge(t.window, kHour, kHour + absl::Hours(1), rent, DefaultDefinitions());
+  EXPECT_EQ(Breaches(j), 3);
+  EXPECT_EQ(j.refund_micros_total, 3 * (rent / 10));
+}
+
+TEST(JudgeTest, IdleGpusAreNotABreach) {
+  // Idle GPUs report as healthy and unthrottled; utilization is not judged.
+  Telemetry t(4);
+  t.AllGood(kHour, kHour + absl::Hours(1));
+  HourJudgement j =
+      Judge(t.window, kHour, kHour + absl::Hours(1), Rent(4, 60), DefaultDefinitions());
+  EXPECT_EQ(Breaches(j), 0);
+  EXPECT_EQ(j.refund_micros_total, 0);
+}
+
+TEST(JudgeTest, SilentAgentBreachesEveryMetric) {
+  Telemetry t(8);
+  const int64_t rent = Rent(8, 60);
+  HourJudgement j = Judge(t.window, kHour, kHour + absl::Hours(1), rent, DefaultDefinitions());
+  EXPECT_EQ(Breaches(j), 3);
+  for (const auto& v : j.verdicts) EXPECT_TRUE(v.missing_telemetry) << v.explanation;
+  EXPECT_EQ(j.refund_micros_total, 3 * (rent / 10));
+}
+
+TEST(JudgeTest, PartialHourRefundsTenPercentOfWhatWasCharged) {
+  // Started at :40; telemetry before the start must not matter.
+  Telemetry t(2);
+  t.AllGood(kHour + absl::Minutes(40), kHour + absl::Hours(1));
+  t.Throttled(kHour + absl::Minutes(40), kHour + absl::Minutes(45));
+  const int64_t rent = Rent(2, 20);
+  HourJudgement j = Judge(t.window, kHour + absl::Minutes(40), kHour + absl::Hours(1), rent,
+                          DefaultDefinitions());
+  EXPECT_EQ(Breaches(j), 1);
+  EXPECT_EQ(j.verdicts[0].observed, 7500);  // 15 of 20 minutes.
+  EXPECT_EQ(j.refund_micros_total, 132'000);  // 10% of 2 x 20 x 33,000.
+}
+
+TEST(JudgeTest, OneUnreportedGpuMakesTheSlotUnusable) {
+  Telemetry t(2);
+  t.AllGood(kHour, kHour + absl::Hours(1));
+  InstanceHourWindow half(kHour, 3);  // Three GPUs, one never reports.
+  for (absl::Time at = kHour; at < kHour + absl::Hours(1); at += absl::Seconds(kSlotSeconds)) {
+    ASSERT_TRUE(half.AddGpuSample({at, 0}).ok());
+    ASSERT_TRUE(half.AddGpuSample({at, 1}).ok());
+  }
+  EXPECT_EQ(half.UsableSlots(kHour, kHour + absl::Hours(1)), 0);
+}
+
+TEST(JudgeTest, NothingPaidNothingJudged) {
+  Telemetry t(8);
+  EXPECT_TRUE(Judge(t.window, kHour, kHour + absl::Hours(1), 0, DefaultDefinitions())
+                  .verdicts.empty());
+}
+
+TEST(WindowTest, RejectsSamplesOutsideTheHourOrForUnknownGpus) {
+  InstanceHourWindow w(kHour, 8);
+  EXPECT_FALSE(w.AddGpuSample({kHour - absl::Seconds(1), 0}).ok());
+  EXPECT_FALSE(w.AddGpuSample({kHour + absl::Hours(1), 0}).ok());
+  EXPECT_FALSE(w.AddGpuSample({kHour, 8}).ok());
+  EXPECT_FALSE(w.AddStorageProbe(kHour, -1).ok());
+}
+
+TEST(WindowTest, MergingPiecesInAnyOrderEqualsOneWindow) {
+  std::mt19937 rng(7);
+  Telemetry whole(4);
+  std::vector<GpuSample> samples;
+  for (absl::Time at = kHour; at < kHour + absl::Hours(1); at += absl::Seconds(kSlotSeconds)) {
+    for (int g = 0; g < 4; ++g) samples.push_back({at, g, false, false, rng() % 7 == 0});
+  }
+  for (const auto& s : samples) ASSERT_TRUE(whole.window.AddGpuSample(s).ok());
+  std::shuffle(samples.begin(), samples.end(), rng);
+  InstanceHourWindow a(kHour, 4), b(kHour, 4);
+  for (size_t i = 0; i < samples.size(); ++i) {
+    ASSERT_TRUE((i % 2 ? a : b).AddGpuSample(samples[i]).ok());
+  }
+  a.Merge(b);
+  EXPECT_EQ(a.UsableSlots(kHour, kHour + absl::Hours(1)),
+            whole.window.UsableSlots(kHour, kHour + absl::Hours(1)));
+}
+
+TEST(RefundTest, RoundsDownExactlyForAnyRent) {
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 100000; ++i) {
+    int64_t rent = static_cast<int64_t>(rng() % 4'000'000'000'000'000LL);
+    int32_t bp = static_cast<int32_t>(rng() % 10001);
+    __int128 exact = static_cast<__int128>(rent) * bp / 10000;
+    ASSERT_EQ(RefundMicros(rent, bp), static_cast<int64_t>(exact)) << rent << " " << bp;
+  }
+  EXPECT_EQ(RefundMicros(15'840'000, 1000), 1'584'000);  // 8 GPUs x 1 h.
+  EXPECT_EQ(RefundMicros(9, 1000), 0);
+}
+
+TEST(OverrideTest, ReplacesOneMetricAndRejectsNonsense) {
+  auto custom = ApplyOverrides(DefaultDefinitions(),
+                               {{Metric::kNetworkLatency, Aggregation::kP99,
+                                 Comparison::kAtMost, 10'000, 2000}});
+  ASSERT_TRUE(custom.ok());
+  ASSERT_EQ(custom->size(), 3u);
+  EXPECT_EQ((*custom)[2].threshold, 10'000);
+  EXPECT_EQ((*custom)[2].refund_basis_points, 2000);
+  EXPECT_FALSE(ApplyOverrides(DefaultDefinitions(), {{Metric::kGpuUsable, Aggregation::kP99,
+                                                       Comparison::kAtLeast, 9000, 1000}})
+                   .ok());
+  EXPECT_FALSE(ApplyOverrides(DefaultDefinitions(), {{Metric::kStorageWrite, Aggregation::kMean,
+                                                       Comparison::kAtLeast, 1, 10001}})
+                   .ok());
+}
+
+TEST(LatencyHistogramTest, QuantilesAreWithinOnePercent) {
+  std::mt19937_64 rng(3);
+  std::lognormal_distribution<double> dist(8.0, 1.5);  // Around 3 us, long tail.
+  std::vector<int64_t> values;
+  LatencyHistogram h, left, right;
+  for (int i = 0; i < 200000; ++i) {
+    int64_t v = std::max<int64_t>(1, static_cast<int64_t>(dist(rng)));
+    values.push_back(v);
+    h.Record(v);
+    (i % 3 ? left : right).Record(v);
+  }
+  left.Merge(right);
+  std::sort(values.begin(), values.end());
+  for (double q : {0.5, 0.9, 0.99, 0.999}) {
+    int64_t exact = values[static_cast<size_t>(q * (values.size() - 1))];
+    for (const LatencyHistogram* hist : {&h, &left}) {
+      int64_t got = hist->Quantile(q);
+      EXPECT_LE(std::abs(got - exact), exact / 100 + 1) << "q=" << q;
+    }
+  }
+  LatencyHistogram copy = LatencyHistogram::FromBuckets(h.buckets(), h.zero_count());
+  EXPECT_EQ(copy.Quantile(0.99), h.Quantile(0.99));
+  EXPECT_EQ(copy.count(), h.count());
+}
+
+TEST(LatencyHistogramTest, EmptyAndZeroValues) {
+  LatencyHistogram h;
+  EXPECT_EQ(h.Quantile(0.99), 0);
+  h.Record(0, 10);
+  h.Record(-5);
+  EXPECT_EQ(h.count(), 11);
+  EXPECT_EQ(h.Quantile(0.99), 0);
+}
+
+}  // namespace
+}  // namespace sv::sla
