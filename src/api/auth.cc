@@ -9,9 +9,42 @@ namespace {
 absl::Status Unauthenticated(absl::string_view reason, absl::string_view message) {
   return Error(absl::StatusCode::kUnauthenticated, reason, message);
 }
+
+absl::Status RateLimited(const std::string& what, absl::Duration wait) {
+  const int64_t ms = absl::ToInt64Milliseconds(wait);
+  return WithRetryAfter(Error(absl::StatusCode::kResourceExhausted, "RATE_LIMITED",
+                              "too many requests for " + what + "; retry in " +
+                                  std::to_string(ms) + " ms"),
+                        ms);
+}
 }  // namespace
 
+Authenticator::Authenticator(store::Store& store, const Clock& clock, AuthOptions options)
+    : store_(store),
+      per_key_(clock, options.per_key),
+      per_tenant_(clock, options.per_tenant),
+      failures_per_peer_(clock, options.failures_per_peer) {}
+
 absl::StatusOr<store::Principal> Authenticator::Authenticate(
+    const grpc::ServerContext& context) const {
+  auto who = Identify(context);
+  if (!who.ok()) {
+    if (who.status().code() != absl::StatusCode::kUnauthenticated) return who.status();
+    // The peer is "ipv4:127.0.0.1:port"; limit by address, not by port.
+    std::string peer = context.peer();
+    peer = peer.substr(0, peer.rfind(':'));
+    absl::Duration wait = failures_per_peer_.Take(peer);
+    if (wait > absl::ZeroDuration()) return RateLimited("failed authentications", wait);
+    return who.status();
+  }
+  absl::Duration wait = per_key_.Take(who->api_key_id);
+  if (wait > absl::ZeroDuration()) return RateLimited("this API key", wait);
+  wait = per_tenant_.Take(who->tenant_id);
+  if (wait > absl::ZeroDuration()) return RateLimited("this tenant", wait);
+  return who;
+}
+
+absl::StatusOr<store::Principal> Authenticator::Identify(
     const grpc::ServerContext& context) const {
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");

@@ -16,7 +16,17 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   sv::v1::RpcStatus details;
   details.set_code(static_cast<int>(code));
   details.set_message(std::string(status.message()));
+  const int64_t retry_ms = sv::RetryAfterMsOf(status);
+  if (retry_ms >= 0) {
+    (*info.mutable_metadata())["retry_after_ms"] = std::to_string(retry_ms);
+  }
   details.add_details()->PackFrom(info);
+  if (retry_ms >= 0) {
+    sv::v1::RetryInfo retry;
+    retry.mutable_retry_delay()->set_seconds(retry_ms / 1000);
+    retry.mutable_retry_delay()->set_nanos(static_cast<int32_t>(retry_ms % 1000) * 1000000);
+    details.add_details()->PackFrom(retry);
+  }
   return grpc::Status(code, std::string(status.message()), details.SerializeAsString());
 }
 

@@ -8,7 +8,7 @@
 namespace sv::api {
 
 struct ApiServices::Impl {
-  explicit Impl(const ApiDependencies& deps) : auth(*deps.store) {
+  explicit Impl(const ApiDependencies& deps) : auth(*deps.store, *deps.clock, deps.auth) {
     services.push_back(internal::NewInstanceService(deps, auth));
     services.push_back(internal::NewAccountService(auth));
     services.push_back(internal::NewAdminService(deps, auth));

@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "api/auth.h"
 #include "common/clock.h"
 #include "control/loops.h"
 #include "store/store.h"
@@ -15,6 +16,7 @@ struct ApiDependencies {
   store::Store* store = nullptr;
   const Clock* clock = nullptr;
   control::ControlLoops* loops = nullptr;  // Kicked after creates and deletes.
+  AuthOptions auth;
 };
 
 // Owns the gRPC service implementations of the public API.

@@ -5,6 +5,7 @@
 namespace sv {
 namespace {
 constexpr char kReasonPayloadUrl[] = "type.sv.dev/sv.reason";
+constexpr char kRetryPayloadUrl[] = "type.sv.dev/sv.retry_after_ms";
 }  // namespace
 
 absl::Status Error(absl::StatusCode code, absl::string_view reason,
@@ -12,6 +13,17 @@ absl::Status Error(absl::StatusCode code, absl::string_view reason,
   absl::Status status(code, message);
   status.SetPayload(kReasonPayloadUrl, absl::Cord(reason));
   return status;
+}
+
+absl::Status WithRetryAfter(absl::Status status, int64_t retry_after_ms) {
+  status.SetPayload(kRetryPayloadUrl, absl::Cord(std::to_string(retry_after_ms)));
+  return status;
+}
+
+int64_t RetryAfterMsOf(const absl::Status& status) {
+  auto payload = status.GetPayload(kRetryPayloadUrl);
+  if (!payload.has_value()) return -1;
+  return std::stoll(std::string(*payload));
 }
 
 std::string ReasonOf(const absl::Status& status) {

@@ -18,6 +18,11 @@ absl::Status Error(absl::StatusCode code, absl::string_view reason,
 // The reason attached by Error(), or an empty string.
 std::string ReasonOf(const absl::Status& status);
 
+// Adds a "retry after" hint to a status (for rate limits).
+absl::Status WithRetryAfter(absl::Status status, int64_t retry_after_ms);
+// The hint, or -1 when there is none.
+int64_t RetryAfterMsOf(const absl::Status& status);
+
 }  // namespace sv
 
 #define SV_STATUS_CONCAT_INNER_(a, b) a##b

@@ -38,6 +38,20 @@ int main(int argc, char** argv) {
   app.add_option("--svctl-config", o.svctl_config,
                  "Where --dev writes svctl's config (default ~/.config/svctl/config.json)");
   app.add_option("--port-file", o.port_file, "Write the bound gRPC port here");
+  app.add_option("--rate-limit-key-rps", o.rate_limit_key_rps,
+                 "Requests per second per API key (0: no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--rate-limit-key-burst", o.rate_limit_key_burst, "Burst per API key")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--rate-limit-tenant-rps", o.rate_limit_tenant_rps,
+                 "Requests per second per tenant (0: no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--rate-limit-tenant-burst", o.rate_limit_tenant_burst, "Burst per tenant")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();

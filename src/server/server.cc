@@ -127,7 +127,10 @@ int RunServer(const ServerOptions& options) {
   control::LoopOptions loop_options;
   loop_options.simulate_fleet = options.sim_nodes > 0;
   control::ControlLoops loops(store, clock, loop_options);
-  api::ApiServices api({&store, &clock, &loops});
+  api::ApiDependencies api_deps{&store, &clock, &loops};
+  api_deps.auth.per_key = {options.rate_limit_key_rps, options.rate_limit_key_burst};
+  api_deps.auth.per_tenant = {options.rate_limit_tenant_rps, options.rate_limit_tenant_burst};
+  api::ApiServices api(api_deps);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -20,6 +20,11 @@ struct ServerOptions {
   std::string admin_key_file;
   // Where svd --dev writes svctl's config; empty means ~/.config/svctl.
   std::string svctl_config;
+  // Token buckets per API key and per tenant (requests/s and burst); 0 = off.
+  double rate_limit_key_rps = 100;
+  double rate_limit_key_burst = 300;
+  double rate_limit_tenant_rps = 300;
+  double rate_limit_tenant_burst = 1000;
   // Written with the bound port once the server listens (for tests).
   std::string port_file;
 };

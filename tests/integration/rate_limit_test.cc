@@ -1,0 +1,76 @@
+// Rate limits on a real svd: per key, per tenant, and on failed logins,
+// answered RESOURCE_EXHAUSTED with a RetryInfo that says when to come back.
+
+#include <gtest/gtest.h>
+
+#include "api/errors.h"
+#include "sv/v1/account.grpc.pb.h"
+#include "sv/v1/error.pb.h"
+#include "tests/integration/harness.h"
+
+namespace sv::testing {
+namespace {
+
+int64_t RetryDelayMs(const grpc::Status& status) {
+  v1::RpcStatus details;
+  if (!details.ParseFromString(status.error_details())) return -1;
+  for (const auto& any : details.details()) {
+    v1::RetryInfo retry;
+    if (any.UnpackTo(&retry)) {
+      return retry.retry_delay().seconds() * 1000 + retry.retry_delay().nanos() / 1000000;
+    }
+  }
+  return -1;
+}
+
+TEST(RateLimitTest, KeyOverItsBurstIsToldWhenToRetry) {
+  SvdProcess svd(SvdOptions{CreateTestDatabase(), 1, 1,
+                            {"--rate-limit-key-rps", "1", "--rate-limit-key-burst", "5"}});
+  ASSERT_TRUE(svd.Start());
+  std::string token = CreateTenant(svd, "busy");
+  std::string other = CreateTenant(svd, "calm");
+  auto stub = v1::AccountService::NewStub(svd.channel());
+  v1::Account account;
+  int ok = 0;
+  grpc::Status limited;
+  for (int i = 0; i < 8; ++i) {
+    grpc::Status s = stub->GetCurrentAccount(Context(token).get(), {}, &account);
+    if (s.ok()) {
+      ++ok;
+    } else {
+      limited = s;
+    }
+  }
+  // The burst of 5, maybe one more refilled while we called.
+  EXPECT_GE(ok, 5);
+  EXPECT_LE(ok, 6);
+  EXPECT_EQ(limited.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(api::ReasonOf(limited), "RATE_LIMITED");
+  int64_t delay = RetryDelayMs(limited);
+  EXPECT_GT(delay, 0);
+  EXPECT_LE(delay, 1000);
+  // Another tenant's key is not slowed down.
+  EXPECT_TRUE(stub->GetCurrentAccount(Context(other).get(), {}, &account).ok());
+  stub.reset();
+}
+
+TEST(RateLimitTest, GuessingKeysIsSlowedDown) {
+  SvdProcess svd(SvdOptions{CreateTestDatabase(), 1, 1, {}});
+  ASSERT_TRUE(svd.Start());
+  auto stub = v1::AccountService::NewStub(svd.channel());
+  v1::Account account;
+  const std::string wrong = "sv_aaaaaaaaaaaaaa_" + std::string(40, 'a');
+  int unauthenticated = 0, limited = 0;
+  for (int i = 0; i < 80; ++i) {
+    grpc::Status s = stub->GetCurrentAccount(Context(wrong).get(), {}, &account);
+    unauthenticated += s.error_code() == grpc::StatusCode::UNAUTHENTICATED;
+    limited += s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+  }
+  EXPECT_GE(unauthenticated, 50);  // The burst.
+  EXPECT_GE(limited, 10);
+  EXPECT_EQ(unauthenticated + limited, 80);
+  stub.reset();
+}
+
+}  // namespace
+}  // namespace sv::testing
