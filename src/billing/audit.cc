@@ -1,0 +1,116 @@
+// The auditor: checks every ledger invariant from the raw tables.
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "billing/billing.h"
+#include "billing/internal/ledger_sql.h"
+#include "common/status.h"
+
+namespace sv::billing {
+namespace {
+
+constexpr int kFailuresPerCheckMax = 50;
+
+struct Check {
+  const char* name;
+  std::string sql;  // Each row is one failure, rendered by its text columns.
+};
+
+std::vector<Check> Checks() {
+  const std::string expected = absl::StrCat(
+      "WITH ", internal::PricedMinutesCtes(),
+      ", charged AS (SELECT instance_id, usage_minute AS minute, "
+      "  sum(amount_micros)::bigint AS amount FROM ledger_transfers WHERE kind = 'charge' "
+      "  GROUP BY 1, 2), "
+      "owed AS (SELECT p.instance_id, p.minute, p.gross FROM priced p WHERE p.gross > 0) ");
+  return {
+      {"ledger sums to zero",
+       "SELECT 'sum of all balances is ' || sum(balance_micros) FROM ledger_accounts "
+       "HAVING sum(balance_micros) <> 0"},
+      {"balance equals its transfers",
+       "SELECT 'account ' || a.id || ' (' || a.kind || ' ' || coalesce(a.tenant_id, 'platform') "
+       "|| ') balance ' || a.balance_micros || ' but transfers sum to ' || coalesce(s.sum, 0) "
+       "FROM ledger_accounts a LEFT JOIN (SELECT account_id, sum(delta) AS sum FROM ("
+       "  SELECT to_account_id AS account_id, amount_micros AS delta FROM ledger_transfers "
+       "  UNION ALL SELECT from_account_id, -amount_micros FROM ledger_transfers) x "
+       "  GROUP BY 1) s ON s.account_id = a.id "
+       "WHERE a.balance_micros <> coalesce(s.sum, 0)"},
+      {"no prepaid wallet negative",
+       "SELECT a.kind || ' of ' || a.tenant_id || ' is ' || a.balance_micros "
+       "FROM ledger_accounts a WHERE a.kind IN ('paid_wallet', 'trial_wallet') "
+       "AND a.balance_micros < 0"},
+      {"each instance-minute charged at most once",
+       "SELECT 'instance ' || instance_id || ' minute ' || usage_minute || ' has '"
+       " || count(DISTINCT idempotency_key) || ' charges' FROM ledger_transfers "
+       "WHERE kind = 'charge' GROUP BY instance_id, usage_minute "
+       "HAVING count(DISTINCT idempotency_key) > 1 OR min(idempotency_key) <> "
+       "'charge:' || instance_id || ':' || usage_minute"},
+      {"charges match RUNNING intervals",
+       expected +
+           "SELECT 'instance ' || coalesce(o.instance_id, c.instance_id) || ' minute ' || "
+           "coalesce(o.minute, c.minute) || ': owed ' || coalesce(o.gross, 0) || ', charged ' "
+           "|| coalesce(c.amount, 0) || ', shortfall ' || coalesce(s.shortfall_micros, 0) "
+           "FROM owed o FULL JOIN charged c ON c.instance_id = o.instance_id "
+           "AND c.minute = o.minute "
+           "LEFT JOIN billing_shortfalls s ON s.instance_id = coalesce(o.instance_id, "
+           "c.instance_id) AND s.usage_minute = coalesce(o.minute, c.minute) "
+           "WHERE coalesce(o.gross, 0) <> coalesce(c.amount, 0) + "
+           "coalesce(s.shortfall_micros, 0) "
+           "AND NOT (o.instance_id IS NULL AND c.instance_id IS NULL)"},
+  };
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> Billing::Audit() {
+  std::vector<std::string> failures;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    failures.clear();
+    // One snapshot for every check, so a concurrent metering run cannot make
+    // the checks disagree with each other.
+    txn.exec("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY");
+    auto cursor = txn.exec(
+        "SELECT coalesce(first_minute, 0), coalesce(billed_before_minute, 0) "
+        "FROM billing_cursor");
+    const int64_t first = cursor[0][0].as<int64_t>();
+    const int64_t before = cursor[0][1].as<int64_t>();
+    for (const Check& check : Checks()) {
+      std::string sql = check.sql + " LIMIT " + std::to_string(kFailuresPerCheckMax);
+      pqxx::result rows = check.sql.find("$1") == std::string::npos
+                              ? txn.exec(sql)
+                              : txn.exec_params(sql, store::SqlTime(MinuteStart(first)),
+                                                store::SqlTime(MinuteStart(before)), first,
+                                                before);
+      for (const auto& row : rows) {
+        failures.push_back(absl::StrCat(check.name, ": ", row[0].as<std::string>()));
+      }
+    }
+    return absl::OkStatus();
+  }));
+  return failures;
+}
+
+int RunAuditCommand(const std::string& database_url) {
+  store::DatabaseOptions options;
+  options.url = database_url;
+  options.connections_max = 2;
+  options.statement_timeout = absl::Minutes(10);
+  store::Database db(options);
+  store::Store store(db);
+  RealClock clock;
+  Billing billing(db, store, clock, {});
+  auto failures = billing.Audit();
+  if (!failures.ok()) {
+    std::cerr << "svd audit: cannot audit: " << failures.status().ToString() << "\n";
+    return 2;
+  }
+  for (const auto& line : *failures) std::cout << "FAIL " << line << "\n";
+  if (failures->empty()) {
+    std::cout << "ok: ledger sums to zero, balances match transfers, no wallet negative, "
+                 "no minute charged twice, charges match RUNNING intervals\n";
+    return 0;
+  }
+  return 1;
+}
+
+}  // namespace sv::billing

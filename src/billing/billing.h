@@ -1,0 +1,249 @@
+#ifndef SV_BILLING_BILLING_H_
+#define SV_BILLING_BILLING_H_
+
+// The billing ledger of sv: double-entry transfers in PostgreSQL, trial
+// grants, the price book, per-minute metering from the exact RUNNING
+// intervals, top-ups, postpaid invoices and the auditor. See docs/billing.md.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "store/database.h"
+#include "store/store.h"
+
+namespace sv::billing {
+
+inline constexpr int64_t kMicrosPerYuan = 1'000'000;
+
+struct BillingOptions {
+  int64_t trial_amount_micros = 10 * kMicrosPerYuan;
+  absl::Duration trial_validity = absl::Hours(24 * 30);
+  // A create needs credit for this many minutes of the new instance.
+  int create_credit_minutes = 10;
+  // Warn when the running instances can run for fewer minutes than this.
+  int low_credit_warning_minutes = 30;
+  // A minute is billed this long after it ends, so that events recorded a
+  // little late (a node's death found by a missed heartbeat) are in.
+  absl::Duration metering_lag = absl::Seconds(5);
+  // Charges written per metering transaction (instance-minutes).
+  int batch_rows_max = 200'000;
+  // Minutes one metering transaction may cover when catching up.
+  int batch_minutes_max = 1440;
+  absl::Duration loop_interval = absl::Seconds(5);
+  // The first minute billed on an empty ledger is the one `now` falls in,
+  // less this; older running time is not billed.
+  absl::Duration first_run_lookback = absl::Hours(1);
+};
+
+enum class BillingMode { kPrepaid, kPostpaid };
+
+struct Notice {
+  std::string kind;
+  std::string instance_id;
+  std::string message;
+  absl::Time at;
+};
+
+struct Balance {
+  BillingMode mode = BillingMode::kPrepaid;
+  int64_t paid_micros = 0;
+  int64_t trial_micros = 0;
+  std::optional<absl::Time> trial_expires_at;
+  int64_t receivable_micros = 0;     // Negative: owed by a postpaid tenant.
+  int64_t credit_limit_micros = 0;
+  int64_t available_micros = 0;      // What metering may still charge.
+  int64_t burn_micros_per_minute = 0;
+  std::vector<Notice> notices;       // Newest first, at most 20.
+};
+
+struct TransferRecord {
+  int64_t id = 0;
+  std::string idempotency_key;
+  int leg = 0;
+  std::string kind;
+  std::string from_kind;
+  std::string to_kind;
+  int64_t amount_micros = 0;
+  // Signed effect on the tenant: negative when it paid.
+  int64_t tenant_delta_micros = 0;
+  std::string instance_id;
+  std::optional<int64_t> usage_minute;
+  absl::Time at;
+};
+
+struct TransferFilter {
+  std::optional<absl::Time> from;
+  std::optional<absl::Time> to;
+  std::string kind;
+  std::string instance_id;
+  int64_t after_id = 0;  // Keyset paging: transfers with a larger id.
+  int limit = 100;
+};
+
+struct UsageRow {
+  std::string instance_id;
+  std::string day;  // YYYY-MM-DD in Asia/Shanghai.
+  std::string gpu_model;
+  int64_t gpu_minutes = 0;
+  int64_t instance_minutes = 0;
+  int64_t amount_micros = 0;
+};
+
+struct InvoiceLine {
+  std::string kind;  // usage or sla_refund
+  std::string instance_id;
+  std::string gpu_model;
+  int64_t gpu_minutes = 0;
+  int64_t amount_micros = 0;
+  int64_t amount_fen = 0;
+};
+
+struct Invoice {
+  std::string id;
+  std::string tenant_id;
+  std::string period;  // YYYY-MM, Asia/Shanghai.
+  absl::Time period_start;
+  absl::Time period_end;
+  int64_t total_micros = 0;
+  int64_t total_fen = 0;
+  absl::Time issued_at;
+  std::vector<InvoiceLine> lines;
+};
+
+struct TenantBalance {
+  std::string tenant_id;
+  std::string tenant_name;
+  Balance balance;
+};
+
+struct RevenueSummary {
+  int64_t charged_micros = 0;        // Charges in the window.
+  int64_t trial_spent_micros = 0;    // Of which paid from trial credit.
+  int64_t topups_micros = 0;
+  int64_t trial_granted_micros = 0;
+  int64_t trial_expired_micros = 0;
+  int64_t sla_refunds_micros = 0;
+  int64_t shortfall_micros = 0;
+  int64_t platform_revenue_balance_micros = 0;
+};
+
+struct MeteringResult {
+  int64_t minutes_billed = 0;
+  int64_t postings = 0;  // Transfer legs written.
+  int64_t stopped_instances = 0;
+  std::optional<int64_t> billed_before_minute;
+};
+
+class Billing {
+ public:
+  Billing(store::Database& db, store::Store& store, const Clock& clock,
+          BillingOptions options);
+
+  // ---- Trial grants --------------------------------------------------------
+  // Grants the trial once per user (a no-op after the first time).
+  absl::Status EnsureTrialGrant(const std::string& user_id, absl::Time now);
+  // Grants every member user that has none yet; returns how many.
+  absl::StatusOr<int> GrantMissingTrials(absl::Time now);
+  // Reverses what is left of trials whose time is up; returns how many.
+  absl::StatusOr<int> ExpireTrials(absl::Time now);
+
+  // ---- Prices --------------------------------------------------------------
+  absl::Status SetGpuPrice(const std::string& gpu_model, int64_t unit_price_micros,
+                           absl::Time effective_from, absl::Time now);
+  absl::StatusOr<int64_t> GpuPrice(const std::string& gpu_model, absl::Time at);
+
+  // ---- Money in ------------------------------------------------------------
+  // Credits the paid wallet; `payment_id` is the idempotency key.
+  absl::StatusOr<TransferRecord> TopUp(const std::string& tenant_id,
+                                       const std::string& payment_id,
+                                       int64_t amount_micros, absl::Time now);
+  absl::Status SetBillingMode(const std::string& tenant_id, BillingMode mode,
+                              int64_t credit_limit_micros);
+
+  // ---- Credit gate ---------------------------------------------------------
+  // FAILED_PRECONDITION / INSUFFICIENT_CREDIT unless the tenant can pay the
+  // first create_credit_minutes of `gpu_count` GPUs of `gpu_model`.
+  absl::Status CheckCreditForCreate(const std::string& tenant_id, int gpu_count,
+                                    const std::string& gpu_model, absl::Time now);
+
+  // ---- Metering ------------------------------------------------------------
+  // Bills every complete minute up to `now` less the lag, in batches, under
+  // a cluster-wide advisory lock; then stops instances whose tenant ran out,
+  // grants and expires trials, warns, and issues due invoices.
+  absl::StatusOr<MeteringResult> RunOnce(absl::Time now);
+  // Only the metering part of RunOnce, up to (not including) `before_minute`.
+  absl::StatusOr<MeteringResult> BillMinutesBefore(int64_t before_minute, absl::Time now);
+
+  // ---- Reading -------------------------------------------------------------
+  absl::StatusOr<Balance> GetBalance(const std::string& tenant_id, absl::Time now);
+  absl::StatusOr<std::vector<TransferRecord>> ListTransfers(const std::string& tenant_id,
+                                                            const TransferFilter& filter);
+  absl::StatusOr<std::vector<UsageRow>> GetUsage(const std::string& tenant_id,
+                                                 absl::Time from, absl::Time to,
+                                                 const std::string& instance_id);
+  absl::StatusOr<std::vector<TenantBalance>> ListTenantBalances(const std::string& after_id,
+                                                                int limit, absl::Time now);
+  absl::StatusOr<RevenueSummary> GetRevenueSummary(absl::Time from, absl::Time to);
+
+  // ---- Invoices ------------------------------------------------------------
+  // Issues the invoice of a postpaid tenant for the Asia/Shanghai month that
+  // contains `month_instant`; returns the existing one when already issued.
+  absl::StatusOr<Invoice> IssueInvoice(const std::string& tenant_id, absl::Time month_instant,
+                                       absl::Time now);
+  absl::StatusOr<std::vector<Invoice>> ListInvoices(const std::string& tenant_id,
+                                                    const std::string& after_id, int limit);
+  absl::StatusOr<Invoice> GetInvoice(const std::string& tenant_id, const std::string& id);
+
+  // ---- Auditor -------------------------------------------------------------
+  // Checks every ledger invariant; returns one line per failure (empty: all
+  // good).
+  absl::StatusOr<std::vector<std::string>> Audit();
+
+  const BillingOptions& options() const { return options_; }
+
+ private:
+  // Applies the stops metering decided (Store::StopInstance at their time).
+  absl::Status ApplyPendingStops();
+  absl::Status WarnLowCredit(absl::Time now);
+  absl::Status IssueDueInvoices(absl::Time now);
+
+  store::Database& db_;
+  store::Store& store_;
+  const Clock& clock_;
+  BillingOptions options_;
+};
+
+// Fen rounding: half away from zero (documented in docs/billing.md).
+int64_t RoundToFen(int64_t micros);
+// The Unix minute that contains `t`.
+int64_t MinuteOf(absl::Time t);
+absl::Time MinuteStart(int64_t minute);
+
+// Runs Billing::RunOnce every loop_interval on a thread of its own.
+class BillingLoop {
+ public:
+  BillingLoop(Billing& billing, const Clock& clock);
+  ~BillingLoop();
+  void Start();
+  void Stop();
+
+ private:
+  struct State;
+  Billing& billing_;
+  const Clock& clock_;
+  std::unique_ptr<State> state_;
+};
+
+// `svd audit`: connects, audits, prints; returns the process exit code.
+int RunAuditCommand(const std::string& database_url);
+
+}  // namespace sv::billing
+
+#endif  // SV_BILLING_BILLING_H_

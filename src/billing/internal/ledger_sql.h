@@ -1,0 +1,61 @@
+#ifndef SV_BILLING_INTERNAL_LEDGER_SQL_H_
+#define SV_BILLING_INTERNAL_LEDGER_SQL_H_
+
+// SQL helpers shared by the billing sources; private to src/billing.
+
+#include <cstdint>
+#include <string>
+
+#include <pqxx/pqxx>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "billing/billing.h"
+#include "store/database.h"
+
+namespace sv::billing::internal {
+
+// Cluster-wide advisory lock key of metering runs ("svbill").
+inline constexpr int64_t kMeteringLockKey = 0x7376'6269'6c6c;
+
+// One single-leg posting written from C++ (trial, expiry, top-up).
+struct Posting {
+  std::string key;
+  std::string kind;
+  std::string tenant_id;
+  int64_t from_account_id = 0;
+  int64_t to_account_id = 0;
+  int64_t amount_micros = 0;
+  absl::Time at;
+};
+
+// Writes the posting unless its key exists: the same content is a no-op,
+// different content is ALREADY_EXISTS / IDEMPOTENCY_KEY_REUSED.
+absl::Status PostSingle(pqxx::work& txn, const Posting& posting);
+
+int64_t PlatformAccount(pqxx::work& txn, const std::string& kind);
+int64_t TenantAccount(pqxx::work& txn, const std::string& tenant_id, const std::string& kind);
+int64_t GpuPriceAt(pqxx::work& txn, const std::string& gpu_model, absl::Time at);
+
+// The columns ReadTransfer expects, for "SELECT <kTransferColumns> FROM
+// ledger_transfers t JOIN ledger_accounts fa ... ta ...".
+extern const char kTransferColumns[];
+extern const char kTransferJoins[];
+TransferRecord ReadTransfer(const pqxx::row& row, const std::string& tenant_id);
+absl::StatusOr<TransferRecord> FindTransfer(store::Database& db, const std::string& tenant_id,
+                                            const std::string& key);
+
+// The SQL of the RUNNING intervals of every instance that may have run in
+// [$1, $2) (timestamptz): instance_id, tenant_id, gpu_count, gpu_model,
+// start_us, end_us (NULL while running).
+extern const char kRunningIntervalsSql[];
+
+// CTEs iv, mins, prices, priced: every instance-minute of [$3, $4) (Unix
+// minutes; $1/$2 the same range as timestamptz) in a RUNNING interval, with
+// unit_price (effective at the minute's start) and gross = gpu_count x price.
+std::string PricedMinutesCtes();
+
+}  // namespace sv::billing::internal
+
+#endif  // SV_BILLING_INTERNAL_LEDGER_SQL_H_

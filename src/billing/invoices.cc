@@ -1,0 +1,179 @@
+// Monthly invoices of postpaid tenants, by Asia/Shanghai calendar month.
+#include "absl/strings/str_cat.h"
+#include "absl/time/civil_time.h"
+#include "billing/billing.h"
+#include "billing/internal/ledger_sql.h"
+#include "common/ids.h"
+#include "common/status.h"
+#include "spdlog/spdlog.h"
+
+namespace sv::billing {
+namespace {
+
+using store::SqlTime;
+
+// Asia/Shanghai has been UTC+8 without daylight saving since 1991; a fixed
+// zone keeps invoices independent of the host's tz database.
+absl::TimeZone Shanghai() { return absl::FixedTimeZone(8 * 3600); }
+
+constexpr char kInvoiceColumns[] =
+    "id, tenant_id, period_label, (extract(epoch from period_start) * 1000000)::bigint, "
+    "(extract(epoch from period_end) * 1000000)::bigint, total_micros, total_fen, "
+    "(extract(epoch from issued_at) * 1000000)::bigint";
+
+Invoice ReadInvoice(pqxx::work& txn, const pqxx::row& r) {
+  Invoice inv;
+  inv.id = r[0].as<std::string>();
+  inv.tenant_id = r[1].as<std::string>();
+  inv.period = r[2].as<std::string>();
+  inv.period_start = absl::FromUnixMicros(r[3].as<int64_t>());
+  inv.period_end = absl::FromUnixMicros(r[4].as<int64_t>());
+  inv.total_micros = r[5].as<int64_t>();
+  inv.total_fen = r[6].as<int64_t>();
+  inv.issued_at = absl::FromUnixMicros(r[7].as<int64_t>());
+  auto lines = txn.exec_params(
+      "SELECT kind, instance_id, gpu_model, gpu_minutes, amount_micros, amount_fen "
+      "FROM invoice_lines WHERE invoice_id = $1 ORDER BY line_no",
+      inv.id);
+  for (const auto& l : lines) {
+    inv.lines.push_back({l[0].as<std::string>(), l[1].as<std::string>(),
+                         l[2].as<std::string>(), l[3].as<int64_t>(), l[4].as<int64_t>(),
+                         l[5].as<int64_t>()});
+  }
+  return inv;
+}
+
+// Usage lines per instance and GPU model, then SLA refunds as negative lines.
+constexpr char kLinesSql[] = R"sql(
+SELECT 'usage', t.instance_id, t.gpu_model,
+       (count(DISTINCT t.usage_minute) * max(i.gpu_count))::bigint,
+       sum(t.amount_micros)::bigint
+FROM ledger_transfers t JOIN instances i ON i.id = t.instance_id AND i.tenant_id = t.tenant_id
+WHERE t.tenant_id = $1 AND t.kind = 'charge' AND t.usage_minute >= $2 AND t.usage_minute < $3
+GROUP BY t.instance_id, t.gpu_model
+UNION ALL
+SELECT 'sla_refund', coalesce(t.instance_id, ''), coalesce(t.gpu_model, ''), 0,
+       -sum(t.amount_micros)::bigint
+FROM ledger_transfers t
+WHERE t.tenant_id = $1 AND t.kind = 'sla_refund' AND t.usage_minute >= $2
+  AND t.usage_minute < $3
+GROUP BY 2, 3
+ORDER BY 1 DESC, 2, 3
+)sql";
+
+}  // namespace
+
+absl::StatusOr<Invoice> Billing::IssueInvoice(const std::string& tenant_id,
+                                              absl::Time month_instant, absl::Time now) {
+  const absl::CivilMonth month = absl::ToCivilMonth(month_instant, Shanghai());
+  const absl::Time start = absl::FromCivil(month, Shanghai());
+  const absl::Time end = absl::FromCivil(month + 1, Shanghai());
+  const std::string label = absl::FormatCivilTime(month).substr(0, 7);
+  std::optional<Invoice> invoice;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    invoice.reset();
+    auto tenant = txn.exec_params("SELECT billing_mode FROM tenants WHERE id = $1 FOR UPDATE",
+                                  tenant_id);
+    if (tenant.empty()) {
+      return Error(absl::StatusCode::kNotFound, "TENANT_NOT_FOUND", "no such tenant");
+    }
+    auto existing = txn.exec_params(
+        absl::StrCat("SELECT ", kInvoiceColumns,
+                     " FROM invoices WHERE tenant_id = $1 AND period_start = $2::timestamptz"),
+        tenant_id, SqlTime(start));
+    if (!existing.empty()) {
+      invoice = ReadInvoice(txn, existing[0]);
+      return absl::OkStatus();
+    }
+    auto cursor = txn.exec("SELECT coalesce(billed_before_minute, 0) FROM billing_cursor");
+    if (now < end || cursor[0][0].as<int64_t>() < MinuteOf(end)) {
+      return Error(absl::StatusCode::kFailedPrecondition, "PERIOD_NOT_BILLED",
+                   absl::StrCat("month ", label, " is not completely billed yet"));
+    }
+    const std::string id = NewId("inv");
+    auto lines = txn.exec_params(kLinesSql, tenant_id, MinuteOf(start), MinuteOf(end));
+    int64_t total_micros = 0, total_fen = 0;
+    for (const auto& l : lines) {
+      total_micros += l[4].as<int64_t>();
+      total_fen += RoundToFen(l[4].as<int64_t>());
+    }
+    txn.exec_params(
+        "INSERT INTO invoices (id, tenant_id, period_start, period_end, period_label, "
+        "total_micros, total_fen, issued_at) VALUES ($1, $2, $3::timestamptz, "
+        "$4::timestamptz, $5, $6, $7, $8::timestamptz)",
+        id, tenant_id, SqlTime(start), SqlTime(end), label, total_micros, total_fen,
+        SqlTime(now));
+    int line_no = 0;
+    for (const auto& l : lines) {
+      const int64_t micros = l[4].as<int64_t>();
+      txn.exec_params(
+          "INSERT INTO invoice_lines (invoice_id, line_no, kind, instance_id, gpu_model, "
+          "gpu_minutes, amount_micros, amount_fen) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+          id, ++line_no, l[0].as<std::string>(), l[1].as<std::string>(),
+          l[2].as<std::string>(), l[3].as<int64_t>(), micros, RoundToFen(micros));
+    }
+    auto reread = txn.exec_params(
+        absl::StrCat("SELECT ", kInvoiceColumns, " FROM invoices WHERE id = $1"), id);
+    invoice = ReadInvoice(txn, reread[0]);
+    return absl::OkStatus();
+  }));
+  return *invoice;
+}
+
+absl::Status Billing::IssueDueInvoices(absl::Time now) {
+  // The month before the one `now` is in, for every postpaid tenant that has
+  // no invoice for it yet.
+  const absl::CivilMonth current = absl::ToCivilMonth(now, Shanghai());
+  const absl::Time previous = absl::FromCivil(current - 1, Shanghai());
+  std::vector<std::string> due;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    due.clear();
+    auto rows = txn.exec_params(
+        "SELECT t.id FROM tenants t WHERE t.billing_mode = 'postpaid' AND NOT EXISTS "
+        "(SELECT 1 FROM invoices v WHERE v.tenant_id = t.id "
+        "AND v.period_start = $1::timestamptz) ORDER BY t.id LIMIT 100",
+        SqlTime(previous));
+    for (const auto& r : rows) due.push_back(r[0].as<std::string>());
+    return absl::OkStatus();
+  }));
+  for (const auto& tenant : due) {
+    auto issued = IssueInvoice(tenant, previous, now);
+    if (!issued.ok() && ReasonOf(issued.status()) != "PERIOD_NOT_BILLED") {
+      return issued.status();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Invoice>> Billing::ListInvoices(const std::string& tenant_id,
+                                                           const std::string& after_id,
+                                                           int limit) {
+  std::vector<Invoice> out;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    out.clear();
+    auto rows = txn.exec_params(
+        absl::StrCat("SELECT ", kInvoiceColumns,
+                     " FROM invoices WHERE tenant_id = $1 AND id > $2 ORDER BY id LIMIT $3"),
+        tenant_id, after_id, limit);
+    for (const auto& r : rows) out.push_back(ReadInvoice(txn, r));
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::StatusOr<Invoice> Billing::GetInvoice(const std::string& tenant_id,
+                                            const std::string& id) {
+  std::optional<Invoice> out;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    auto rows = txn.exec_params(
+        absl::StrCat("SELECT ", kInvoiceColumns,
+                     " FROM invoices WHERE tenant_id = $1 AND id = $2"),
+        tenant_id, id);
+    if (!rows.empty()) out = ReadInvoice(txn, rows[0]);
+    return absl::OkStatus();
+  }));
+  if (!out) return Error(absl::StatusCode::kNotFound, "INVOICE_NOT_FOUND", "no such invoice");
+  return *out;
+}
+
+}  // namespace sv::billing

@@ -1,0 +1,204 @@
+// Trial grants, prices, top-ups, billing modes and the credit gate.
+#include <cassert>
+
+#include "absl/strings/str_cat.h"
+#include "billing/billing.h"
+#include "billing/internal/ledger_sql.h"
+#include "common/status.h"
+#include "spdlog/spdlog.h"
+
+namespace sv::billing {
+
+using store::SqlTime;
+
+int64_t RoundToFen(int64_t micros) {
+  constexpr int64_t kMicrosPerFen = 10'000;
+  const int64_t half = kMicrosPerFen / 2;
+  return micros >= 0 ? (micros + half) / kMicrosPerFen : -((-micros + half) / kMicrosPerFen);
+}
+
+int64_t MinuteOf(absl::Time t) {
+  return absl::ToUnixSeconds(absl::Floor(t - absl::UnixEpoch(), absl::Minutes(1)) +
+                             absl::UnixEpoch()) / 60;
+}
+
+absl::Time MinuteStart(int64_t minute) { return absl::FromUnixSeconds(minute * 60); }
+
+Billing::Billing(store::Database& db, store::Store& store, const Clock& clock,
+                 BillingOptions options)
+    : db_(db), store_(store), clock_(clock), options_(options) {}
+
+absl::Status Billing::EnsureTrialGrant(const std::string& user_id, absl::Time now) {
+  return db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    // The primary key of trial_grants makes racing first requests grant once:
+    // the loser waits for the winner's commit and then inserts nothing.
+    auto granted = txn.exec_params(
+        "INSERT INTO trial_grants (user_id, tenant_id, amount_micros, granted_at, expires_at) "
+        "SELECT u.id, u.tenant_id, $2, $3::timestamptz, $4::timestamptz FROM users u "
+        "WHERE u.id = $1 AND u.role = 'member' ON CONFLICT DO NOTHING "
+        "RETURNING tenant_id",
+        user_id, options_.trial_amount_micros, SqlTime(now),
+        SqlTime(now + options_.trial_validity));
+    if (granted.empty() || options_.trial_amount_micros == 0) return absl::OkStatus();
+    const std::string tenant_id = granted[0][0].as<std::string>();
+    return internal::PostSingle(txn, {absl::StrCat("trial:", user_id), "trial_grant", tenant_id,
+                                      internal::PlatformAccount(txn, "promotion_expense"),
+                                      internal::TenantAccount(txn, tenant_id, "trial_wallet"),
+                                      options_.trial_amount_micros, now});
+  });
+}
+
+absl::StatusOr<int> Billing::GrantMissingTrials(absl::Time now) {
+  auto users = std::make_shared<std::vector<std::string>>();
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    users->clear();
+    auto rows = txn.exec(
+        "SELECT u.id FROM users u WHERE u.role = 'member' AND NOT EXISTS "
+        "(SELECT 1 FROM trial_grants g WHERE g.user_id = u.id) ORDER BY u.id LIMIT 1000");
+    for (const auto& row : rows) users->push_back(row[0].as<std::string>());
+    return absl::OkStatus();
+  }));
+  for (const auto& user : *users) SV_RETURN_IF_ERROR(EnsureTrialGrant(user, now));
+  return static_cast<int>(users->size());
+}
+
+absl::StatusOr<int> Billing::ExpireTrials(absl::Time now) {
+  int expired = 0;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    expired = 0;
+    auto due = txn.exec_params(
+        "SELECT user_id, tenant_id FROM trial_grants WHERE NOT expired "
+        "AND expires_at <= $1::timestamptz ORDER BY expires_at, user_id LIMIT 1000 FOR UPDATE",
+        SqlTime(now));
+    for (const auto& row : due) {
+      const std::string user = row[0].as<std::string>();
+      const std::string tenant = row[1].as<std::string>();
+      // Trial credit is spent oldest grant first, so what is left of this
+      // grant is the wallet less the grants that are still valid after it.
+      auto left = txn.exec_params(
+          "SELECT greatest(0, least(g.amount_micros, a.balance_micros - coalesce(("
+          "  SELECT sum(o.amount_micros) FROM trial_grants o WHERE o.tenant_id = g.tenant_id "
+          "  AND NOT o.expired AND o.user_id <> g.user_id "
+          "  AND (o.expires_at, o.user_id) > (g.expires_at, g.user_id)), 0)))::bigint "
+          "FROM trial_grants g JOIN ledger_accounts a ON a.tenant_id = g.tenant_id "
+          "AND a.kind = 'trial_wallet' WHERE g.user_id = $1 FOR UPDATE OF a",
+          user);
+      const int64_t amount = left[0][0].as<int64_t>();
+      txn.exec_params("UPDATE trial_grants SET expired = true WHERE user_id = $1", user);
+      ++expired;
+      if (amount == 0) continue;
+      SV_RETURN_IF_ERROR(internal::PostSingle(
+          txn, {absl::StrCat("trial-expiry:", user), "trial_expiry", tenant,
+                internal::TenantAccount(txn, tenant, "trial_wallet"),
+                internal::PlatformAccount(txn, "promotion_expense"), amount, now}));
+    }
+    return absl::OkStatus();
+  }));
+  return expired;
+}
+
+absl::Status Billing::SetGpuPrice(const std::string& gpu_model, int64_t unit_price_micros,
+                                  absl::Time effective_from, absl::Time now) {
+  if (gpu_model.empty() || gpu_model.size() > 64) {
+    return Error(absl::StatusCode::kInvalidArgument, "INVALID_GPU_MODEL",
+                 "gpu_model must be 1 to 64 characters");
+  }
+  if (unit_price_micros < 0 || unit_price_micros > 100 * kMicrosPerYuan) {
+    return Error(absl::StatusCode::kInvalidArgument, "INVALID_PRICE",
+                 "unit_price_micros must be between 0 and 100,000,000 per GPU-minute");
+  }
+  if (effective_from < now) {
+    // Minutes already billed must keep the price they were billed at.
+    return Error(absl::StatusCode::kInvalidArgument, "PRICE_IN_PAST",
+                 "a price takes effect now or later, never in the past");
+  }
+  return db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    auto rows = txn.exec_params(
+        "INSERT INTO price_book (item_kind, item, unit_price_micros, effective_from, created_at) "
+        "VALUES ('gpu_minute', $1, $2, $3::timestamptz, $4::timestamptz) "
+        "ON CONFLICT (item_kind, item, effective_from) DO NOTHING RETURNING id",
+        gpu_model, unit_price_micros, SqlTime(effective_from), SqlTime(now));
+    if (rows.empty()) {
+      return Error(absl::StatusCode::kAlreadyExists, "PRICE_EXISTS",
+                   "a price for this model already takes effect at that time");
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<int64_t> Billing::GpuPrice(const std::string& gpu_model, absl::Time at) {
+  int64_t price = 0;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    price = internal::GpuPriceAt(txn, gpu_model, at);
+    return absl::OkStatus();
+  }));
+  return price;
+}
+
+absl::StatusOr<TransferRecord> Billing::TopUp(const std::string& tenant_id,
+                                              const std::string& payment_id,
+                                              int64_t amount_micros, absl::Time now) {
+  if (payment_id.empty() || payment_id.size() > 128) {
+    return Error(absl::StatusCode::kInvalidArgument, "INVALID_PAYMENT_ID",
+                 "payment_id must be 1 to 128 characters");
+  }
+  if (amount_micros <= 0 || amount_micros > 10'000'000 * kMicrosPerYuan) {
+    return Error(absl::StatusCode::kInvalidArgument, "INVALID_AMOUNT",
+                 "amount_micros must be positive and at most 10,000,000 CNY");
+  }
+  const std::string key = absl::StrCat("topup:", payment_id);
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    auto tenant = txn.exec_params("SELECT billing_mode FROM tenants WHERE id = $1", tenant_id);
+    if (tenant.empty()) {
+      return Error(absl::StatusCode::kNotFound, "TENANT_NOT_FOUND", "no such tenant");
+    }
+    // A postpaid tenant's payment settles its receivable.
+    const char* kind = tenant[0][0].as<std::string>() == "postpaid" ? "receivable"
+                                                                     : "paid_wallet";
+    return internal::PostSingle(txn, {key, "topup", tenant_id,
+                                      internal::PlatformAccount(txn, "payment_clearing"),
+                                      internal::TenantAccount(txn, tenant_id, kind),
+                                      amount_micros, now});
+  }));
+  return internal::FindTransfer(db_, tenant_id, key);
+}
+
+absl::Status Billing::SetBillingMode(const std::string& tenant_id, BillingMode mode,
+                                     int64_t credit_limit_micros) {
+  if (credit_limit_micros < 0 || (mode == BillingMode::kPrepaid && credit_limit_micros != 0)) {
+    return Error(absl::StatusCode::kInvalidArgument, "INVALID_CREDIT_LIMIT",
+                 "credit_limit_micros must be >= 0, and 0 for prepaid tenants");
+  }
+  return db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    auto rows = txn.exec_params(
+        "UPDATE tenants SET billing_mode = $2 WHERE id = $1 RETURNING id", tenant_id,
+        mode == BillingMode::kPostpaid ? "postpaid" : "prepaid");
+    if (rows.empty()) {
+      return Error(absl::StatusCode::kNotFound, "TENANT_NOT_FOUND", "no such tenant");
+    }
+    auto limited = txn.exec_params(
+        "UPDATE ledger_accounts SET credit_limit_micros = $2 WHERE tenant_id = $1 "
+        "AND kind = 'receivable' AND balance_micros >= -$2::bigint RETURNING id",
+        tenant_id, credit_limit_micros);
+    if (limited.empty()) {
+      return Error(absl::StatusCode::kFailedPrecondition, "CREDIT_LIMIT_BELOW_DEBT",
+                   "the tenant already owes more than that credit limit");
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::Status Billing::CheckCreditForCreate(const std::string& tenant_id, int gpu_count,
+                                           const std::string& gpu_model, absl::Time now) {
+  SV_ASSIGN_OR_RETURN(Balance balance, GetBalance(tenant_id, now));
+  SV_ASSIGN_OR_RETURN(int64_t price, GpuPrice(gpu_model, now));
+  const int64_t needed = price * gpu_count * options_.create_credit_minutes;
+  if (balance.available_micros >= needed) return absl::OkStatus();
+  return Error(absl::StatusCode::kFailedPrecondition, "INSUFFICIENT_CREDIT",
+               absl::StrCat("the first ", options_.create_credit_minutes, " minutes of ",
+                            gpu_count, " x ", gpu_model, " cost ", needed,
+                            " micro-yuan but only ", balance.available_micros,
+                            " is available; top up first"));
+}
+
+}  // namespace sv::billing

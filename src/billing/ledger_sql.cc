@@ -1,0 +1,152 @@
+#include "billing/internal/ledger_sql.h"
+
+#include <cassert>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace sv::billing::internal {
+
+using store::SqlTime;
+
+const char kTransferColumns[] =
+    "t.id, t.idempotency_key, t.leg, t.kind, fa.kind, ta.kind, t.amount_micros, "
+    "fa.tenant_id IS NOT NULL, ta.tenant_id IS NOT NULL, coalesce(t.instance_id, ''), "
+    "t.usage_minute, (extract(epoch from t.at) * 1000000)::bigint";
+const char kTransferJoins[] =
+    " JOIN ledger_accounts fa ON fa.id = t.from_account_id "
+    "JOIN ledger_accounts ta ON ta.id = t.to_account_id ";
+
+const char kRunningIntervalsSql[] = R"sql(
+WITH cand AS (
+  SELECT id FROM instances WHERE state = 'RUNNING'
+  UNION
+  SELECT instance_id FROM instance_events
+  WHERE from_state = 'RUNNING' AND at > $1::timestamptz
+), ev AS (
+  SELECT e.instance_id, e.at, e.to_state,
+         lead(e.at) OVER w AS next_at
+  FROM instance_events e JOIN cand c ON c.id = e.instance_id
+  WHERE e.to_state = 'RUNNING' OR e.from_state = 'RUNNING'
+  WINDOW w AS (PARTITION BY e.instance_id ORDER BY e.at, e.id)
+)
+SELECT ev.instance_id, i.tenant_id, i.gpu_count, i.gpu_model,
+       (extract(epoch from ev.at) * 1000000)::bigint AS start_us,
+       (extract(epoch from ev.next_at) * 1000000)::bigint AS end_us
+FROM ev JOIN instances i ON i.id = ev.instance_id
+WHERE ev.to_state = 'RUNNING' AND ev.at < $2::timestamptz
+  AND (ev.next_at IS NULL OR ev.next_at > $1::timestamptz)
+)sql";
+
+std::string PricedMinutesCtes() {
+  return absl::StrCat("iv AS (", kRunningIntervalsSql, R"sql(),
+mins AS (
+  SELECT DISTINCT ON (iv.instance_id, m)
+         iv.instance_id, iv.tenant_id, iv.gpu_count, iv.gpu_model, m AS minute, iv.start_us
+  FROM iv, generate_series(greatest($3::bigint, iv.start_us / 60000000),
+                           least($4::bigint - 1,
+                                 coalesce((iv.end_us - 1) / 60000000, $4::bigint - 1))) AS m
+  WHERE iv.end_us IS NULL OR iv.end_us > iv.start_us
+  ORDER BY iv.instance_id, m, iv.start_us
+), prices AS (
+  SELECT item, unit_price_micros AS price,
+         (extract(epoch from effective_from) * 1000000)::bigint AS from_us,
+         (extract(epoch from lead(effective_from) OVER (PARTITION BY item
+                                                        ORDER BY effective_from))
+          * 1000000)::bigint AS until_us
+  FROM price_book WHERE item_kind = 'gpu_minute'
+), priced AS (
+  SELECT m.*, coalesce(p.price, d.price, 0) AS unit_price,
+         m.gpu_count * coalesce(p.price, d.price, 0) AS gross
+  FROM mins m
+  LEFT JOIN prices p ON p.item = m.gpu_model AND m.minute * 60000000 >= p.from_us
+       AND (p.until_us IS NULL OR m.minute * 60000000 < p.until_us)
+  LEFT JOIN prices d ON d.item = '*' AND m.minute * 60000000 >= d.from_us
+       AND (d.until_us IS NULL OR m.minute * 60000000 < d.until_us)
+)sql");
+}
+
+int64_t PlatformAccount(pqxx::work& txn, const std::string& kind) {
+  auto rows = txn.exec_params(
+      "SELECT id FROM ledger_accounts WHERE tenant_id IS NULL AND kind = $1 AND owner = ''",
+      kind);
+  assert(rows.size() == 1);  // Created by migration 0002.
+  return rows[0][0].as<int64_t>();
+}
+
+int64_t TenantAccount(pqxx::work& txn, const std::string& tenant_id, const std::string& kind) {
+  auto rows = txn.exec_params(
+      "SELECT id FROM ledger_accounts WHERE tenant_id = $1 AND kind = $2 AND owner = ''",
+      tenant_id, kind);
+  assert(rows.size() == 1);  // Opened by the tenants trigger of migration 0002.
+  return rows[0][0].as<int64_t>();
+}
+
+int64_t GpuPriceAt(pqxx::work& txn, const std::string& gpu_model, absl::Time at) {
+  auto rows = txn.exec_params(
+      "SELECT unit_price_micros FROM price_book WHERE item_kind = 'gpu_minute' "
+      "AND item IN ($1, '*') AND effective_from <= $2::timestamptz "
+      "ORDER BY (item = '*'), effective_from DESC LIMIT 1",
+      gpu_model, SqlTime(at));
+  return rows.empty() ? 0 : rows[0][0].as<int64_t>();
+}
+
+absl::Status PostSingle(pqxx::work& txn, const Posting& p) {
+  assert(p.amount_micros > 0 && p.from_account_id != p.to_account_id);
+  const std::string content =
+      absl::StrCat(p.kind, "|", p.tenant_id, "|", p.from_account_id, "|", p.to_account_id, "|",
+                   p.amount_micros);
+  auto inserted = txn.exec_params(
+      "INSERT INTO ledger_transfers (idempotency_key, leg, content_hash, from_account_id, "
+      "to_account_id, amount_micros, kind, tenant_id, at) "
+      "VALUES ($1, 0, md5($2), $3, $4, $5, $6, $7, $8::timestamptz) "
+      "ON CONFLICT (idempotency_key, leg) DO NOTHING RETURNING id",
+      p.key, content, p.from_account_id, p.to_account_id, p.amount_micros, p.kind, p.tenant_id,
+      SqlTime(p.at));
+  if (!inserted.empty()) return absl::OkStatus();
+  auto same = txn.exec_params(
+      "SELECT content_hash = md5($2) FROM ledger_transfers WHERE idempotency_key = $1 "
+      "AND leg = 0",
+      p.key, content);
+  if (!same.empty() && same[0][0].as<bool>()) return absl::OkStatus();  // A replay.
+  return Error(absl::StatusCode::kAlreadyExists, "IDEMPOTENCY_KEY_REUSED",
+               absl::StrCat("'", p.key, "' was already used for a different transfer"));
+}
+
+TransferRecord ReadTransfer(const pqxx::row& row, const std::string& tenant_id) {
+  TransferRecord t;
+  t.id = row[0].as<int64_t>();
+  t.idempotency_key = row[1].as<std::string>();
+  t.leg = row[2].as<int>();
+  t.kind = row[3].as<std::string>();
+  t.from_kind = row[4].as<std::string>();
+  t.to_kind = row[5].as<std::string>();
+  t.amount_micros = row[6].as<int64_t>();
+  const bool from_tenant = row[7].as<bool>();
+  const bool to_tenant = row[8].as<bool>();
+  if (from_tenant && !to_tenant) t.tenant_delta_micros = -t.amount_micros;
+  if (to_tenant && !from_tenant) t.tenant_delta_micros = t.amount_micros;
+  t.instance_id = row[9].as<std::string>();
+  if (!row[10].is_null()) t.usage_minute = row[10].as<int64_t>();
+  t.at = absl::FromUnixMicros(row[11].as<int64_t>());
+  return t;
+}
+
+absl::StatusOr<TransferRecord> FindTransfer(store::Database& db, const std::string& tenant_id,
+                                            const std::string& key) {
+  std::optional<TransferRecord> found;
+  SV_RETURN_IF_ERROR(db.Transact([&](pqxx::work& txn) {
+    auto rows = txn.exec_params(
+        absl::StrCat("SELECT ", kTransferColumns, " FROM ledger_transfers t", kTransferJoins,
+                     "WHERE t.tenant_id = $1 AND t.idempotency_key = $2 ORDER BY t.leg LIMIT 1"),
+        tenant_id, key);
+    if (!rows.empty()) found = ReadTransfer(rows[0], tenant_id);
+    return absl::OkStatus();
+  }));
+  if (!found) {
+    return Error(absl::StatusCode::kNotFound, "TRANSFER_NOT_FOUND", "no such transfer");
+  }
+  return *found;
+}
+
+}  // namespace sv::billing::internal

@@ -1,0 +1,258 @@
+// Per-minute metering: one charge per instance per started minute of its
+// RUNNING intervals, written set-wise in batches under an advisory lock.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "billing/billing.h"
+#include "billing/internal/ledger_sql.h"
+#include "common/status.h"
+#include "spdlog/spdlog.h"
+
+namespace sv::billing {
+namespace {
+
+using store::SqlTime;
+
+// Builds billing_batch: every instance-minute of [$3, $4) with its price,
+// the amount the tenant's funds can still pay (trial first), and whether it
+// comes after the instance's first capped minute. $1/$2 are the same range
+// as timestamps.
+std::string BatchSql() {
+  return absl::StrCat(
+      "CREATE TEMP TABLE billing_batch ON COMMIT DROP AS "
+      "WITH ", internal::PricedMinutesCtes(), R"sql(, funds AS (
+  SELECT t.id AS tenant_id, tw.id AS trial_id, tw.balance_micros AS trial_avail,
+         CASE WHEN t.billing_mode = 'postpaid' THEN r.id ELSE pw.id END AS main_id,
+         CASE WHEN t.billing_mode = 'postpaid'
+              THEN r.balance_micros + r.credit_limit_micros
+              ELSE pw.balance_micros END AS main_avail
+  FROM tenants t
+  JOIN ledger_accounts tw ON tw.tenant_id = t.id AND tw.kind = 'trial_wallet'
+  JOIN ledger_accounts pw ON pw.tenant_id = t.id AND pw.kind = 'paid_wallet'
+  JOIN ledger_accounts r ON r.tenant_id = t.id AND r.kind = 'receivable'
+  WHERE t.id IN (SELECT DISTINCT tenant_id FROM mins)
+), cum AS (
+  SELECT p.*, f.trial_id, f.main_id, f.trial_avail, f.main_avail,
+         sum(p.gross) OVER (PARTITION BY p.tenant_id ORDER BY p.minute, p.instance_id)
+           - p.gross AS before
+  FROM priced p JOIN funds f USING (tenant_id)
+  WHERE p.gross > 0
+), capped AS (
+  SELECT c.*, greatest(0, least(c.gross, c.trial_avail + c.main_avail - c.before)) AS charged,
+         greatest(0, least(c.gross, c.trial_avail - c.before)) AS from_trial
+  FROM cum c
+)
+SELECT c.*, min(c.minute) FILTER (WHERE c.charged < c.gross)
+              OVER (PARTITION BY c.instance_id) AS first_cap
+FROM capped c)sql");
+}
+
+// The legs of the batch's charges; a key already present is skipped here
+// and checked for a content clash by the caller.
+constexpr char kInsertLegsSql[] = R"sql(
+INSERT INTO ledger_transfers (idempotency_key, leg, content_hash, from_account_id,
+  to_account_id, amount_micros, kind, tenant_id, instance_id, usage_minute, gpu_model, at)
+SELECT 'charge:' || b.instance_id || ':' || b.minute, l.leg,
+       md5(b.instance_id || '|' || b.minute || '|' || b.gpu_count || '|' || b.unit_price
+           || '|' || b.charged || '|' || b.from_trial),
+       l.from_id, $1, l.amount, 'charge', b.tenant_id, b.instance_id, b.minute, b.gpu_model,
+       $2::timestamptz
+FROM billing_batch b
+CROSS JOIN LATERAL (VALUES (0, b.trial_id, b.from_trial),
+                           (1, b.main_id, b.charged - b.from_trial)) AS l (leg, from_id, amount)
+WHERE l.amount > 0 AND (b.first_cap IS NULL OR b.minute <= b.first_cap)
+ON CONFLICT (idempotency_key, leg) DO NOTHING
+)sql";
+
+constexpr char kExpectedLegsSql[] = R"sql(
+SELECT count(*) FILTER (WHERE from_trial > 0) + count(*) FILTER (WHERE charged > from_trial)
+FROM billing_batch WHERE first_cap IS NULL OR minute <= first_cap
+)sql";
+
+constexpr char kClashSql[] = R"sql(
+SELECT count(*) FROM billing_batch b JOIN ledger_transfers t
+  ON t.idempotency_key = 'charge:' || b.instance_id || ':' || b.minute
+WHERE t.content_hash <> md5(b.instance_id || '|' || b.minute || '|' || b.gpu_count || '|'
+        || b.unit_price || '|' || b.charged || '|' || b.from_trial)
+)sql";
+
+// The first capped minute of an instance: record what was not collected,
+// and stop the instance at the end of what was paid.
+constexpr char kShortfallSql[] = R"sql(
+INSERT INTO billing_shortfalls (instance_id, usage_minute, tenant_id, gross_micros,
+  charged_micros, shortfall_micros, at)
+SELECT instance_id, minute, tenant_id, gross, charged, gross - charged, $1::timestamptz
+FROM billing_batch WHERE minute = first_cap
+ON CONFLICT DO NOTHING
+)sql";
+
+constexpr char kStopsSql[] = R"sql(
+INSERT INTO billing_stops (instance_id, tenant_id, stop_at)
+SELECT instance_id, tenant_id,
+       CASE WHEN charged > 0 THEN to_timestamp((minute + 1) * 60)
+            ELSE greatest(to_timestamp(minute * 60), to_timestamp(start_us / 1000000.0)) END
+FROM billing_batch WHERE minute = first_cap
+ON CONFLICT DO NOTHING
+)sql";
+
+constexpr char kExhaustedNoticeSql[] = R"sql(
+INSERT INTO billing_notices (tenant_id, kind, instance_id, message, at)
+SELECT tenant_id, 'credit_exhausted', instance_id,
+       'credit ran out in minute ' || to_char(to_timestamp(minute * 60) AT TIME ZONE 'UTC',
+       'YYYY-MM-DD HH24:MI') || ' UTC; the instance is stopped; uncollected: '
+       || (gross - charged) || ' micro-yuan', $1::timestamptz
+FROM billing_batch WHERE minute = first_cap
+)sql";
+
+}  // namespace
+
+absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
+                                                          absl::Time now) {
+  MeteringResult result;
+  for (int round = 0; round < 100'000; ++round) {
+    SV_RETURN_IF_ERROR(ApplyPendingStops());  // Stops first: the next minutes see them.
+    bool done = false;
+    int64_t minutes = 0, postings = 0, cursor_after = 0;
+    SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+      done = false;
+      minutes = postings = 0;
+      // Only one svd bills at a time; a second one waits here and then finds
+      // the cursor moved on.
+      txn.exec_params("SELECT pg_advisory_xact_lock($1)", internal::kMeteringLockKey);
+      auto cursor_row = txn.exec("SELECT billed_before_minute FROM billing_cursor FOR UPDATE");
+      int64_t cursor = 0;
+      if (cursor_row[0][0].is_null()) {
+        // An empty ledger starts at the first RUNNING time, at most
+        // first_run_lookback ago.
+        auto first = txn.exec_params(
+            "SELECT coalesce(min((extract(epoch from at))::bigint / 60), $1) "
+            "FROM instance_events WHERE to_state = 'RUNNING'",
+            MinuteOf(now));
+        cursor = std::max(first[0][0].as<int64_t>(), MinuteOf(now - options_.first_run_lookback));
+        cursor = std::min(cursor, before_minute);
+      } else {
+        cursor = cursor_row[0][0].as<int64_t>();
+      }
+      if (cursor >= before_minute) {
+        done = true;
+        cursor_after = cursor;
+        txn.exec_params("UPDATE billing_cursor SET billed_before_minute = $1, "
+                        "first_minute = $1 WHERE billed_before_minute IS NULL", cursor);
+        return absl::OkStatus();
+      }
+      auto running = txn.exec("SELECT count(*) FROM instances WHERE state = 'RUNNING'");
+      const int64_t active = std::max<int64_t>(1, running[0][0].as<int64_t>());
+      const int64_t span = std::clamp<int64_t>(options_.batch_rows_max / active, 1,
+                                               options_.batch_minutes_max);
+      const int64_t end = std::min(before_minute, cursor + span);
+      txn.exec_params(BatchSql(), SqlTime(MinuteStart(cursor)), SqlTime(MinuteStart(end)),
+                      cursor, end);
+      auto expected = txn.exec(kExpectedLegsSql);
+      auto written = txn.exec_params(kInsertLegsSql,
+                                     internal::PlatformAccount(txn, "platform_revenue"),
+                                     SqlTime(now));
+      postings = static_cast<int64_t>(written.affected_rows());
+      if (postings != expected[0][0].as<int64_t>()) {
+        auto clashes = txn.exec(kClashSql);
+        if (clashes[0][0].as<int64_t>() > 0) {
+          return Error(absl::StatusCode::kInternal, "CHARGE_CONTENT_CLASH",
+                       "a minute charge already posted differs from its recomputation");
+        }
+      }
+      txn.exec_params(kShortfallSql, SqlTime(now));
+      txn.exec(kStopsSql);
+      txn.exec_params(kExhaustedNoticeSql, SqlTime(now));
+      txn.exec_params("UPDATE billing_cursor SET billed_before_minute = $1, "
+                      "first_minute = coalesce(first_minute, $3), updated_at = $2::timestamptz",
+                      end, SqlTime(now), cursor);
+      minutes = end - cursor;
+      cursor_after = end;
+      return absl::OkStatus();
+    }));
+    result.minutes_billed += minutes;
+    result.postings += postings;
+    result.billed_before_minute = cursor_after;
+    if (done) break;
+  }
+  SV_RETURN_IF_ERROR(ApplyPendingStops());
+  return result;
+}
+
+absl::Status Billing::ApplyPendingStops() {
+  std::vector<std::vector<std::string>> pending;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    pending.clear();
+    auto rows = txn.exec(
+        "SELECT instance_id, tenant_id, stop_at::text, "
+        "(extract(epoch from stop_at) * 1000000)::bigint::text FROM billing_stops "
+        "WHERE NOT applied ORDER BY stop_at LIMIT 1000");
+    for (const auto& r : rows) {
+      pending.push_back({r[0].as<std::string>(), r[1].as<std::string>(),
+                         r[2].as<std::string>(), r[3].as<std::string>()});
+    }
+    return absl::OkStatus();
+  }));
+  for (const auto& p : pending) {
+    const absl::Time stop_at = absl::FromUnixMicros(std::stoll(p[3]));
+    auto stopped = store_.StopInstance(p[1], p[0], "credit exhausted", stop_at);
+    if (!stopped.ok() && ReasonOf(stopped.status()) != "INSTANCE_FINISHED") {
+      return stopped.status();
+    }
+    spdlog::info("billing: stopped {} tenant={} at {}: credit exhausted", p[0], p[1], p[2]);
+    SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+      txn.exec_params("UPDATE billing_stops SET applied = true WHERE instance_id = $1 "
+                      "AND stop_at = $2::timestamptz", p[0], p[2]);
+      return absl::OkStatus();
+    }));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Billing::WarnLowCredit(absl::Time now) {
+  return db_.Transact([&](pqxx::work& txn) {
+    // Tenants whose running instances can run fewer than the warning
+    // minutes, warned at most once an hour.
+    txn.exec_params(R"sql(
+      WITH burn AS (
+        SELECT i.tenant_id, sum(i.gpu_count * coalesce(
+          (SELECT p.unit_price_micros FROM price_book p WHERE p.item_kind = 'gpu_minute'
+             AND p.item IN (i.gpu_model, '*') AND p.effective_from <= $1::timestamptz
+           ORDER BY (p.item = '*'), p.effective_from DESC LIMIT 1), 0))::bigint AS per_minute
+        FROM instances i WHERE i.state = 'RUNNING' GROUP BY i.tenant_id
+      ), funds AS (
+        SELECT b.tenant_id, b.per_minute, sum(CASE
+            WHEN a.kind = 'trial_wallet' THEN a.balance_micros
+            WHEN a.kind = 'paid_wallet' AND t.billing_mode = 'prepaid' THEN a.balance_micros
+            WHEN a.kind = 'receivable' AND t.billing_mode = 'postpaid'
+              THEN a.balance_micros + a.credit_limit_micros
+            ELSE 0 END)::bigint AS available
+        FROM burn b JOIN tenants t ON t.id = b.tenant_id
+        JOIN ledger_accounts a ON a.tenant_id = b.tenant_id
+        GROUP BY b.tenant_id, b.per_minute
+      )
+      INSERT INTO billing_notices (tenant_id, kind, message, at)
+      SELECT f.tenant_id, 'low_credit',
+             'credit for about ' || (f.available / f.per_minute) || ' more minutes at '
+             || f.per_minute || ' micro-yuan per minute; top up to keep instances running',
+             $1::timestamptz
+      FROM funds f
+      WHERE f.per_minute > 0 AND f.available < f.per_minute * $2::bigint
+        AND NOT EXISTS (SELECT 1 FROM billing_notices n WHERE n.tenant_id = f.tenant_id
+                        AND n.kind = 'low_credit'
+                        AND n.at > $1::timestamptz - interval '1 hour'))sql",
+                    SqlTime(now), options_.low_credit_warning_minutes);
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<MeteringResult> Billing::RunOnce(absl::Time now) {
+  SV_RETURN_IF_ERROR(GrantMissingTrials(now).status());
+  SV_RETURN_IF_ERROR(ExpireTrials(now).status());
+  SV_ASSIGN_OR_RETURN(MeteringResult result,
+                      BillMinutesBefore(MinuteOf(now - options_.metering_lag), now));
+  SV_RETURN_IF_ERROR(WarnLowCredit(now));
+  SV_RETURN_IF_ERROR(IssueDueInvoices(now));
+  return result;
+}
+
+}  // namespace sv::billing
