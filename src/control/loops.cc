@@ -1,12 +1,31 @@
 #include "control/loops.h"
 
-#include "control/placer.h"
+#include <cstdlib>
+#include <cstring>
+
 #include "spdlog/spdlog.h"
 
 namespace sv::control {
+namespace {
+
+// The crash-between-decide-and-commit fault is armed only through the
+// environment, so no production flag can turn it on by mistake.
+SchedulingOptions WithFaults(SchedulingOptions options) {
+  const char* fault = std::getenv("SV_FAULT_CRASH_AFTER_DECIDE");
+  if (fault != nullptr && std::strcmp(fault, "1") == 0) {
+    spdlog::warn("control: fault SV_FAULT_CRASH_AFTER_DECIDE is armed");
+    options.crash_after_decide = true;
+  }
+  return options;
+}
+
+}  // namespace
 
 ControlLoops::ControlLoops(store::Store& store, const Clock& clock, LoopOptions options)
-    : store_(store), clock_(clock), options_(options) {}
+    : store_(store),
+      clock_(clock),
+      options_(options),
+      scheduling_(store.database(), WithFaults(options.scheduling)) {}
 
 ControlLoops::~ControlLoops() { Stop(); }
 
@@ -28,8 +47,7 @@ void ControlLoops::Stop() {
 }
 
 absl::Status ControlLoops::PlaceNow() {
-  auto placed = store_.RunPlacementPass(PlaceQueue, options_.placement_queue_max,
-                                        clock_.Now());
+  auto placed = scheduling_.RunPass(clock_.Now());
   if (!placed.ok()) return placed.status();
   if (*placed > 0) spdlog::info("control: placed {} instance(s)", *placed);
   return absl::OkStatus();

@@ -8,21 +8,24 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "control/scheduling.h"
 #include "store/store.h"
 
 namespace sv::control {
 
 struct LoopOptions {
   absl::Duration placement_interval = absl::Seconds(1);
-  int placement_queue_max = 1000;  // Pending instances read per pass.
+  // The scheduler's policy, default quotas and pending instances per pass.
+  SchedulingOptions scheduling;
   // When true, svd plays the agents of simulated nodes and confirms starts.
   bool simulate_fleet = false;
   absl::Duration simulated_start_interval = absl::Milliseconds(200);
 };
 
-// The control loops of svd: placement of pending instances and, in dev mode,
-// the simulated fleet's confirmations. Placement passes are serialised by a
-// PostgreSQL advisory lock, so several svd replicas may run them safely.
+// The control loops of svd: the scheduling loop (queue passes of
+// sv_scheduler, see control/scheduling.h) and, in dev mode, the simulated
+// fleet's confirmations. Passes are serialised by a PostgreSQL advisory
+// lock, so several svd replicas may run them safely.
 class ControlLoops {
  public:
   ControlLoops(store::Store& store, const Clock& clock, LoopOptions options);
@@ -33,6 +36,9 @@ class ControlLoops {
 
   // Runs one placement pass now, in the caller's thread.
   absl::Status PlaceNow();
+  // Resize, admission and operator calls of the API share the loop's
+  // scheduler settings.
+  Scheduling& scheduling() { return scheduling_; }
   // Asks the loop for a pass soon, without waiting for it.
   void Kick();
 
@@ -43,6 +49,7 @@ class ControlLoops {
   store::Store& store_;
   const Clock& clock_;
   LoopOptions options_;
+  Scheduling scheduling_;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;

@@ -11,8 +11,6 @@
 namespace sv::store {
 namespace {
 
-// Shared by every svd replica: serialises placement passes cluster-wide.
-constexpr int64_t kPlacementLockKey = 0x5356'0002;
 // A tenant may hold at most this many instances that are not finished.
 constexpr int kTenantActiveInstancesMax = 1000;
 
@@ -434,88 +432,6 @@ absl::StatusOr<InstanceRecord> Store::StartInstance(const std::string& tenant_id
   if (!status.ok()) return status;
   if (!found) return NotFound(id);
   return GetInstance(tenant_id, id);
-}
-
-// ---- Placement -------------------------------------------------------------
-
-absl::StatusOr<int> Store::RunPlacementPass(const Placer& placer, int queue_max,
-                                            absl::Time now) {
-  int placed = 0;
-  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
-    placed = 0;
-    txn.exec(absl::StrCat("SELECT pg_advisory_xact_lock(", kPlacementLockKey, ")"));
-    std::vector<PendingInstance> queue;
-    for (const auto& row : txn.exec_params(
-             "SELECT id, tenant_id, gpu_count, gpu_model, priority, state_reason "
-             "FROM instances WHERE state = 'PENDING' "
-             "ORDER BY priority DESC, queue_seq LIMIT $1",
-             queue_max)) {
-      queue.push_back({row[0].as<std::string>(), row[1].as<std::string>(),
-                       row[2].as<int>(), row[3].as<std::string>(), row[4].as<int>(),
-                       row[5].as<std::string>()});
-    }
-    if (queue.empty()) return absl::OkStatus();
-    std::map<std::string, FreeNode> nodes;
-    for (const auto& row : txn.exec(
-             "SELECT id, name, zone, pod, leaf_switch, gpu_model, gpu_count, simulated "
-             "FROM nodes WHERE state = 'ready' ORDER BY name")) {
-      FreeNode& n = nodes[row[0].as<std::string>()];
-      n.node = {row[0].as<std::string>(), row[1].as<std::string>(),
-                row[2].as<std::string>(), row[3].as<std::string>(),
-                row[4].as<std::string>(), row[5].as<std::string>(),
-                row[6].as<int>(), NodeState::kReady, row[7].as<bool>()};
-      n.free_gpu_mask = static_cast<uint8_t>((1u << n.node.gpu_count) - 1);
-    }
-    for (const auto& row : txn.exec("SELECT node_id, gpu_index FROM gpu_reservations")) {
-      auto it = nodes.find(row[0].as<std::string>());
-      if (it != nodes.end()) it->second.free_gpu_mask &= ~(1u << row[1].as<int>());
-    }
-    std::vector<FreeNode> snapshot;
-    for (const auto& [id, n] : nodes) snapshot.push_back(n);
-    std::map<std::string, const PendingInstance*> pending_by_id;
-    for (const auto& p : queue) pending_by_id[p.id] = &p;
-
-    for (const PlacementDecision& d : placer(snapshot, queue)) {
-      auto p = pending_by_id.find(d.instance_id);
-      assert(p != pending_by_id.end());
-      if (d.node_gpus.empty()) {
-        if (d.wait_reason != p->second->state_reason) {
-          txn.exec_params("UPDATE instances SET state_reason = $2 "
-                          "WHERE id = $1 AND state = 'PENDING'",
-                          d.instance_id, d.wait_reason);
-        }
-        continue;
-      }
-      std::string reason = "GPUs reserved on";
-      for (const auto& [node_id, gpus] : d.node_gpus) {
-        auto n = nodes.find(node_id);
-        assert(n != nodes.end());
-        absl::StrAppend(&reason, " ", n->second.node.name, "[", absl::StrJoin(gpus, ","), "]");
-      }
-      auto updated = txn.exec_params(
-          "UPDATE instances SET state = 'SCHEDULED', state_reason = $2, "
-          "updated_at = $3::timestamptz WHERE id = $1 AND state = 'PENDING' RETURNING id",
-          d.instance_id, reason, SqlTime(now));
-      if (updated.empty()) continue;  // Deleted while we decided.
-      int gpu_total = 0;
-      for (const auto& [node_id, gpus] : d.node_gpus) {
-        for (int gpu : gpus) {
-          // The primary key rejects a second reservation of this GPU and
-          // aborts the whole pass, so a placer bug can never double-book.
-          txn.exec_params(
-              "INSERT INTO gpu_reservations (node_id, gpu_index, instance_id, reserved_at) "
-              "VALUES ($1, $2, $3, $4::timestamptz)",
-              node_id, gpu, d.instance_id, SqlTime(now));
-          ++gpu_total;
-        }
-      }
-      assert(gpu_total == p->second->gpu_count);
-      RecordEvent(txn, d.instance_id, now, "PENDING", "SCHEDULED", reason);
-      ++placed;
-    }
-    return absl::OkStatus();
-  }));
-  return placed;
 }
 
 absl::StatusOr<int> Store::AdvanceSimulatedStarts(absl::Time now) {

@@ -111,34 +111,6 @@ struct ListCursor {
   std::string id;
 };
 
-// ---- Placement pass --------------------------------------------------------
-
-// What a placement pass sees: the schedulable nodes with their free GPUs,
-// and the queue of pending instances in order.
-struct FreeNode {
-  NodeRecord node;
-  uint8_t free_gpu_mask = 0;  // Bit i set when GPU i is free.
-};
-
-struct PendingInstance {
-  std::string id;
-  std::string tenant_id;
-  int gpu_count = 0;
-  std::string gpu_model;
-  int priority = 0;
-  std::string state_reason;
-};
-
-struct PlacementDecision {
-  std::string instance_id;
-  // Empty when the instance must keep waiting; then `wait_reason` says why.
-  std::vector<std::pair<std::string, std::vector<int>>> node_gpus;
-  std::string wait_reason;
-};
-
-using Placer = std::function<std::vector<PlacementDecision>(
-    const std::vector<FreeNode>& nodes, const std::vector<PendingInstance>& queue)>;
-
 // All PostgreSQL access of svd. Every method is one transaction, every query
 // that touches tenant data is scoped by tenant id, and every time stored
 // comes from the caller (so tests can drive a fake clock).
@@ -183,11 +155,9 @@ class Store {
   absl::StatusOr<InstanceRecord> StartInstance(const std::string& tenant_id,
                                                const std::string& id, absl::Time now);
 
-  // Runs one placement pass under a cluster-wide lock: reads the free GPUs
-  // and the queue, asks `placer`, and writes its decisions in the same
-  // transaction. Returns how many instances were placed.
-  absl::StatusOr<int> RunPlacementPass(const Placer& placer, int queue_max,
-                                       absl::Time now);
+  // The pool, for sibling stores over the same database: SchedulingStore
+  // (queue passes, resize, cordon/drain, quotas) and AgentStore.
+  Database& database() { return db_; }
 
   // Plays the node agents of simulated nodes: moves their SCHEDULED
   // instances to STARTING and their STARTING ones to RUNNING.

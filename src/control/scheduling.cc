@@ -1,0 +1,262 @@
+#include "control/scheduling.h"
+
+#include <unistd.h>
+
+#include <limits>
+#include <map>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "spdlog/spdlog.h"
+
+namespace sv::control {
+namespace {
+
+using scheduler::InstanceId;
+
+// Holder of the GPU slots a node lacks (a node with fewer than 8 GPUs), so
+// the library never places on them. Never a mapped id: those count from 1.
+constexpr InstanceId kAbsentGpu = std::numeric_limits<InstanceId>::max();
+
+// The library names instances by positive integers; the database by text.
+class IdMap {
+ public:
+  InstanceId Intern(const std::string& id) {
+    auto [it, inserted] = ids_.try_emplace(id, static_cast<InstanceId>(names_.size() + 1));
+    if (inserted) names_.push_back(id);
+    return it->second;
+  }
+  std::optional<InstanceId> Find(const std::string& id) const {
+    auto it = ids_.find(id);
+    if (it == ids_.end()) return std::nullopt;
+    return it->second;
+  }
+  const std::string& Name(InstanceId id) const {
+    assert(id >= 1 && id <= static_cast<InstanceId>(names_.size()));
+    return names_[id - 1];
+  }
+
+ private:
+  std::map<std::string, InstanceId> ids_;
+  std::vector<std::string> names_;
+};
+
+scheduler::NodeState ToLibrary(store::NodeState state) {
+  switch (state) {
+    case store::NodeState::kReady: return scheduler::NodeState::kReady;
+    case store::NodeState::kCordoned: return scheduler::NodeState::kCordoned;
+    case store::NodeState::kDraining: return scheduler::NodeState::kDraining;
+    case store::NodeState::kDown: return scheduler::NodeState::kDown;
+  }
+  return scheduler::NodeState::kDown;
+}
+
+// Snapshot node i is view.nodes[i]; every reservation holder is interned.
+absl::StatusOr<scheduler::Snapshot> BuildSnapshot(const store::FleetView& view, IdMap& ids) {
+  std::map<std::string, size_t> index_of;
+  std::vector<scheduler::NodeSpec> specs(view.nodes.size());
+  for (size_t i = 0; i < view.nodes.size(); ++i) {
+    const store::FleetNodeRow& n = view.nodes[i];
+    index_of[n.id] = i;
+    specs[i] = {n.name, n.zone, n.pod, n.leaf_switch, ToLibrary(n.state), {}};
+    for (int gpu = n.gpu_count; gpu < scheduler::kGpusPerNode; ++gpu) {
+      specs[i].gpu_holders[gpu] = kAbsentGpu;
+    }
+  }
+  for (const store::ReservationRow& r : view.reservations) {
+    auto it = index_of.find(r.node_id);
+    if (it == index_of.end() || r.gpu_index < 0 || r.gpu_index >= scheduler::kGpusPerNode) {
+      return Error(absl::StatusCode::kInternal, "FLEET_INCONSISTENT",
+                   absl::StrCat("reservation of ", r.instance_id, " names an unknown GPU"));
+    }
+    specs[it->second].gpu_holders[r.gpu_index] = ids.Intern(r.instance_id);
+  }
+  auto snapshot = scheduler::Snapshot::Build(specs);
+  if (!snapshot.ok()) {
+    return Error(absl::StatusCode::kFailedPrecondition, "INVALID_TOPOLOGY",
+                 absl::StrCat("the fleet's topology is unusable: ",
+                              std::string(snapshot.status().message())));
+  }
+  return snapshot;
+}
+
+std::map<std::string, int> GpusInUse(const store::FleetView& view) {
+  std::map<std::string, int> in_use;
+  for (const store::ReservationRow& r : view.reservations) ++in_use[r.tenant_id];
+  return in_use;
+}
+
+scheduler::TenantQuota QuotaOf(const store::FleetView& view, const std::string& tenant_id,
+                               const SchedulingOptions& options) {
+  auto it = view.quotas.find(tenant_id);
+  if (it == view.quotas.end()) return options.default_quota;
+  return {it->second.gpus_in_use_max, it->second.pending_count_max};
+}
+
+scheduler::QueueOptions QueueOptionsFor(const store::FleetView& view,
+                                        const SchedulingOptions& options) {
+  scheduler::QueueOptions q;
+  q.default_quota = options.default_quota;
+  for (const auto& [tenant, row] : view.quotas) {
+    q.tenant_quotas[tenant] = {row.gpus_in_use_max, row.pending_count_max};
+  }
+  q.tenant_gpus_in_use = GpusInUse(view);
+  q.pending_items_max = options.queue_max;
+  return q;
+}
+
+std::vector<store::GpuGrant> GrantsOf(const store::FleetView& view,
+                                      const std::vector<scheduler::NodeAssignment>& parts) {
+  std::vector<store::GpuGrant> grants;
+  for (const scheduler::NodeAssignment& part : parts) {
+    store::GpuGrant grant{view.nodes[part.node].id, {}};
+    for (int gpu = 0; gpu < scheduler::kGpusPerNode; ++gpu) {
+      if (part.gpus & (1u << gpu)) grant.gpu_indices.push_back(gpu);
+    }
+    grants.push_back(std::move(grant));
+  }
+  return grants;
+}
+
+// The library's message names its own integer ids; keep only the part
+// after "GPUs: ", which says what is short.
+std::string ShortageOf(const absl::Status& status) {
+  const std::string message(status.message());
+  const size_t at = message.find("GPUs: ");
+  return at == std::string::npos ? message : message.substr(at + 6);
+}
+
+absl::Status ResizeError(const absl::Status& status, const std::string& instance_id,
+                         int new_gpu_count) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      return Error(status.code(), "INVALID_GPU_COUNT",
+                   "gpu_count for a resize must be a multiple of 8 from 8 to 128");
+    case absl::StatusCode::kResourceExhausted:
+      return Error(status.code(), "INSUFFICIENT_CAPACITY",
+                   absl::StrCat("cannot grow ", instance_id, " to ", new_gpu_count,
+                                " GPUs: ", ShortageOf(status)));
+    default:
+      return Error(absl::StatusCode::kFailedPrecondition, "NOT_WHOLE_NODES",
+                   absl::StrCat("instance ", instance_id,
+                                " does not hold whole nodes; only instances of 8 GPUs "
+                                "or more on whole nodes can be resized"));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<store::QueueVerdict>> DecideQueue(const store::FleetView& view,
+                                                             const SchedulingOptions& options) {
+  IdMap ids;
+  SV_ASSIGN_OR_RETURN(scheduler::Snapshot snapshot, BuildSnapshot(view, ids));
+  std::vector<scheduler::PendingRequest> pending;
+  pending.reserve(view.pending.size());
+  for (const store::PendingRow& p : view.pending) {
+    pending.push_back({{ids.Intern(p.id), p.gpu_count, p.max_leaves}, p.tenant_id,
+                       p.priority, p.queue_seq});
+  }
+  scheduler::Scheduler scheduler(options.scheduler);
+  scheduler::QueuePassResult pass =
+      scheduler.RunQueuePass(snapshot, pending, QueueOptionsFor(view, options));
+  std::vector<store::QueueVerdict> verdicts;
+  verdicts.reserve(pass.decisions.size());
+  for (const scheduler::QueueDecision& d : pass.decisions) {
+    store::QueueVerdict v;
+    v.instance_id = ids.Name(d.instance);
+    if (d.placed) {
+      v.grants = GrantsOf(view, d.placement.nodes);
+    } else {
+      v.queue_position = d.position;
+      v.reason = d.reason.empty() ? "waiting for capacity" : d.reason;
+    }
+    verdicts.push_back(std::move(v));
+  }
+  return verdicts;
+}
+
+absl::StatusOr<store::ResizeVerdict> DecideResize(const store::FleetView& view,
+                                                  const std::string& instance_id,
+                                                  const std::string& tenant_id,
+                                                  int new_gpu_count,
+                                                  const SchedulingOptions& options) {
+  IdMap ids;
+  SV_ASSIGN_OR_RETURN(scheduler::Snapshot snapshot, BuildSnapshot(view, ids));
+  std::optional<InstanceId> id = ids.Find(instance_id);
+  if (!id.has_value()) {
+    return Error(absl::StatusCode::kFailedPrecondition, "INSTANCE_HOLDS_NO_GPUS",
+                 absl::StrCat("instance ", instance_id, " holds no GPUs"));
+  }
+  const int old_gpu_count = static_cast<int>(snapshot.InstanceNodes(*id).size()) *
+                            scheduler::kGpusPerNode;
+  const int in_use = GpusInUse(view)[tenant_id];
+  const scheduler::TenantQuota quota = QuotaOf(view, tenant_id, options);
+  if (new_gpu_count > old_gpu_count &&
+      in_use + new_gpu_count - old_gpu_count > quota.gpus_in_use_max) {
+    return Error(absl::StatusCode::kResourceExhausted, "QUOTA_EXCEEDED",
+                 absl::StrCat("the tenant's GPU quota is ", quota.gpus_in_use_max, "; ",
+                              in_use, " in use, the resize needs ",
+                              new_gpu_count - old_gpu_count, " more"));
+  }
+  scheduler::Scheduler scheduler(options.scheduler);
+  auto result = scheduler.Resize(snapshot, *id, new_gpu_count);
+  if (!result.ok()) return ResizeError(result.status(), instance_id, new_gpu_count);
+  return store::ResizeVerdict{GrantsOf(view, result->added), GrantsOf(view, result->removed)};
+}
+
+absl::Status CheckAdmission(const store::AdmissionView& view, const std::string& tenant_id,
+                            const SchedulingOptions& options) {
+  if (view.request_seen) return absl::OkStatus();
+  scheduler::QueueOptions q;
+  q.default_quota = options.default_quota;
+  if (view.quota.has_value()) {
+    q.tenant_quotas[tenant_id] = {view.quota->gpus_in_use_max, view.quota->pending_count_max};
+  }
+  absl::Status status = scheduler::CheckPendingQuota(q, tenant_id, view.pending_count);
+  if (status.ok()) return status;
+  return Error(absl::StatusCode::kResourceExhausted, "QUOTA_EXCEEDED",
+               std::string(status.message()));
+}
+
+Scheduling::Scheduling(store::Database& db, SchedulingOptions options)
+    : store_(db), options_(options) {}
+
+absl::StatusOr<int> Scheduling::RunPass(absl::Time now) {
+  store::BeforeCommitHook hook;
+  if (options_.crash_after_decide) {
+    hook = [] {
+      spdlog::critical("control: fault SV_FAULT_CRASH_AFTER_DECIDE: exiting before commit");
+      spdlog::default_logger()->flush();
+      _exit(kCrashAfterDecideExitCode);
+    };
+  }
+  auto outcome = store_.RunQueuePass(
+      [this](const store::FleetView& view) { return DecideQueue(view, options_); },
+      options_.queue_max, now, hook);
+  if (!outcome.ok()) return outcome.status();
+  return outcome->placed;
+}
+
+absl::StatusOr<int> Scheduling::Resize(const std::string& tenant_id, const std::string& id,
+                                       int new_gpu_count, absl::Time now) {
+  if (new_gpu_count < scheduler::kGpusPerNode || new_gpu_count > scheduler::kGpuCountMax ||
+      new_gpu_count % scheduler::kGpusPerNode != 0) {
+    return Error(absl::StatusCode::kInvalidArgument, "INVALID_GPU_COUNT",
+                 "gpu_count for a resize must be a multiple of 8 from 8 to 128");
+  }
+  return store_.ResizeInstance(
+      tenant_id, id, new_gpu_count,
+      [this](const store::FleetView& view, const std::string& instance,
+             const std::string& tenant, int gpus) {
+        return DecideResize(view, instance, tenant, gpus, options_);
+      },
+      now);
+}
+
+absl::Status Scheduling::Admit(const std::string& tenant_id, const std::string& request_id) {
+  SV_ASSIGN_OR_RETURN(store::AdmissionView view, store_.LoadAdmission(tenant_id, request_id));
+  return CheckAdmission(view, tenant_id, options_);
+}
+
+}  // namespace sv::control

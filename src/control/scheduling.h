@@ -1,0 +1,76 @@
+#ifndef SV_CONTROL_SCHEDULING_H_
+#define SV_CONTROL_SCHEDULING_H_
+
+// Wires the pure scheduler library (sv_scheduler) to PostgreSQL: the adapter
+// functions turn a store::FleetView into a scheduler::Snapshot and queue,
+// and map the library's decisions back to database ids; Scheduling runs
+// them inside SchedulingStore's transactions.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "scheduler/scheduler.h"
+#include "store/scheduling_store.h"
+
+namespace sv::control {
+
+struct SchedulingOptions {
+  scheduler::SchedulerOptions scheduler;
+  // Applies to tenants without a tenant_quotas row.
+  scheduler::TenantQuota default_quota;
+  int queue_max = 1000;  // pending instances read per pass
+  // Test-only fault: _exit() after a pass has written its decisions and
+  // before it commits. svd sets it from SV_FAULT_CRASH_AFTER_DECIDE=1.
+  bool crash_after_decide = false;
+};
+
+// Exit code of the crash_after_decide fault, so a test can tell it apart.
+inline constexpr int kCrashAfterDecideExitCode = 86;
+
+// ---- The adapter (pure; unit-tested without a database) ---------------------
+
+// The queue pass: every pending instance of the view gets a verdict, placed
+// (with its GPUs) or waiting (with its position and reason).
+absl::StatusOr<std::vector<store::QueueVerdict>> DecideQueue(
+    const store::FleetView& view, const SchedulingOptions& options);
+
+// Grows or shrinks a whole-node instance held in the view. Fails with
+// INVALID_ARGUMENT / FAILED_PRECONDITION / RESOURCE_EXHAUSTED and a reason.
+absl::StatusOr<store::ResizeVerdict> DecideResize(const store::FleetView& view,
+                                                  const std::string& instance_id,
+                                                  const std::string& tenant_id,
+                                                  int new_gpu_count,
+                                                  const SchedulingOptions& options);
+
+// RESOURCE_EXHAUSTED / QUOTA_EXCEEDED when a new create would exceed the
+// tenant's pending quota; a retry of an accepted create always passes.
+absl::Status CheckAdmission(const store::AdmissionView& view, const std::string& tenant_id,
+                            const SchedulingOptions& options);
+
+// ---- Running it against the database ------------------------------------------
+
+class Scheduling {
+ public:
+  Scheduling(store::Database& db, SchedulingOptions options);
+
+  // One queue pass; returns how many instances were placed.
+  absl::StatusOr<int> RunPass(absl::Time now);
+  // Returns the GPU count before the resize.
+  absl::StatusOr<int> Resize(const std::string& tenant_id, const std::string& id,
+                             int new_gpu_count, absl::Time now);
+  absl::Status Admit(const std::string& tenant_id, const std::string& request_id);
+
+  store::SchedulingStore& store() { return store_; }
+  const SchedulingOptions& options() const { return options_; }
+
+ private:
+  store::SchedulingStore store_;
+  SchedulingOptions options_;
+};
+
+}  // namespace sv::control
+
+#endif  // SV_CONTROL_SCHEDULING_H_

@@ -1,0 +1,384 @@
+#include "store/scheduling_store.h"
+
+#include <cassert>
+#include <pqxx/pqxx>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status.h"
+
+namespace sv::store {
+namespace {
+
+// Shared by every svd replica: serialises queue passes, resizes and node
+// state changes cluster-wide (the same key the foundation placer used).
+constexpr int64_t kPlacementLockKey = 0x5356'0002;
+
+void TakePlacementLock(pqxx::work& txn) {
+  txn.exec(absl::StrCat("SELECT pg_advisory_xact_lock(", kPlacementLockKey, ")"));
+}
+
+NodeState ParseNodeState(const std::string& s) {
+  if (s == "ready") return NodeState::kReady;
+  if (s == "cordoned") return NodeState::kCordoned;
+  if (s == "draining") return NodeState::kDraining;
+  return NodeState::kDown;
+}
+
+const char* NodeStateText(NodeState s) {
+  switch (s) {
+    case NodeState::kReady: return "ready";
+    case NodeState::kCordoned: return "cordoned";
+    case NodeState::kDraining: return "draining";
+    case NodeState::kDown: return "down";
+  }
+  return "down";
+}
+
+std::string IntArray(const std::vector<int>& values) {
+  return absl::StrCat("{", absl::StrJoin(values, ","), "}");
+}
+
+std::string TextArray(const std::vector<std::string>& ids) {
+  return absl::StrCat("{", absl::StrJoin(ids, ","), "}");
+}
+
+void RecordEvent(pqxx::work& txn, const std::string& instance_id, absl::Time at,
+                 const std::string& from, const std::string& to, const std::string& reason) {
+  txn.exec_params(
+      "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
+      "VALUES ($1, $2::timestamptz, $3, $4, $5)",
+      instance_id, SqlTime(at), from, to, reason);
+}
+
+void LoadFleet(pqxx::work& txn, FleetView& view) {
+  for (const auto& row : txn.exec(
+           "SELECT id, name, zone, pod, leaf_switch, gpu_count, state FROM nodes "
+           "ORDER BY name")) {
+    view.nodes.push_back({row[0].as<std::string>(), row[1].as<std::string>(),
+                          row[2].as<std::string>(), row[3].as<std::string>(),
+                          row[4].as<std::string>(), row[5].as<int>(),
+                          ParseNodeState(row[6].as<std::string>())});
+  }
+  for (const auto& row : txn.exec(
+           "SELECT r.node_id, r.gpu_index, r.instance_id, i.tenant_id "
+           "FROM gpu_reservations r JOIN instances i ON i.id = r.instance_id "
+           "ORDER BY r.node_id, r.gpu_index")) {
+    view.reservations.push_back({row[0].as<std::string>(), row[1].as<int>(),
+                                 row[2].as<std::string>(), row[3].as<std::string>()});
+  }
+  for (const auto& row : txn.exec(
+           "SELECT tenant_id, gpus_in_use_max, pending_count_max FROM tenant_quotas")) {
+    TenantQuotaRow q{row[0].as<std::string>(), row[1].as<int>(), row[2].as<int>()};
+    view.quotas[q.tenant_id] = q;
+  }
+}
+
+std::string GrantText(const FleetView& view, const std::vector<GpuGrant>& grants) {
+  std::map<std::string, std::string> names;
+  for (const auto& n : view.nodes) names[n.id] = n.name;
+  std::vector<std::string> parts;
+  for (const auto& g : grants) {
+    parts.push_back(absl::StrCat(names[g.node_id], "[", absl::StrJoin(g.gpu_indices, ","), "]"));
+  }
+  return absl::StrJoin(parts, " ");
+}
+
+// Writes one verdict; returns true when the instance was placed.
+bool WriteVerdict(pqxx::work& txn, const FleetView& view, const QueueVerdict& v,
+                  const std::map<std::string, int>& gpu_counts, absl::Time now) {
+  if (v.grants.empty()) {
+    // Only touch rows whose explanation changed, so idle passes write nothing.
+    txn.exec_params(
+        "UPDATE instances SET state_reason = $2, queue_position = $3 "
+        "WHERE id = $1 AND state = 'PENDING' "
+        "AND (state_reason <> $2 OR queue_position <> $3)",
+        v.instance_id, v.reason, v.queue_position);
+    return false;
+  }
+  const std::string reason = absl::StrCat("GPUs reserved on ", GrantText(view, v.grants));
+  auto updated = txn.exec_params(
+      "UPDATE instances SET state = 'SCHEDULED', state_reason = $2, queue_position = 0, "
+      "updated_at = $3::timestamptz WHERE id = $1 AND state = 'PENDING' RETURNING id",
+      v.instance_id, reason, SqlTime(now));
+  if (updated.empty()) return false;  // Deleted or stopped while we decided.
+  int gpu_total = 0;
+  for (const auto& g : v.grants) {
+    for (int gpu : g.gpu_indices) {
+      // The primary key rejects a second reservation of this GPU and aborts
+      // the whole pass, so no scheduler bug can double-book.
+      txn.exec_params(
+          "INSERT INTO gpu_reservations (node_id, gpu_index, instance_id, reserved_at) "
+          "VALUES ($1, $2, $3, $4::timestamptz)",
+          g.node_id, gpu, v.instance_id, SqlTime(now));
+      ++gpu_total;
+    }
+  }
+  // The decider grants exactly what was asked; anything else is a bug.
+  assert(gpu_counts.count(v.instance_id) == 1 && gpu_total == gpu_counts.at(v.instance_id));
+  (void)gpu_counts;
+  (void)gpu_total;
+  RecordEvent(txn, v.instance_id, now, "PENDING", "SCHEDULED", reason);
+  return true;
+}
+
+absl::Status NodeNotFound(const std::string& name) {
+  return Error(absl::StatusCode::kNotFound, "NODE_NOT_FOUND",
+               absl::StrCat("node '", name, "' not found"));
+}
+
+NodeUsage UsageFromRow(const pqxx::row& row) {
+  NodeUsage u;
+  u.node = {row[0].as<std::string>(), row[1].as<std::string>(), row[2].as<std::string>(),
+            row[3].as<std::string>(), row[4].as<std::string>(), row[5].as<std::string>(),
+            row[6].as<int>(), ParseNodeState(row[7].as<std::string>()), row[8].as<bool>()};
+  u.free_gpu_count = u.node.gpu_count - row[9].as<int>();
+  u.instance_count = row[10].as<int>();
+  return u;
+}
+
+const char* const kNodeUsageSelect =
+    "SELECT n.id, n.name, n.zone, n.pod, n.leaf_switch, n.gpu_model, n.gpu_count, n.state, "
+    "n.simulated, "
+    "(SELECT count(*) FROM gpu_reservations r WHERE r.node_id = n.id), "
+    "(SELECT count(DISTINCT instance_id) FROM gpu_reservations r WHERE r.node_id = n.id) "
+    "FROM nodes n ";
+
+// The state a node action leads to, or why it may not happen.
+absl::StatusOr<NodeState> NextNodeState(const std::string& name, NodeState from,
+                                        NodeAction action) {
+  if (from == NodeState::kDown) {
+    return Error(absl::StatusCode::kFailedPrecondition, "NODE_DOWN",
+                 absl::StrCat("node '", name, "' is down; its agent must come back first"));
+  }
+  switch (action) {
+    case NodeAction::kCordon:
+      // A draining node already takes no placements; keep its stronger state.
+      return from == NodeState::kDraining ? from : NodeState::kCordoned;
+    case NodeAction::kUncordon:
+      return NodeState::kReady;
+    case NodeAction::kDrain:
+      return NodeState::kDraining;
+  }
+  return from;
+}
+
+}  // namespace
+
+absl::StatusOr<PassOutcome> SchedulingStore::RunQueuePass(const QueueDecider& decide,
+                                                          int queue_max, absl::Time now,
+                                                          const BeforeCommitHook& before_commit) {
+  PassOutcome outcome;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    outcome = {};
+    TakePlacementLock(txn);
+    FleetView view;
+    std::map<std::string, int> gpu_counts;
+    for (const auto& row : txn.exec_params(
+             "SELECT id, tenant_id, gpu_count, max_leaves, priority, queue_seq "
+             "FROM instances WHERE state = 'PENDING' "
+             "ORDER BY priority DESC, queue_seq LIMIT $1",
+             queue_max)) {
+      view.pending.push_back({row[0].as<std::string>(), row[1].as<std::string>(),
+                              row[2].as<int>(), row[3].as<int>(), row[4].as<int>(),
+                              row[5].as<int64_t>()});
+      gpu_counts[view.pending.back().id] = view.pending.back().gpu_count;
+    }
+    if (view.pending.empty()) return absl::OkStatus();
+    LoadFleet(txn, view);
+    SV_ASSIGN_OR_RETURN(std::vector<QueueVerdict> verdicts, decide(view));
+    for (const QueueVerdict& v : verdicts) {
+      if (WriteVerdict(txn, view, v, gpu_counts, now)) {
+        ++outcome.placed;
+      } else {
+        ++outcome.waiting;
+      }
+    }
+    if (before_commit) before_commit();
+    return absl::OkStatus();
+  }));
+  return outcome;
+}
+
+absl::StatusOr<int> SchedulingStore::ResizeInstance(const std::string& tenant_id,
+                                                    const std::string& id, int new_gpu_count,
+                                                    const ResizeDecider& decide,
+                                                    absl::Time now) {
+  int old_gpu_count = 0;
+  absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    TakePlacementLock(txn);
+    auto rows = txn.exec_params(
+        "SELECT state, gpu_count FROM instances WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
+        tenant_id, id);
+    if (rows.empty()) {
+      return Error(absl::StatusCode::kNotFound, "INSTANCE_NOT_FOUND",
+                   absl::StrCat("instance ", id, " not found"));
+    }
+    const std::string state = rows[0][0].as<std::string>();
+    old_gpu_count = rows[0][1].as<int>();
+    if (state != "RUNNING") {
+      return Error(absl::StatusCode::kFailedPrecondition, "INSTANCE_NOT_RUNNING",
+                   absl::StrCat("instance ", id, " is ", state,
+                                "; only a RUNNING instance can be resized"));
+    }
+    if (old_gpu_count == new_gpu_count) return absl::OkStatus();
+    FleetView view;
+    LoadFleet(txn, view);
+    SV_ASSIGN_OR_RETURN(ResizeVerdict verdict, decide(view, id, tenant_id, new_gpu_count));
+    for (const auto& g : verdict.removed) {
+      txn.exec_params(
+          "DELETE FROM gpu_reservations WHERE node_id = $1 "
+          "AND gpu_index = ANY($2::int[]) AND instance_id = $3",
+          g.node_id, IntArray(g.gpu_indices), id);
+    }
+    for (const auto& g : verdict.added) {
+      for (int gpu : g.gpu_indices) {
+        txn.exec_params(
+            "INSERT INTO gpu_reservations (node_id, gpu_index, instance_id, reserved_at) "
+            "VALUES ($1, $2, $3, $4::timestamptz)",
+            g.node_id, gpu, id, SqlTime(now));
+      }
+    }
+    const int held = txn.exec_params1(
+        "SELECT count(*) FROM gpu_reservations WHERE instance_id = $1", id)[0].as<int>();
+    assert(held == new_gpu_count);
+    (void)held;
+    const std::string reason =
+        absl::StrCat("resized from ", old_gpu_count, " to ", new_gpu_count, " GPUs");
+    txn.exec_params(
+        "UPDATE instances SET gpu_count = $2, state_reason = $3, updated_at = $4::timestamptz "
+        "WHERE id = $1",
+        id, new_gpu_count, reason, SqlTime(now));
+    RecordEvent(txn, id, now, "RUNNING", "RUNNING", reason);
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  return old_gpu_count;
+}
+
+absl::StatusOr<std::map<std::string, int>> SchedulingStore::QueuePositions(
+    const std::string& tenant_id, const std::vector<std::string>& ids) {
+  std::map<std::string, int> positions;
+  if (ids.empty()) return positions;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    positions.clear();
+    for (const auto& row : txn.exec_params(
+             "SELECT id, queue_position FROM instances WHERE tenant_id = $1 "
+             "AND id = ANY($2::text[]) AND state = 'PENDING'",
+             tenant_id, TextArray(ids))) {
+      positions[row[0].as<std::string>()] = row[1].as<int>();
+    }
+    return absl::OkStatus();
+  }));
+  return positions;
+}
+
+absl::StatusOr<AdmissionView> SchedulingStore::LoadAdmission(const std::string& tenant_id,
+                                                             const std::string& request_id) {
+  AdmissionView view;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    view = {};
+    auto row = txn.exec_params1(
+        "SELECT EXISTS (SELECT 1 FROM instances WHERE tenant_id = $1 AND request_id = $2), "
+        "(SELECT count(*) FROM instances WHERE tenant_id = $1 AND state = 'PENDING')",
+        tenant_id, request_id);
+    view.request_seen = row[0].as<bool>();
+    view.pending_count = row[1].as<int>();
+    auto quota = txn.exec_params(
+        "SELECT tenant_id, gpus_in_use_max, pending_count_max FROM tenant_quotas "
+        "WHERE tenant_id = $1",
+        tenant_id);
+    if (!quota.empty()) {
+      view.quota = TenantQuotaRow{quota[0][0].as<std::string>(), quota[0][1].as<int>(),
+                                  quota[0][2].as<int>()};
+    }
+    return absl::OkStatus();
+  }));
+  return view;
+}
+
+absl::StatusOr<std::vector<NodeUsage>> SchedulingStore::ListNodes(const std::string& after_name,
+                                                                  int limit) {
+  assert(limit > 0 && limit <= 1001);
+  std::vector<NodeUsage> nodes;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    nodes.clear();
+    for (const auto& row :
+         txn.exec_params(std::string(kNodeUsageSelect) + "WHERE n.name > $1 ORDER BY n.name "
+                                                         "LIMIT $2",
+                         after_name, limit)) {
+      nodes.push_back(UsageFromRow(row));
+    }
+    return absl::OkStatus();
+  }));
+  return nodes;
+}
+
+absl::StatusOr<DrainOutcome> SchedulingStore::ChangeNode(const std::string& name,
+                                                         NodeAction action) {
+  DrainOutcome outcome;
+  absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    outcome = {};
+    // Under the placement lock, so a pass that read the node as ready has
+    // committed before this returns: after a cordon, nothing new lands.
+    TakePlacementLock(txn);
+    auto rows = txn.exec_params("SELECT id, state FROM nodes WHERE name = $1 FOR UPDATE", name);
+    if (rows.empty()) return NodeNotFound(name);
+    const std::string node_id = rows[0][0].as<std::string>();
+    SV_ASSIGN_OR_RETURN(NodeState next,
+                        NextNodeState(name, ParseNodeState(rows[0][1].as<std::string>()),
+                                      action));
+    txn.exec_params("UPDATE nodes SET state = $2 WHERE id = $1", node_id, NodeStateText(next));
+    outcome.node = UsageFromRow(txn.exec_params1(
+        std::string(kNodeUsageSelect) + "WHERE n.id = $1", node_id));
+    for (const auto& row : txn.exec_params(
+             "SELECT i.id, i.tenant_id, i.state, i.gpu_count FROM instances i "
+             "WHERE i.id IN (SELECT instance_id FROM gpu_reservations WHERE node_id = $1) "
+             "ORDER BY i.id",
+             node_id)) {
+      outcome.instances_to_move.push_back({row[0].as<std::string>(), row[1].as<std::string>(),
+                                           row[2].as<std::string>(), row[3].as<int>()});
+    }
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  return outcome;
+}
+
+absl::StatusOr<TenantQuotaRow> SchedulingStore::SetTenantQuota(const TenantQuotaRow& quota,
+                                                               absl::Time now) {
+  absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    if (txn.exec_params("SELECT 1 FROM tenants WHERE id = $1", quota.tenant_id).empty()) {
+      return Error(absl::StatusCode::kNotFound, "TENANT_NOT_FOUND",
+                   absl::StrCat("tenant ", quota.tenant_id, " not found"));
+    }
+    txn.exec_params(
+        "INSERT INTO tenant_quotas (tenant_id, gpus_in_use_max, pending_count_max, updated_at) "
+        "VALUES ($1, $2, $3, $4::timestamptz) ON CONFLICT (tenant_id) DO UPDATE SET "
+        "gpus_in_use_max = $2, pending_count_max = $3, updated_at = $4::timestamptz",
+        quota.tenant_id, quota.gpus_in_use_max, quota.pending_count_max, SqlTime(now));
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  return quota;
+}
+
+absl::StatusOr<std::optional<TenantQuotaRow>> SchedulingStore::GetTenantQuota(
+    const std::string& tenant_id) {
+  std::optional<TenantQuotaRow> quota;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    quota.reset();
+    auto rows = txn.exec_params(
+        "SELECT tenant_id, gpus_in_use_max, pending_count_max FROM tenant_quotas "
+        "WHERE tenant_id = $1",
+        tenant_id);
+    if (!rows.empty()) {
+      quota = TenantQuotaRow{rows[0][0].as<std::string>(), rows[0][1].as<int>(),
+                             rows[0][2].as<int>()};
+    }
+    return absl::OkStatus();
+  }));
+  return quota;
+}
+
+}  // namespace sv::store

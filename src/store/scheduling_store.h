@@ -1,0 +1,174 @@
+#ifndef SV_STORE_SCHEDULING_STORE_H_
+#define SV_STORE_SCHEDULING_STORE_H_
+
+// PostgreSQL side of scheduling: what a queue pass reads (the whole fleet,
+// the reservations and the queue) and how its decisions are written, resize,
+// node cordon/drain and tenant quotas. The decisions themselves come from a
+// caller-supplied function (src/control wraps sv_scheduler), so this file
+// holds SQL only. Every method is one transaction; times come from the
+// caller.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "store/database.h"
+#include "store/store.h"
+
+namespace sv::store {
+
+// ---- What a pass sees -------------------------------------------------------
+
+struct FleetNodeRow {
+  std::string id;
+  std::string name;
+  std::string zone;
+  std::string pod;
+  std::string leaf_switch;
+  int gpu_count = 8;
+  NodeState state = NodeState::kReady;
+};
+
+struct ReservationRow {
+  std::string node_id;
+  int gpu_index = 0;
+  std::string instance_id;
+  std::string tenant_id;
+};
+
+struct PendingRow {
+  std::string id;
+  std::string tenant_id;
+  int gpu_count = 0;
+  int max_leaves = 0;
+  int priority = 0;
+  int64_t queue_seq = 0;
+};
+
+struct TenantQuotaRow {
+  std::string tenant_id;
+  int gpus_in_use_max = 0;
+  int pending_count_max = 0;
+};
+
+// Nodes of every state (ordered by name), every GPU reservation, the queue
+// (priority, then queue_seq) and the tenants' quota rows.
+struct FleetView {
+  std::vector<FleetNodeRow> nodes;
+  std::vector<ReservationRow> reservations;
+  std::vector<PendingRow> pending;
+  std::map<std::string, TenantQuotaRow> quotas;
+};
+
+// ---- What a pass decides ------------------------------------------------------
+
+struct GpuGrant {
+  std::string node_id;
+  std::vector<int> gpu_indices;
+};
+
+// A placed instance has grants; a waiting one has none and a position.
+struct QueueVerdict {
+  std::string instance_id;
+  std::vector<GpuGrant> grants;
+  int queue_position = 0;
+  std::string reason;
+};
+
+struct ResizeVerdict {
+  std::vector<GpuGrant> added;
+  std::vector<GpuGrant> removed;
+};
+
+using QueueDecider =
+    std::function<absl::StatusOr<std::vector<QueueVerdict>>(const FleetView&)>;
+// Arguments: the fleet, the instance, its tenant, the new GPU count.
+using ResizeDecider = std::function<absl::StatusOr<ResizeVerdict>(
+    const FleetView&, const std::string&, const std::string&, int)>;
+// Runs after every decision of a pass is written, right before the commit.
+// Tests use it to crash there; in production it is empty.
+using BeforeCommitHook = std::function<void()>;
+
+struct PassOutcome {
+  int placed = 0;
+  int waiting = 0;
+};
+
+// ---- Operator views ------------------------------------------------------------
+
+struct NodeUsage {
+  NodeRecord node;
+  int free_gpu_count = 0;  // GPUs without a reservation (any node state)
+  int instance_count = 0;  // instances holding GPUs on the node
+};
+
+struct InstanceOnNode {
+  std::string instance_id;
+  std::string tenant_id;
+  std::string state;
+  int gpu_count = 0;
+};
+
+struct DrainOutcome {
+  NodeUsage node;
+  std::vector<InstanceOnNode> instances_to_move;
+};
+
+enum class NodeAction { kCordon, kUncordon, kDrain };
+
+// What admission control needs to know about a create.
+struct AdmissionView {
+  bool request_seen = false;  // a retry of a create that already exists
+  int pending_count = 0;
+  std::optional<TenantQuotaRow> quota;
+};
+
+class SchedulingStore {
+ public:
+  explicit SchedulingStore(Database& db) : db_(db) {}
+
+  // One queue pass under the cluster-wide placement lock: reads the fleet
+  // and at most `queue_max` pending instances, asks `decide`, and writes
+  // every verdict in the same transaction. A GPU reserved twice violates
+  // the gpu_reservations primary key and rolls the whole pass back.
+  absl::StatusOr<PassOutcome> RunQueuePass(const QueueDecider& decide, int queue_max,
+                                           absl::Time now,
+                                           const BeforeCommitHook& before_commit = {});
+
+  // Resizes a RUNNING instance of the tenant in place (same id, same
+  // running_since), under the placement lock. Returns the old GPU count.
+  absl::StatusOr<int> ResizeInstance(const std::string& tenant_id, const std::string& id,
+                                     int new_gpu_count, const ResizeDecider& decide,
+                                     absl::Time now);
+
+  // Queue positions of the tenant's PENDING instances among `ids`.
+  absl::StatusOr<std::map<std::string, int>> QueuePositions(
+      const std::string& tenant_id, const std::vector<std::string>& ids);
+
+  absl::StatusOr<AdmissionView> LoadAdmission(const std::string& tenant_id,
+                                              const std::string& request_id);
+
+  // Operators: nodes ordered by name after `after_name`, at most `limit`.
+  absl::StatusOr<std::vector<NodeUsage>> ListNodes(const std::string& after_name,
+                                                   int limit);
+  // Cordon: ready -> cordoned. Uncordon: cordoned/draining -> ready.
+  // Drain: ready/cordoned -> draining, and lists what must move. A DOWN node
+  // belongs to the agent's heartbeat logic: FAILED_PRECONDITION NODE_DOWN.
+  absl::StatusOr<DrainOutcome> ChangeNode(const std::string& name, NodeAction action);
+
+  absl::StatusOr<TenantQuotaRow> SetTenantQuota(const TenantQuotaRow& quota, absl::Time now);
+  absl::StatusOr<std::optional<TenantQuotaRow>> GetTenantQuota(const std::string& tenant_id);
+
+ private:
+  Database& db_;
+};
+
+}  // namespace sv::store
+
+#endif  // SV_STORE_SCHEDULING_STORE_H_
