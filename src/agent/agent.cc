@@ -1,0 +1,393 @@
+#include "agent/agent.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/util/time_util.h"
+#include "spdlog/spdlog.h"
+#include "sv/v1/agent.grpc.pb.h"
+
+namespace sv::agent {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+constexpr absl::Duration kTick = absl::Milliseconds(50);
+constexpr char kAgentVersion[] = "0.1.0";
+
+google::protobuf::Timestamp ToProto(absl::Time t) {
+  return TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(t));
+}
+
+RuntimeInstance FromProto(const v1::InstanceAssignment& a) {
+  RuntimeInstance r{a.instance_id(), {a.gpu_indices().begin(), a.gpu_indices().end()},
+                    a.image(), {}, {}};
+  for (const auto& v : a.volumes()) r.volumes.push_back({v.source(), v.target(), v.read_only()});
+  for (const auto& p : a.ports()) {
+    r.ports.push_back({p.host_port(), p.container_port(), p.protocol()});
+  }
+  return r;
+}
+
+// Writes `bytes` to a file and fsyncs it; returns the time taken.
+absl::Duration WriteProbe(const std::string& path, int64_t bytes) {
+  const absl::Time start = absl::Now();
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return absl::ZeroDuration();
+  std::string block(1 << 20, 'x');
+  for (int64_t left = bytes; left > 0; left -= static_cast<int64_t>(block.size())) {
+    if (write(fd, block.data(), std::min<int64_t>(left, block.size())) < 0) break;
+  }
+  fsync(fd);
+  close(fd);
+  unlink(path.c_str());
+  return absl::Now() - start;
+}
+
+}  // namespace
+
+// One connection to svd: registers, then loops sending heartbeats, reports
+// and telemetry while a reader thread takes svd's desired instance sets.
+class Agent::Session {
+ public:
+  Session(Agent& agent) : a_(agent), o_(agent.options_) {}
+
+  // Returns true when the agent should stop for good (a scripted death).
+  bool Run(v1::AgentService::Stub& stub, bool* registered) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer " + o_.credential);
+    auto stream = stub.Connect(&context);
+    if (!stream->Write(RegisterMessage())) return Finish(context, *stream, false);
+    v1::ServerMessage first;
+    if (!stream->Read(&first) || !first.has_registered()) return Finish(context, *stream, false);
+    *registered = true;
+    ApplyIntervals(first.registered());
+    spdlog::info("agent: {} registered as {} with svd at {}", o_.node_name,
+                 first.registered().node_id(), o_.endpoint);
+    std::thread reader([&] { ReadLoop(*stream); });
+    bool dead = Loop(context, *stream);
+    context.TryCancel();
+    reader.join();
+    Finish(context, *stream, dead);
+    return dead;
+  }
+
+ private:
+  using Stream = grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>;
+
+  bool Finish(grpc::ClientContext& context, Stream& stream, bool dead) {
+    context.TryCancel();
+    grpc::Status status = stream.Finish();
+    if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
+      spdlog::warn("agent: {}: stream to svd ended: {} {}", o_.node_name,
+                   static_cast<int>(status.error_code()), status.error_message());
+    }
+    return dead;
+  }
+
+  void ApplyIntervals(const v1::Registered& r) {
+    if (r.heartbeat_interval_ms() > 0) heartbeat_ = absl::Milliseconds(r.heartbeat_interval_ms());
+    if (r.telemetry_interval_ms() > 0) telemetry_ = absl::Milliseconds(r.telemetry_interval_ms());
+  }
+
+  std::vector<std::string> RunningIds() {
+    std::vector<std::string> ids;
+    auto list = a_.driver_->List();
+    if (!list.ok()) return ids;
+    for (const auto& s : *list) {
+      if (s.running) ids.push_back(s.instance_id);
+    }
+    return ids;
+  }
+
+  v1::AgentMessage RegisterMessage() {
+    v1::AgentMessage m;
+    auto* r = m.mutable_register_();
+    r->set_node_name(o_.node_name);
+    r->set_gpu_model(o_.gpu_model);
+    r->set_gpu_count(o_.gpu_count);
+    r->set_zone(o_.zone);
+    r->set_pod(o_.pod);
+    r->set_leaf_switch(o_.leaf_switch);
+    r->set_agent_version(kAgentVersion);
+    r->set_driver(a_.driver_->Name());
+    for (auto& id : RunningIds()) r->add_running_instance_ids(id);
+    return m;
+  }
+
+  void ReadLoop(Stream& stream) {
+    v1::ServerMessage m;
+    while (stream.Read(&m)) {
+      if (m.has_desired()) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        desired_.clear();
+        for (const auto& a : m.desired().instances()) desired_[a.instance_id()] = FromProto(a);
+        desired_changed_ = true;
+      } else if (m.has_error()) {
+        spdlog::warn("agent: {}: svd refused a message: {} {}", o_.node_name,
+                     m.error().reason(), m.error().message());
+      }
+    }
+  }
+
+  bool Loop(grpc::ClientContext& context, Stream& stream) {
+    absl::Time next_heartbeat = absl::Now() + heartbeat_;
+    absl::Time next_telemetry = absl::Now() + telemetry_;
+    absl::Time next_poll = absl::Now();
+    while (a_.Sleep(kTick)) {
+      FaultState faults = CurrentFaults();
+      if (faults.dead) {
+        spdlog::warn("agent: {}: scripted death", o_.node_name);
+        return true;
+      }
+      if (faults.heartbeats_lost) continue;  // Silent: svd hears nothing.
+      bool changed = false;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        std::swap(changed, desired_changed_);
+      }
+      const absl::Time now = absl::Now();
+      if (changed || now >= next_poll) {
+        if (!Reconcile(stream)) return false;
+        next_poll = now + o_.runtime_poll_interval;
+      }
+      if (now >= next_heartbeat) {
+        v1::AgentMessage m;
+        for (auto& id : RunningIds()) m.mutable_heartbeat()->add_running_instance_ids(id);
+        if (!stream.Write(m)) return false;
+        next_heartbeat = now + heartbeat_;
+      }
+      if (now >= next_telemetry) {
+        if (!SendTelemetry(stream, faults)) return false;
+        next_telemetry = now + telemetry_;
+      }
+    }
+    return false;
+  }
+
+  FaultState CurrentFaults() {
+    const absl::Duration since = a_.clock_.Now() - o_.fault_epoch;
+    FaultState s = FaultsAt(o_.faults, o_.node_name, o_.gpu_count, fault_checked_, since);
+    fault_checked_ = since;
+    for (int g = 0; g < o_.gpu_count; ++g) pending_xids_[g] += s.xid_errors[g];
+    return s;
+  }
+
+  bool Report(Stream& stream, const std::string& id, v1::AgentInstanceState state,
+              int exit_code, const std::string& reason) {
+    v1::AgentMessage m;
+    auto* r = m.mutable_report();
+    r->set_instance_id(id);
+    r->set_state(state);
+    r->set_exit_code(exit_code);
+    r->set_reason(reason);
+    *r->mutable_observe_time() = ToProto(a_.clock_.Now());
+    spdlog::info("agent: {}: instance {} {} {}", o_.node_name, id,
+                 v1::AgentInstanceState_Name(state), reason);
+    return stream.Write(m);
+  }
+
+  // Starts what svd wants and does not run, stops what runs unwanted, and
+  // reports what ended by itself.
+  bool Reconcile(Stream& stream) {
+    std::map<std::string, RuntimeInstance> desired;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      desired = desired_;
+    }
+    auto list = a_.driver_->List();
+    if (!list.ok()) {
+      spdlog::warn("agent: {}: runtime list failed: {}", o_.node_name, list.status().ToString());
+      return true;
+    }
+    std::set<std::string> known;
+    for (const RuntimeStatus& s : *list) {
+      known.insert(s.instance_id);
+      const bool wanted = desired.count(s.instance_id) > 0;
+      if (s.running && !wanted) {
+        (void)a_.driver_->Stop(s.instance_id);
+        if (!Report(stream, s.instance_id, v1::AGENT_STOPPED, 0, "svd no longer wants it")) {
+          return false;
+        }
+      } else if (!s.running) {
+        (void)a_.driver_->Stop(s.instance_id);  // Forget it.
+        if (wanted) {
+          ended_.insert(s.instance_id);
+          if (!Report(stream, s.instance_id, v1::AGENT_EXITED, s.exit_code, s.detail)) {
+            return false;
+          }
+        }
+      } else {
+        running_.insert(s.instance_id);
+      }
+    }
+    for (const auto& [id, instance] : desired) {
+      if (known.count(id) || ended_.count(id)) continue;
+      absl::Status started = a_.driver_->Start(instance);
+      if (!Report(stream, id, started.ok() ? v1::AGENT_STARTED : v1::AGENT_START_FAILED,
+                  0, started.ok() ? "started" : std::string(started.message()))) {
+        return false;
+      }
+    }
+    // An instance svd stopped wanting may be wanted again later (restart).
+    for (auto it = ended_.begin(); it != ended_.end();) {
+      it = desired.count(*it) ? std::next(it) : ended_.erase(it);
+    }
+    std::set<int> busy;
+    for (const auto& [id, instance] : desired) {
+      if (!ended_.count(id)) busy.insert(instance.gpu_indices.begin(), instance.gpu_indices.end());
+    }
+    if (auto* sim = dynamic_cast<SimulatedTelemetry*>(a_.telemetry_.get())) sim->SetBusyGpus(busy);
+    return true;
+  }
+
+  bool SendTelemetry(Stream& stream, const FaultState& faults) {
+    v1::AgentMessage m;
+    auto* batch = m.mutable_telemetry();
+    if (auto* sim = dynamic_cast<SimulatedTelemetry*>(a_.telemetry_.get())) {
+      std::vector<SimulatedGpuFaults> gpu_faults(o_.gpu_count);
+      for (int g = 0; g < o_.gpu_count; ++g) {
+        gpu_faults[g] = {faults.throttle_reasons[g], pending_xids_[g]};
+      }
+      pending_xids_.clear();
+      sim->SetFaults(gpu_faults);
+    }
+    const absl::Time now = a_.clock_.Now();
+    if (a_.telemetry_ != nullptr) {
+      auto readings = a_.telemetry_->Sample();
+      if (readings.ok()) {
+        for (const GpuReading& r : *readings) {
+          auto* s = batch->add_gpu_samples();
+          s->set_gpu_index(r.gpu_index);
+          *s->mutable_sample_time() = ToProto(now);
+          s->set_utilization_pct(r.utilization_pct);
+          s->set_memory_used_bytes(r.memory_used_bytes);
+          s->set_memory_total_bytes(r.memory_total_bytes);
+          s->set_temperature_c(r.temperature_c);
+          s->set_power_mw(r.power_mw);
+          s->set_throttle_reasons(r.throttle_reasons);
+          s->set_xid_errors(r.xid_errors);
+          s->set_ecc_uncorrected_errors(r.ecc_uncorrected_errors);
+        }
+      }
+    }
+    std::vector<std::string> running;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const auto& [id, instance] : desired_) {
+        if (!ended_.count(id)) running.push_back(id);
+      }
+    }
+    for (const std::string& id : running) AddProbes(batch, id, faults, now);
+    return stream.Write(m);
+  }
+
+  void AddProbes(v1::TelemetryBatch* batch, const std::string& id, const FaultState& faults,
+                 absl::Time now) {
+    if (o_.simulated) {
+      // Healthy simulated storage writes 4 GB/s; slow-storage caps it.
+      const int64_t rate = faults.storage_bytes_per_s > 0 ? faults.storage_bytes_per_s
+                                                          : 4'000'000'000;
+      auto* p = batch->add_storage_probes();
+      p->set_instance_id(id);
+      *p->mutable_probe_time() = ToProto(now);
+      p->set_bytes_written(o_.storage_probe_bytes);
+      p->set_duration_us(std::max<int64_t>(1, o_.storage_probe_bytes * 1'000'000 / rate));
+      auto* h = batch->add_latency();
+      h->set_instance_id(id);
+      for (double b : kLatencyBoundsUs) h->add_bound_us(b);
+      std::vector<int64_t> counts(kLatencyBucketCount, 0);
+      counts[2] = 95;  // 2..3 µs: a healthy fabric.
+      counts[3] = 5;
+      if (faults.latency_spike_us > 0) {
+        int bucket = kLatencyBucketCount - 1;
+        for (int i = 0; i < kLatencyBucketCount - 1; ++i) {
+          if (faults.latency_spike_us < kLatencyBoundsUs[i]) {
+            bucket = i;
+            break;
+          }
+        }
+        counts[bucket] += 20;
+      }
+      for (int64_t c : counts) h->add_counts(c);
+      return;
+    }
+    if (o_.probe_dir.empty()) return;
+    absl::Duration took = WriteProbe(o_.probe_dir + "/.sv-probe-" + id, o_.storage_probe_bytes);
+    if (took <= absl::ZeroDuration()) return;
+    auto* p = batch->add_storage_probes();
+    p->set_instance_id(id);
+    *p->mutable_probe_time() = ToProto(now);
+    p->set_bytes_written(o_.storage_probe_bytes);
+    p->set_duration_us(std::max<int64_t>(1, absl::ToInt64Microseconds(took)));
+  }
+
+  Agent& a_;
+  const AgentOptions& o_;
+  absl::Duration heartbeat_ = o_.heartbeat_interval;
+  absl::Duration telemetry_ = o_.telemetry_interval;
+  std::mutex mutex_;
+  std::map<std::string, RuntimeInstance> desired_;
+  bool desired_changed_ = false;
+  std::set<std::string> ended_;    // Reported ended while still desired.
+  std::set<std::string> running_;
+  absl::Duration fault_checked_ = absl::ZeroDuration();
+  std::map<int, int> pending_xids_;
+};
+
+Agent::Agent(AgentOptions options, std::unique_ptr<RuntimeDriver> driver,
+             std::unique_ptr<TelemetrySource> telemetry, const Clock& clock)
+    : options_(std::move(options)),
+      driver_(std::move(driver)),
+      telemetry_(std::move(telemetry)),
+      clock_(clock) {}
+
+Agent::~Agent() { Stop(); }
+
+void Agent::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+}
+
+bool Agent::Sleep(absl::Duration d) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  wake_.wait_for(lock, absl::ToChronoNanoseconds(d), [this] { return stopping_; });
+  return !stopping_;
+}
+
+void Agent::Run() {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(options_.reconnect_backoff_max)));
+  auto channel = grpc::CreateCustomChannel(options_.endpoint, grpc::InsecureChannelCredentials(),
+                                           args);
+  auto stub = v1::AgentService::NewStub(channel);
+  std::mt19937 random(std::random_device{}());
+  absl::Duration backoff = options_.reconnect_backoff_min;
+  while (Sleep(absl::ZeroDuration())) {
+    bool registered = false;
+    Session session(*this);
+    if (session.Run(*stub, &registered)) return;  // Scripted death.
+    if (registered) {
+      ++sessions_;
+      backoff = options_.reconnect_backoff_min;
+    }
+    // Full jitter, so a fleet that lost svd does not reconnect in lockstep.
+    std::uniform_real_distribution<double> jitter(0.5, 1.0);
+    if (!Sleep(backoff * jitter(random))) return;
+    backoff = std::min(backoff * 2, options_.reconnect_backoff_max);
+  }
+}
+
+}  // namespace sv::agent

@@ -1,0 +1,77 @@
+#ifndef SV_AGENT_AGENT_H_
+#define SV_AGENT_AGENT_H_
+
+// svagent's core: holds the stream to svd, reconnects with backoff, and
+// reconciles what svd wants running against what the runtime runs.
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "agent/fault_script.h"
+#include "agent/runtime_driver.h"
+#include "agent/telemetry.h"
+#include "common/clock.h"
+
+namespace sv::agent {
+
+struct AgentOptions {
+  std::string endpoint;    // host:port of svd.
+  std::string credential;  // svn_<id>_<secret>.
+  std::string node_name;
+  std::string zone = "zone-a";
+  std::string pod = "pod-1";
+  std::string leaf_switch = "leaf-1";
+  std::string gpu_model = "RTX 4090";
+  int gpu_count = 8;
+  bool simulated = false;  // Registers the node as simulated.
+  absl::Duration heartbeat_interval = absl::Seconds(5);
+  absl::Duration telemetry_interval = absl::Seconds(10);
+  absl::Duration runtime_poll_interval = absl::Seconds(1);
+  absl::Duration reconnect_backoff_min = absl::Milliseconds(200);
+  absl::Duration reconnect_backoff_max = absl::Seconds(10);
+  absl::Duration rpc_connect_timeout = absl::Seconds(5);
+  // Storage write probe per running instance and telemetry round, written
+  // under `probe_dir` (empty: no probes).
+  std::string probe_dir;
+  int64_t storage_probe_bytes = 8 << 20;
+  // Simulated agents only: faults from a script, timed from `fault_epoch`.
+  std::vector<Fault> faults;
+  absl::Time fault_epoch;
+};
+
+class Agent {
+ public:
+  Agent(AgentOptions options, std::unique_ptr<RuntimeDriver> driver,
+        std::unique_ptr<TelemetrySource> telemetry, const Clock& clock);
+  ~Agent();
+
+  // Runs until Stop() or a scripted death.
+  void Run();
+  // Thread-safe; makes Run() return soon.
+  void Stop();
+
+  // For tests and logs: how many times the stream was (re)established.
+  int sessions() const { return sessions_.load(); }
+
+ private:
+  class Session;
+  bool Sleep(absl::Duration d);  // False when stopping.
+
+  AgentOptions options_;
+  std::unique_ptr<RuntimeDriver> driver_;
+  std::unique_ptr<TelemetrySource> telemetry_;
+  const Clock& clock_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::atomic<int> sessions_{0};
+};
+
+}  // namespace sv::agent
+
+#endif  // SV_AGENT_AGENT_H_

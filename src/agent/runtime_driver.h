@@ -1,0 +1,75 @@
+#ifndef SV_AGENT_RUNTIME_DRIVER_H_
+#define SV_AGENT_RUNTIME_DRIVER_H_
+
+// How svagent runs instances on its node. One driver per agent; see
+// docs/agent.md for adding a containerd or VM driver.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace sv::agent {
+
+struct PortMap {
+  int host_port = 0;
+  int container_port = 0;
+  std::string protocol = "tcp";
+};
+
+struct VolumeMap {
+  std::string source;
+  std::string target;
+  bool read_only = false;
+};
+
+// Everything a driver needs to start one instance on this node.
+struct RuntimeInstance {
+  std::string instance_id;
+  std::vector<int> gpu_indices;
+  std::string image;
+  std::vector<VolumeMap> volumes;
+  std::vector<PortMap> ports;
+};
+
+// What the runtime says about an instance it knows.
+struct RuntimeStatus {
+  std::string instance_id;
+  bool running = false;
+  int exit_code = 0;   // Meaningful when !running; -1 when unknown.
+  std::string detail;  // e.g. "exited with code 3".
+};
+
+class RuntimeDriver {
+ public:
+  virtual ~RuntimeDriver() = default;
+  virtual std::string Name() const = 0;
+  // Starts the instance; starting one that already runs is a no-op.
+  virtual absl::Status Start(const RuntimeInstance& instance) = 0;
+  // Stops and forgets the instance; stopping an unknown one is a no-op.
+  virtual absl::Status Stop(const std::string& instance_id) = 0;
+  // Every instance the runtime knows, including ones that ended by
+  // themselves and were not yet stopped (forgotten) through Stop().
+  virtual absl::StatusOr<std::vector<RuntimeStatus>> List() = 0;
+};
+
+// Runs each instance as a local process group: `/bin/sh -c command` with
+// SV_INSTANCE_ID, SV_GPU_INDICES, SV_IMAGE and CUDA_VISIBLE_DEVICES set. Pid
+// files under `state_dir` let a restarted agent find what still runs.
+std::unique_ptr<RuntimeDriver> NewProcessDriver(const std::string& state_dir,
+                                                const std::string& command);
+
+// Runs each instance as a container through the docker CLI at `docker_path`.
+std::unique_ptr<RuntimeDriver> NewDockerDriver(const std::string& docker_path);
+
+// Keeps instances in memory only; used by simulated agents.
+std::unique_ptr<RuntimeDriver> NewSimulatedDriver();
+
+// The argv of `docker run` for an instance (without the program name).
+std::vector<std::string> DockerRunArgs(const RuntimeInstance& instance);
+
+}  // namespace sv::agent
+
+#endif  // SV_AGENT_RUNTIME_DRIVER_H_

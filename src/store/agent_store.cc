@@ -1,0 +1,552 @@
+#include "store/agent_store.h"
+
+#include <algorithm>
+#include <map>
+#include <pqxx/pqxx>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/ids.h"
+#include "common/status.h"
+
+namespace sv::store {
+namespace {
+
+// States in which an instance holds GPUs and its nodes must run it.
+constexpr char kHoldingStates[] = "('SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING')";
+
+absl::Status UnknownInstance(const std::string& node_id, const std::string& instance_id) {
+  return Error(absl::StatusCode::kNotFound, "UNKNOWN_INSTANCE",
+               absl::StrCat("instance ", instance_id.substr(0, 64),
+                            " holds no GPU on node ", node_id));
+}
+
+absl::Status InstanceNotFound(const std::string& id) {
+  return Error(absl::StatusCode::kNotFound, "INSTANCE_NOT_FOUND",
+               absl::StrCat("instance ", id, " not found"));
+}
+
+void RecordEvent(pqxx::work& txn, const std::string& instance_id, absl::Time at,
+                 const std::string& from, const std::string& to, const std::string& reason) {
+  txn.exec_params(
+      "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
+      "VALUES ($1, $2::timestamptz, $3, $4, $5)",
+      instance_id, SqlTime(at), from, to, reason);
+}
+
+// Ends an instance that holds GPUs: releases them, forgets its start
+// confirmations, and records the transition at `at`.
+void EndInstance(pqxx::work& txn, const std::string& instance_id, const std::string& from,
+                 const std::string& to, const std::string& reason, absl::Time at,
+                 absl::Time now) {
+  txn.exec_params("DELETE FROM gpu_reservations WHERE instance_id = $1", instance_id);
+  txn.exec_params("DELETE FROM instance_node_starts WHERE instance_id = $1", instance_id);
+  txn.exec_params(
+      "UPDATE instances SET state = $2, state_reason = $3, updated_at = $4::timestamptz, "
+      "running_since = NULL, idle_since = NULL WHERE id = $1",
+      instance_id, to, reason, SqlTime(now));
+  RecordEvent(txn, instance_id, at, from, to, reason);
+}
+
+NodeState ParseNodeStateText(const std::string& s) {
+  if (s == "ready") return NodeState::kReady;
+  if (s == "cordoned") return NodeState::kCordoned;
+  if (s == "draining") return NodeState::kDraining;
+  return NodeState::kDown;
+}
+
+InstanceState ParseInstanceState(const std::string& s) {
+  for (int i = 0; i <= static_cast<int>(InstanceState::kFailed); ++i) {
+    auto state = static_cast<InstanceState>(i);
+    if (InstanceStateName(state) == s) return state;
+  }
+  assert(false && "unknown instance state in database");
+  return InstanceState::kFailed;
+}
+
+const std::string kNodeStatusQuery = absl::StrCat(
+    "SELECT n.id, n.name, n.zone, n.pod, n.leaf_switch, n.gpu_model, n.gpu_count, "
+    "n.state, n.simulated, ", MicrosOf("n.last_heartbeat_at"),
+    ", (SELECT count(*) FROM gpu_reservations r WHERE r.node_id = n.id) FROM nodes n ");
+
+NodeStatus NodeStatusFromRow(const pqxx::row& row) {
+  NodeStatus s;
+  s.node = {row[0].as<std::string>(), row[1].as<std::string>(), row[2].as<std::string>(),
+            row[3].as<std::string>(), row[4].as<std::string>(), row[5].as<std::string>(),
+            row[6].as<int>(), ParseNodeStateText(row[7].as<std::string>()),
+            row[8].as<bool>()};
+  if (!row[9].is_null()) s.last_heartbeat_at = TimeFromMicros(row[9].as<int64_t>());
+  s.gpus_reserved = row[10].as<int>();
+  return s;
+}
+
+absl::Time MinuteOf(absl::Time t) {
+  return absl::FromUnixSeconds(absl::ToUnixSeconds(t) / 60 * 60);
+}
+
+// One (instance, minute) cell of the aggregates, built in memory per batch.
+struct MinuteCell {
+  int gpu_samples = 0;
+  int gpu_samples_healthy = 0;
+  int64_t utilization_pct_sum = 0;
+  int xid_errors = 0;
+  int storage_probes = 0;
+  int64_t storage_bytes_written = 0;
+  int64_t storage_duration_us = 0;
+  std::optional<int64_t> storage_min_bytes_per_s;
+  std::vector<int64_t> latency_counts;
+};
+
+std::string BigintArray(const std::vector<int64_t>& v) {
+  return absl::StrCat("{", absl::StrJoin(v, ","), "}");
+}
+
+}  // namespace
+
+std::string NodeStateText(NodeState state) {
+  switch (state) {
+    case NodeState::kReady: return "ready";
+    case NodeState::kCordoned: return "cordoned";
+    case NodeState::kDraining: return "draining";
+    case NodeState::kDown: return "down";
+  }
+  return "down";
+}
+
+// ---- Credentials -----------------------------------------------------------
+
+absl::Status AgentStore::CreateNodeCredential(const std::string& id,
+                                              const std::string& node_name,
+                                              const std::string& secret_sha256,
+                                              absl::Time now) {
+  return db_.Transact([&](pqxx::work& txn) {
+    txn.exec_params(
+        "INSERT INTO node_credentials (id, node_name, secret_sha256, created_at) "
+        "VALUES ($1, $2, $3, $4::timestamptz)",
+        id, node_name, secret_sha256, SqlTime(now));
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<NodeCredentialRecord> AgentStore::LookupNodeCredential(const std::string& id) {
+  std::optional<NodeCredentialRecord> found;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    found.reset();
+    auto rows = txn.exec_params(
+        "SELECT node_name, secret_sha256, revoked_at IS NOT NULL FROM node_credentials "
+        "WHERE id = $1",
+        id);
+    if (!rows.empty()) {
+      found = NodeCredentialRecord{id, rows[0][0].as<std::string>(),
+                                   rows[0][1].as<std::string>(), rows[0][2].as<bool>()};
+    }
+    return absl::OkStatus();
+  }));
+  if (!found) {
+    return Error(absl::StatusCode::kUnauthenticated, "NODE_CREDENTIAL_UNKNOWN",
+                 "the node credential is not known");
+  }
+  return *found;
+}
+
+// ---- Registration and heartbeats -------------------------------------------
+
+absl::StatusOr<std::string> AgentStore::RegisterNode(const NodeRecord& node, absl::Time now) {
+  std::string node_id;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    // A node coming back from 'down' is ready again; cordoned and draining
+    // are operator decisions and survive a reconnect.
+    auto row = txn.exec_params1(
+        "INSERT INTO nodes (id, name, zone, pod, leaf_switch, gpu_model, gpu_count, "
+        "state, simulated, last_heartbeat_at, created_at) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, 'ready', $8, $9::timestamptz, $9::timestamptz) "
+        "ON CONFLICT (name) DO UPDATE SET zone = EXCLUDED.zone, pod = EXCLUDED.pod, "
+        "leaf_switch = EXCLUDED.leaf_switch, gpu_model = EXCLUDED.gpu_model, "
+        "gpu_count = EXCLUDED.gpu_count, simulated = EXCLUDED.simulated, "
+        "last_heartbeat_at = EXCLUDED.last_heartbeat_at, "
+        "state = CASE WHEN nodes.state = 'down' THEN 'ready' ELSE nodes.state END "
+        "RETURNING id",
+        NewId("node"), node.name, node.zone, node.pod, node.leaf_switch, node.gpu_model,
+        node.gpu_count, node.simulated, SqlTime(now));
+    node_id = row[0].as<std::string>();
+    return absl::OkStatus();
+  }));
+  return node_id;
+}
+
+absl::StatusOr<bool> AgentStore::Heartbeat(const std::string& node_id, absl::Time now) {
+  bool alive = false;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    // A heartbeat after the node was declared down does not revive it.
+    alive = !txn.exec_params(
+                    "UPDATE nodes SET last_heartbeat_at = $2::timestamptz "
+                    "WHERE id = $1 AND state <> 'down' RETURNING id",
+                    node_id, SqlTime(now))
+                 .empty();
+    return absl::OkStatus();
+  }));
+  return alive;
+}
+
+// ---- Lifecycle ---------------------------------------------------------------
+
+absl::StatusOr<std::vector<AgentAssignment>> AgentStore::DesiredForNode(
+    const std::string& node_id, absl::Time now) {
+  std::vector<AgentAssignment> desired;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    desired.clear();
+    auto rows = txn.exec_params(
+        absl::StrCat("SELECT i.id, i.image, i.state, array_agg(r.gpu_index ORDER BY "
+                     "r.gpu_index)::text FROM gpu_reservations r JOIN instances i ON "
+                     "i.id = r.instance_id JOIN nodes n ON n.id = r.node_id "
+                     "WHERE r.node_id = $1 AND n.state <> 'down' AND i.state IN ",
+                     kHoldingStates, " GROUP BY i.id, i.image, i.state ORDER BY i.id"),
+        node_id);
+    for (const auto& row : rows) {
+      AgentAssignment a{row[0].as<std::string>(), {}, row[1].as<std::string>()};
+      std::string gpus = row[3].as<std::string>();  // "{0,1,2}"
+      for (const auto& part : absl::StrSplit(gpus.substr(1, gpus.size() - 2), ',')) {
+        int gpu = 0;
+        if (absl::SimpleAtoi(part, &gpu)) a.gpu_indices.push_back(gpu);
+      }
+      if (row[2].as<std::string>() == "SCHEDULED") {
+        const std::string reason = "the node agents were told to start it";
+        auto moved = txn.exec_params(
+            "UPDATE instances SET state = 'STARTING', state_reason = $2, "
+            "updated_at = $3::timestamptz WHERE id = $1 AND state = 'SCHEDULED' RETURNING id",
+            a.instance_id, reason, SqlTime(now));
+        if (!moved.empty()) {
+          // Confirmations from an earlier run of the instance do not count.
+          txn.exec_params("DELETE FROM instance_node_starts WHERE instance_id = $1",
+                          a.instance_id);
+          RecordEvent(txn, a.instance_id, now, "SCHEDULED", "STARTING", reason);
+        }
+      }
+      desired.push_back(std::move(a));
+    }
+    return absl::OkStatus();
+  }));
+  return desired;
+}
+
+absl::StatusOr<bool> AgentStore::ConfirmStarted(const std::string& node_id,
+                                                const std::string& instance_id,
+                                                absl::Time now) {
+  bool running = false;
+  absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    running = false;
+    auto rows = txn.exec_params(
+        absl::StrCat("SELECT i.state FROM instances i WHERE i.id = $1 AND i.state IN ",
+                     kHoldingStates,
+                     " AND EXISTS (SELECT 1 FROM gpu_reservations r WHERE r.instance_id = "
+                     "i.id AND r.node_id = $2) FOR UPDATE"),
+        instance_id, node_id);
+    if (rows.empty()) return UnknownInstance(node_id, instance_id);
+    const std::string from = rows[0][0].as<std::string>();
+    txn.exec_params(
+        "INSERT INTO instance_node_starts (instance_id, node_id, confirmed_at) "
+        "VALUES ($1, $2, $3::timestamptz) ON CONFLICT DO NOTHING",
+        instance_id, node_id, SqlTime(now));
+    if (from == "RUNNING") {
+      running = true;
+      return absl::OkStatus();
+    }
+    if (from != "STARTING" && from != "SCHEDULED") return absl::OkStatus();
+    int unconfirmed = txn.exec_params1(
+        "SELECT count(DISTINCT r.node_id) FROM gpu_reservations r WHERE r.instance_id = $1 "
+        "AND NOT EXISTS (SELECT 1 FROM instance_node_starts s WHERE s.instance_id = $1 "
+        "AND s.node_id = r.node_id)",
+        instance_id)[0].as<int>();
+    if (unconfirmed > 0) return absl::OkStatus();
+    const std::string reason = "every node confirmed the start";
+    txn.exec_params(
+        "UPDATE instances SET state = 'RUNNING', state_reason = $2, "
+        "running_since = $3::timestamptz, updated_at = $3::timestamptz, idle_since = NULL "
+        "WHERE id = $1",
+        instance_id, reason, SqlTime(now));
+    RecordEvent(txn, instance_id, now, from, "RUNNING", reason);
+    running = true;
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  return running;
+}
+
+absl::Status AgentStore::ReportEnded(const std::string& node_id,
+                                     const std::string& instance_id, bool failed,
+                                     const std::string& reason, absl::Time now) {
+  return db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    auto rows = txn.exec_params(
+        absl::StrCat("SELECT i.state FROM instances i WHERE i.id = $1 AND i.state IN ",
+                     kHoldingStates,
+                     " AND EXISTS (SELECT 1 FROM gpu_reservations r WHERE r.instance_id = "
+                     "i.id AND r.node_id = $2) FOR UPDATE"),
+        instance_id, node_id);
+    if (rows.empty()) return UnknownInstance(node_id, instance_id);
+    EndInstance(txn, instance_id, rows[0][0].as<std::string>(), failed ? "FAILED" : "STOPPED",
+                reason.empty() ? std::string("the instance ended on its node") : reason, now,
+                now);
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::vector<DownedNode>> AgentStore::MarkSilentNodesDown(
+    absl::Duration timeout, absl::Time now) {
+  std::vector<DownedNode> downed;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    downed.clear();
+    auto nodes = txn.exec_params(
+        "UPDATE nodes SET state = 'down' WHERE state <> 'down' "
+        "AND last_heartbeat_at < $1::timestamptz RETURNING id, name, " +
+            MicrosOf("last_heartbeat_at"),
+        SqlTime(now - timeout));
+    for (const auto& node : nodes) {
+      DownedNode d{node[0].as<std::string>(), node[1].as<std::string>(),
+                   TimeFromMicros(node[2].as<int64_t>()), {}};
+      auto instances = txn.exec_params(
+          absl::StrCat("SELECT DISTINCT i.id, i.state, ", MicrosOf("i.running_since"),
+                       " FROM instances i JOIN gpu_reservations r ON r.instance_id = i.id "
+                       "WHERE r.node_id = $1 AND i.state IN ",
+                       kHoldingStates, " ORDER BY i.id"),
+          d.node_id);
+      for (const auto& row : instances) {
+        const std::string id = row[0].as<std::string>();
+        const std::string from = row[1].as<std::string>();
+        // Billing ends at the last sign of life, never later; an instance
+        // that started after it (it cannot, but clocks are clocks) ends at
+        // its start, so its interval is empty rather than negative.
+        absl::Time at = now;
+        if (from == "RUNNING") {
+          at = d.last_heartbeat_at;
+          if (!row[2].is_null()) at = std::max(at, TimeFromMicros(row[2].as<int64_t>()));
+        }
+        const std::string reason =
+            absl::StrCat("node ", d.node_name, " missed heartbeats since ",
+                         absl::FormatTime("%Y-%m-%d %H:%M:%E3S UTC", d.last_heartbeat_at,
+                                          absl::UTCTimeZone()),
+                         "; stopped as of its last heartbeat");
+        EndInstance(txn, id, from, "STOPPED", reason, at, now);
+        d.stopped_instance_ids.push_back(id);
+      }
+      downed.push_back(std::move(d));
+    }
+    return absl::OkStatus();
+  }));
+  return downed;
+}
+
+// ---- Telemetry and idle auto-stop --------------------------------------------
+
+absl::Status AgentStore::IngestTelemetry(const std::string& node_id, const TelemetryIn& batch,
+                                         absl::Time now) {
+  return db_.Transact([&](pqxx::work& txn) {
+    // Which RUNNING instance holds each GPU of this node right now.
+    std::map<int, std::string> holder;
+    std::map<std::string, std::pair<int, int>> idle_policy;  // id -> (seconds, pct)
+    for (const auto& row : txn.exec_params(
+             "SELECT r.gpu_index, i.id, i.idle_seconds, i.idle_utilization_pct "
+             "FROM gpu_reservations r JOIN instances i ON i.id = r.instance_id "
+             "WHERE r.node_id = $1 AND i.state = 'RUNNING'",
+             node_id)) {
+      holder[row[0].as<int>()] = row[1].as<std::string>();
+      idle_policy[row[1].as<std::string>()] = {row[2].as<int>(), row[3].as<int>()};
+    }
+    std::map<std::pair<std::string, absl::Time>, MinuteCell> cells;
+    std::map<std::string, std::pair<int64_t, int>> utilization;  // id -> (sum, samples)
+    for (const GpuSampleIn& s : batch.gpu_samples) {
+      auto h = holder.find(s.gpu_index);
+      if (h == holder.end()) continue;  // An idle GPU belongs to nobody.
+      MinuteCell& c = cells[{h->second, MinuteOf(s.at)}];
+      ++c.gpu_samples;
+      if (s.healthy) ++c.gpu_samples_healthy;
+      c.utilization_pct_sum += s.utilization_pct;
+      c.xid_errors += s.xid_errors;
+      utilization[h->second].first += s.utilization_pct;
+      ++utilization[h->second].second;
+    }
+    for (const StorageProbeIn& p : batch.storage_probes) {
+      if (!idle_policy.count(p.instance_id)) continue;  // Not running here.
+      MinuteCell& c = cells[{p.instance_id, MinuteOf(p.at)}];
+      ++c.storage_probes;
+      c.storage_bytes_written += p.bytes_written;
+      c.storage_duration_us += p.duration_us;
+      const int64_t rate = p.bytes_written * 1'000'000 / std::max<int64_t>(1, p.duration_us);
+      c.storage_min_bytes_per_s =
+          std::min(c.storage_min_bytes_per_s.value_or(rate), rate);
+    }
+    for (const LatencyIn& l : batch.latency) {
+      if (!idle_policy.count(l.instance_id)) continue;
+      MinuteCell& c = cells[{l.instance_id, MinuteOf(now)}];
+      c.latency_counts.resize(std::max(c.latency_counts.size(), l.counts.size()), 0);
+      for (size_t i = 0; i < l.counts.size(); ++i) c.latency_counts[i] += l.counts[i];
+    }
+    for (const auto& [key, c] : cells) {
+      // Latency counts add element-wise; arrays of unequal length are padded.
+      txn.exec_params(
+          "INSERT INTO instance_telemetry_minutes AS t (instance_id, minute, gpu_samples, "
+          "gpu_samples_healthy, utilization_pct_sum, xid_errors, storage_probes, "
+          "storage_bytes_written, storage_duration_us, storage_min_bytes_per_s, "
+          "latency_counts) VALUES ($1, $2::timestamptz, $3, $4, $5, $6, $7, $8, $9, $10, "
+          "$11::bigint[]) ON CONFLICT (instance_id, minute) DO UPDATE SET "
+          "gpu_samples = t.gpu_samples + EXCLUDED.gpu_samples, "
+          "gpu_samples_healthy = t.gpu_samples_healthy + EXCLUDED.gpu_samples_healthy, "
+          "utilization_pct_sum = t.utilization_pct_sum + EXCLUDED.utilization_pct_sum, "
+          "xid_errors = t.xid_errors + EXCLUDED.xid_errors, "
+          "storage_probes = t.storage_probes + EXCLUDED.storage_probes, "
+          "storage_bytes_written = t.storage_bytes_written + EXCLUDED.storage_bytes_written, "
+          "storage_duration_us = t.storage_duration_us + EXCLUDED.storage_duration_us, "
+          "storage_min_bytes_per_s = LEAST(t.storage_min_bytes_per_s, "
+          "EXCLUDED.storage_min_bytes_per_s), "
+          "latency_counts = ARRAY(SELECT COALESCE(a, 0) + COALESCE(b, 0) FROM "
+          "unnest(t.latency_counts, EXCLUDED.latency_counts) AS u(a, b))",
+          key.first, SqlTime(key.second), c.gpu_samples, c.gpu_samples_healthy,
+          c.utilization_pct_sum, c.xid_errors, c.storage_probes, c.storage_bytes_written,
+          c.storage_duration_us, c.storage_min_bytes_per_s, BigintArray(c.latency_counts));
+    }
+    for (const auto& [id, sum_count] : utilization) {
+      const auto& [seconds, pct] = idle_policy[id];
+      if (seconds <= 0) continue;
+      const bool idle = sum_count.first < static_cast<int64_t>(pct) * sum_count.second;
+      // The streak starts at the first idle batch and ends at a busy one.
+      if (idle) {
+        txn.exec_params(
+            "UPDATE instances SET idle_since = COALESCE(idle_since, $2::timestamptz) "
+            "WHERE id = $1",
+            id, SqlTime(now));
+      } else {
+        txn.exec_params("UPDATE instances SET idle_since = NULL WHERE id = $1", id);
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::vector<std::string>> AgentStore::StopIdleInstances(absl::Time now) {
+  std::vector<std::string> stopped;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    stopped.clear();
+    auto rows = txn.exec_params(
+        "SELECT id, idle_seconds, idle_utilization_pct FROM instances "
+        "WHERE state = 'RUNNING' AND idle_seconds > 0 AND idle_since IS NOT NULL "
+        "AND idle_since + make_interval(secs => idle_seconds) <= $1::timestamptz "
+        "ORDER BY id FOR UPDATE",
+        SqlTime(now));
+    for (const auto& row : rows) {
+      const std::string id = row[0].as<std::string>();
+      const std::string reason =
+          absl::StrCat("idle: average GPU utilization below ", row[2].as<int>(), "% for ",
+                       row[1].as<int>(), " s (auto-stop policy)");
+      EndInstance(txn, id, "RUNNING", "STOPPED", reason, now, now);
+      stopped.push_back(id);
+    }
+    return absl::OkStatus();
+  }));
+  return stopped;
+}
+
+absl::StatusOr<int> AgentStore::DeleteTelemetryBefore(absl::Time cutoff) {
+  int deleted = 0;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    deleted = static_cast<int>(
+        txn.exec_params("DELETE FROM instance_telemetry_minutes WHERE minute < $1::timestamptz",
+                        SqlTime(cutoff))
+            .affected_rows());
+    return absl::OkStatus();
+  }));
+  return deleted;
+}
+
+// ---- Operator and tenant views -----------------------------------------------
+
+absl::StatusOr<std::vector<NodeStatus>> AgentStore::ListNodes() {
+  std::vector<NodeStatus> nodes;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    nodes.clear();
+    for (const auto& row : txn.exec(kNodeStatusQuery + "ORDER BY n.name")) {
+      nodes.push_back(NodeStatusFromRow(row));
+    }
+    return absl::OkStatus();
+  }));
+  return nodes;
+}
+
+absl::StatusOr<NodeStatus> AgentStore::SetNodeState(const std::string& node_name,
+                                                    NodeState state) {
+  assert(state != NodeState::kDown);  // Only missed heartbeats make a node down.
+  std::optional<NodeStatus> result;
+  absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    result.reset();
+    auto rows = txn.exec_params("SELECT state FROM nodes WHERE name = $1 FOR UPDATE",
+                                node_name);
+    if (rows.empty()) {
+      return Error(absl::StatusCode::kNotFound, "NODE_NOT_FOUND",
+                   absl::StrCat("node ", node_name.substr(0, 64), " not found"));
+    }
+    if (rows[0][0].as<std::string>() == "down") {
+      return Error(absl::StatusCode::kFailedPrecondition, "NODE_DOWN",
+                   absl::StrCat("node ", node_name, " is down; its agent must register first"));
+    }
+    txn.exec_params("UPDATE nodes SET state = $2 WHERE name = $1", node_name,
+                    NodeStateText(state));
+    auto row = txn.exec_params1(kNodeStatusQuery + "WHERE n.name = $1", node_name);
+    result = NodeStatusFromRow(row);
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  return *result;
+}
+
+absl::StatusOr<std::vector<InstanceEventRecord>> AgentStore::ListInstanceEvents(
+    const std::string& tenant_id, const std::string& instance_id, int64_t after_id,
+    int limit) {
+  assert(limit > 0 && limit <= 1001);
+  std::vector<InstanceEventRecord> events;
+  bool found = false;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    events.clear();
+    found = !txn.exec_params("SELECT 1 FROM instances WHERE tenant_id = $1 AND id = $2",
+                             tenant_id, instance_id)
+                 .empty();
+    if (!found) return absl::OkStatus();
+    auto rows = txn.exec_params(
+        "SELECT e.id, " + MicrosOf("e.at") +
+            ", e.from_state, e.to_state, e.reason FROM instance_events e "
+            "JOIN instances i ON i.id = e.instance_id "
+            "WHERE i.tenant_id = $1 AND e.instance_id = $2 AND e.id > $3 "
+            "ORDER BY e.id LIMIT $4",
+        tenant_id, instance_id, after_id, limit);
+    for (const auto& row : rows) {
+      InstanceEventRecord e;
+      e.id = row[0].as<int64_t>();
+      e.at = TimeFromMicros(row[1].as<int64_t>());
+      if (!row[2].is_null()) e.from_state = ParseInstanceState(row[2].as<std::string>());
+      e.to_state = ParseInstanceState(row[3].as<std::string>());
+      e.reason = row[4].as<std::string>();
+      events.push_back(std::move(e));
+    }
+    return absl::OkStatus();
+  }));
+  if (!found) return InstanceNotFound(instance_id);
+  return events;
+}
+
+absl::Status AgentStore::SetIdlePolicy(const std::string& tenant_id,
+                                       const std::string& instance_id, int idle_seconds,
+                                       int utilization_pct, absl::Time now) {
+  bool found = false;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    found = !txn.exec_params(
+                    "UPDATE instances SET idle_seconds = $3, idle_utilization_pct = $4, "
+                    "idle_since = NULL, updated_at = $5::timestamptz "
+                    "WHERE tenant_id = $1 AND id = $2 RETURNING id",
+                    tenant_id, instance_id, idle_seconds, utilization_pct, SqlTime(now))
+                 .empty();
+    return absl::OkStatus();
+  }));
+  if (!found) return InstanceNotFound(instance_id);
+  return absl::OkStatus();
+}
+
+}  // namespace sv::store

@@ -1,0 +1,146 @@
+#ifndef SV_STORE_AGENT_STORE_H_
+#define SV_STORE_AGENT_STORE_H_
+
+// PostgreSQL access for node agents and the instance lifecycle they drive:
+// node credentials, registration and heartbeats, what each node must run,
+// start confirmations, exits, node death, telemetry aggregates and idle
+// auto-stop. Every method is one transaction; times come from the caller.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "store/database.h"
+#include "store/store.h"
+
+namespace sv::store {
+
+struct NodeCredentialRecord {
+  std::string id;
+  std::string node_name;
+  std::string secret_sha256;
+  bool revoked = false;
+};
+
+// One instance a node must run, with the GPUs of that node it holds.
+struct AgentAssignment {
+  std::string instance_id;
+  std::vector<int> gpu_indices;
+  std::string image;
+};
+
+struct NodeStatus {
+  NodeRecord node;
+  std::optional<absl::Time> last_heartbeat_at;
+  int gpus_reserved = 0;
+};
+
+struct InstanceEventRecord {
+  int64_t id = 0;
+  absl::Time at;
+  std::optional<InstanceState> from_state;
+  InstanceState to_state = InstanceState::kPending;
+  std::string reason;
+};
+
+// Telemetry, already mapped from a node's GPUs to the instance holding them.
+struct GpuSampleIn {
+  int gpu_index = 0;
+  absl::Time at;
+  int utilization_pct = 0;
+  bool healthy = true;  // No XID/ECC error and full clocks.
+  int xid_errors = 0;
+};
+struct StorageProbeIn {
+  std::string instance_id;
+  absl::Time at;
+  int64_t bytes_written = 0;
+  int64_t duration_us = 0;
+};
+struct LatencyIn {
+  std::string instance_id;
+  std::vector<int64_t> counts;
+};
+struct TelemetryIn {
+  std::vector<GpuSampleIn> gpu_samples;
+  std::vector<StorageProbeIn> storage_probes;
+  std::vector<LatencyIn> latency;
+};
+
+// A node that was declared down, with the instances it took with it.
+struct DownedNode {
+  std::string node_id;
+  std::string node_name;
+  absl::Time last_heartbeat_at;
+  std::vector<std::string> stopped_instance_ids;
+};
+
+class AgentStore {
+ public:
+  explicit AgentStore(Database& db) : db_(db) {}
+
+  // Credentials.
+  absl::Status CreateNodeCredential(const std::string& id, const std::string& node_name,
+                                    const std::string& secret_sha256, absl::Time now);
+  absl::StatusOr<NodeCredentialRecord> LookupNodeCredential(const std::string& id);
+
+  // Registers the node (creating or updating its row) and counts as a
+  // heartbeat. A node that was down becomes ready again. Returns its id.
+  absl::StatusOr<std::string> RegisterNode(const NodeRecord& node, absl::Time now);
+  // False when the node was declared down meanwhile: its agent must
+  // register again, which reconciles it.
+  absl::StatusOr<bool> Heartbeat(const std::string& node_id, absl::Time now);
+
+  // The instances that must run on the node. Instances still SCHEDULED move
+  // to STARTING here, because this is the moment their agent is told.
+  absl::StatusOr<std::vector<AgentAssignment>> DesiredForNode(const std::string& node_id,
+                                                              absl::Time now);
+  // The node says the instance runs. When every node of the instance has
+  // said so, it becomes RUNNING as of `now`. NOT_FOUND (UNKNOWN_INSTANCE)
+  // when the instance holds no GPU on this node.
+  absl::StatusOr<bool> ConfirmStarted(const std::string& node_id,
+                                      const std::string& instance_id, absl::Time now);
+  // The instance ended on the node by itself, or failed to start: it leaves
+  // its state as of `now` (STOPPED for a clean exit, else FAILED) and
+  // releases its GPUs. NOT_FOUND (UNKNOWN_INSTANCE) as above.
+  absl::Status ReportEnded(const std::string& node_id, const std::string& instance_id,
+                           bool failed, const std::string& reason, absl::Time now);
+
+  // Declares down every node whose last heartbeat is older than `now -
+  // timeout`; their instances stop AS OF THAT LAST HEARTBEAT, so time on a
+  // dead node is never billed.
+  absl::StatusOr<std::vector<DownedNode>> MarkSilentNodesDown(absl::Duration timeout,
+                                                              absl::Time now);
+
+  // Adds a batch to the per-minute aggregates and updates idle streaks.
+  absl::Status IngestTelemetry(const std::string& node_id, const TelemetryIn& batch,
+                               absl::Time now);
+  // Stops RUNNING instances whose idle streak reached their policy.
+  absl::StatusOr<std::vector<std::string>> StopIdleInstances(absl::Time now);
+  absl::StatusOr<int> DeleteTelemetryBefore(absl::Time cutoff);
+
+  // Operator views.
+  absl::StatusOr<std::vector<NodeStatus>> ListNodes();
+  absl::StatusOr<NodeStatus> SetNodeState(const std::string& node_name, NodeState state);
+
+  // Tenant views and settings (scoped by tenant; another tenant's instance
+  // is NOT_FOUND).
+  absl::StatusOr<std::vector<InstanceEventRecord>> ListInstanceEvents(
+      const std::string& tenant_id, const std::string& instance_id, int64_t after_id,
+      int limit);
+  absl::Status SetIdlePolicy(const std::string& tenant_id, const std::string& instance_id,
+                             int idle_seconds, int utilization_pct, absl::Time now);
+
+ private:
+  Database& db_;
+};
+
+std::string NodeStateText(NodeState state);
+
+}  // namespace sv::store
+
+#endif  // SV_STORE_AGENT_STORE_H_
