@@ -160,7 +160,8 @@ class Agent::Session {
       }
       if (now >= next_heartbeat) {
         v1::AgentMessage m;
-        for (auto& id : RunningIds()) m.mutable_heartbeat()->add_running_instance_ids(id);
+        auto* heartbeat = m.mutable_heartbeat();
+        for (auto& id : RunningIds()) heartbeat->add_running_instance_ids(id);
         if (!stream.Write(m)) return false;
         next_heartbeat = now + heartbeat_;
       }

@@ -50,13 +50,6 @@ void EndInstance(pqxx::work& txn, const std::string& instance_id, const std::str
   RecordEvent(txn, instance_id, at, from, to, reason);
 }
 
-NodeState ParseNodeStateText(const std::string& s) {
-  if (s == "ready") return NodeState::kReady;
-  if (s == "cordoned") return NodeState::kCordoned;
-  if (s == "draining") return NodeState::kDraining;
-  return NodeState::kDown;
-}
-
 InstanceState ParseInstanceState(const std::string& s) {
   for (int i = 0; i <= static_cast<int>(InstanceState::kFailed); ++i) {
     auto state = static_cast<InstanceState>(i);
@@ -64,22 +57,6 @@ InstanceState ParseInstanceState(const std::string& s) {
   }
   assert(false && "unknown instance state in database");
   return InstanceState::kFailed;
-}
-
-const std::string kNodeStatusQuery = absl::StrCat(
-    "SELECT n.id, n.name, n.zone, n.pod, n.leaf_switch, n.gpu_model, n.gpu_count, "
-    "n.state, n.simulated, ", MicrosOf("n.last_heartbeat_at"),
-    ", (SELECT count(*) FROM gpu_reservations r WHERE r.node_id = n.id) FROM nodes n ");
-
-NodeStatus NodeStatusFromRow(const pqxx::row& row) {
-  NodeStatus s;
-  s.node = {row[0].as<std::string>(), row[1].as<std::string>(), row[2].as<std::string>(),
-            row[3].as<std::string>(), row[4].as<std::string>(), row[5].as<std::string>(),
-            row[6].as<int>(), ParseNodeStateText(row[7].as<std::string>()),
-            row[8].as<bool>()};
-  if (!row[9].is_null()) s.last_heartbeat_at = TimeFromMicros(row[9].as<int64_t>());
-  s.gpus_reserved = row[10].as<int>();
-  return s;
 }
 
 absl::Time MinuteOf(absl::Time t) {
@@ -104,16 +81,6 @@ std::string BigintArray(const std::vector<int64_t>& v) {
 }
 
 }  // namespace
-
-std::string NodeStateText(NodeState state) {
-  switch (state) {
-    case NodeState::kReady: return "ready";
-    case NodeState::kCordoned: return "cordoned";
-    case NodeState::kDraining: return "draining";
-    case NodeState::kDown: return "down";
-  }
-  return "down";
-}
 
 // ---- Credentials -----------------------------------------------------------
 
@@ -195,8 +162,13 @@ absl::StatusOr<bool> AgentStore::Heartbeat(const std::string& node_id, absl::Tim
 absl::StatusOr<std::vector<AgentAssignment>> AgentStore::DesiredForNode(
     const std::string& node_id, absl::Time now) {
   std::vector<AgentAssignment> desired;
-  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
     desired.clear();
+    auto node = txn.exec_params("SELECT state FROM nodes WHERE id = $1", node_id);
+    if (node.empty() || node[0][0].as<std::string>() == "down") {
+      return Error(absl::StatusCode::kFailedPrecondition, "NODE_DOWN",
+                   absl::StrCat("node ", node_id, " is down; its agent must register again"));
+    }
     auto rows = txn.exec_params(
         absl::StrCat("SELECT i.id, i.image, i.state, array_agg(r.gpu_index ORDER BY "
                      "r.gpu_index)::text FROM gpu_reservations r JOIN instances i ON "
@@ -458,45 +430,7 @@ absl::StatusOr<int> AgentStore::DeleteTelemetryBefore(absl::Time cutoff) {
   return deleted;
 }
 
-// ---- Operator and tenant views -----------------------------------------------
-
-absl::StatusOr<std::vector<NodeStatus>> AgentStore::ListNodes() {
-  std::vector<NodeStatus> nodes;
-  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
-    nodes.clear();
-    for (const auto& row : txn.exec(kNodeStatusQuery + "ORDER BY n.name")) {
-      nodes.push_back(NodeStatusFromRow(row));
-    }
-    return absl::OkStatus();
-  }));
-  return nodes;
-}
-
-absl::StatusOr<NodeStatus> AgentStore::SetNodeState(const std::string& node_name,
-                                                    NodeState state) {
-  assert(state != NodeState::kDown);  // Only missed heartbeats make a node down.
-  std::optional<NodeStatus> result;
-  absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
-    result.reset();
-    auto rows = txn.exec_params("SELECT state FROM nodes WHERE name = $1 FOR UPDATE",
-                                node_name);
-    if (rows.empty()) {
-      return Error(absl::StatusCode::kNotFound, "NODE_NOT_FOUND",
-                   absl::StrCat("node ", node_name.substr(0, 64), " not found"));
-    }
-    if (rows[0][0].as<std::string>() == "down") {
-      return Error(absl::StatusCode::kFailedPrecondition, "NODE_DOWN",
-                   absl::StrCat("node ", node_name, " is down; its agent must register first"));
-    }
-    txn.exec_params("UPDATE nodes SET state = $2 WHERE name = $1", node_name,
-                    NodeStateText(state));
-    auto row = txn.exec_params1(kNodeStatusQuery + "WHERE n.name = $1", node_name);
-    result = NodeStatusFromRow(row);
-    return absl::OkStatus();
-  });
-  if (!status.ok()) return status;
-  return *result;
-}
+// ---- Tenant views and settings -----------------------------------------------
 
 absl::StatusOr<std::vector<InstanceEventRecord>> AgentStore::ListInstanceEvents(
     const std::string& tenant_id, const std::string& instance_id, int64_t after_id,

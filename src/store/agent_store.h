@@ -33,12 +33,6 @@ struct AgentAssignment {
   std::string image;
 };
 
-struct NodeStatus {
-  NodeRecord node;
-  std::optional<absl::Time> last_heartbeat_at;
-  int gpus_reserved = 0;
-};
-
 struct InstanceEventRecord {
   int64_t id = 0;
   absl::Time at;
@@ -97,6 +91,7 @@ class AgentStore {
 
   // The instances that must run on the node. Instances still SCHEDULED move
   // to STARTING here, because this is the moment their agent is told.
+  // FAILED_PRECONDITION (NODE_DOWN) once the node was declared down.
   absl::StatusOr<std::vector<AgentAssignment>> DesiredForNode(const std::string& node_id,
                                                               absl::Time now);
   // The node says the instance runs. When every node of the instance has
@@ -123,10 +118,6 @@ class AgentStore {
   absl::StatusOr<std::vector<std::string>> StopIdleInstances(absl::Time now);
   absl::StatusOr<int> DeleteTelemetryBefore(absl::Time cutoff);
 
-  // Operator views.
-  absl::StatusOr<std::vector<NodeStatus>> ListNodes();
-  absl::StatusOr<NodeStatus> SetNodeState(const std::string& node_name, NodeState state);
-
   // Tenant views and settings (scoped by tenant; another tenant's instance
   // is NOT_FOUND).
   absl::StatusOr<std::vector<InstanceEventRecord>> ListInstanceEvents(
@@ -138,8 +129,6 @@ class AgentStore {
  private:
   Database& db_;
 };
-
-std::string NodeStateText(NodeState state);
 
 }  // namespace sv::store
 

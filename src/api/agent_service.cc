@@ -1,0 +1,515 @@
+// svd's side of the node-agent protocol; see docs/agent.md.
+#include "api/agent_service.h"
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "agent/telemetry.h"
+#include "api/auth.h"
+#include "api/errors.h"
+#include "common/ids.h"
+#include "common/status.h"
+#include "google/protobuf/util/time_util.h"
+#include "spdlog/spdlog.h"
+#include "store/agent_store.h"
+#include "sv/v1/agent.grpc.pb.h"
+
+namespace sv::api {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+using AgentStream = grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>;
+
+// Limits on what one agent message may carry.
+constexpr int kGpuSamplesPerBatchMax = 8 * 360;
+constexpr int kProbesPerBatchMax = 4096;
+constexpr int kLatencyBucketsMax = 64;
+constexpr int kRunningIdsMax = 64;
+constexpr size_t kLabelLengthMax = 63;
+constexpr int kCredentialIdLength = 14;
+constexpr int kCredentialSecretLength = 40;
+
+// A node credential is "svn_<id part>_<secret>"; the row id is "ncr-<id part>".
+struct ParsedCredential {
+  std::string id;
+  std::string secret;
+};
+
+std::optional<ParsedCredential> ParseCredential(const std::string& text) {
+  std::vector<std::string> parts = absl::StrSplit(text, '_');
+  if (parts.size() != 3 || parts[0] != "svn" || parts[1].size() != kCredentialIdLength ||
+      parts[2].size() != kCredentialSecretLength) {
+    return std::nullopt;
+  }
+  return ParsedCredential{"ncr-" + parts[1], parts[2]};
+}
+
+absl::Status BadRegistration(const std::string& why) {
+  return Error(absl::StatusCode::kInvalidArgument, "INVALID_REGISTRATION", why);
+}
+
+absl::Status ValidateRegistration(const v1::RegisterNode& r) {
+  if (r.node_name().empty() || r.node_name().size() > kLabelLengthMax) {
+    return BadRegistration("node_name must have 1 to 63 characters");
+  }
+  if (r.gpu_count() < 1 || r.gpu_count() > 8) {
+    return BadRegistration("gpu_count must be 1 to 8");
+  }
+  for (const std::string* label : {&r.gpu_model(), &r.zone(), &r.pod(), &r.leaf_switch()}) {
+    if (label->empty() || label->size() > kLabelLengthMax) {
+      return BadRegistration("gpu_model, zone, pod and leaf_switch need 1 to 63 characters");
+    }
+  }
+  if (r.running_instance_ids_size() > kRunningIdsMax) {
+    return BadRegistration("too many running instances");
+  }
+  return absl::OkStatus();
+}
+
+bool SameDesired(const std::vector<store::AgentAssignment>& a,
+                 const std::vector<store::AgentAssignment>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].instance_id != b[i].instance_id || a[i].gpu_indices != b[i].gpu_indices) {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::Time FromProto(const google::protobuf::Timestamp& t, absl::Time fallback) {
+  if (t.seconds() == 0 && t.nanos() == 0) return fallback;
+  return absl::FromUnixMicros(TimeUtil::TimestampToMicroseconds(t));
+}
+
+}  // namespace
+
+struct AgentApi::Impl {
+  Impl(store::Store& s, const Clock& c, control::ControlLoops* l, AgentApiOptions o)
+      : store(s), agents(s.database()), clock(c), loops(l), options(o), auth(s, c) {}
+
+  store::Store& store;
+  store::AgentStore agents;
+  const Clock& clock;
+  control::ControlLoops* loops;
+  AgentApiOptions options;
+  Authenticator auth;
+  std::unique_ptr<grpc::Service> agent_service;
+  std::unique_ptr<grpc::Service> admin_service;
+
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool stopping = false;
+  std::set<grpc::ServerContext*> live;
+  std::thread monitor;
+
+  void Kick() {
+    if (loops != nullptr) loops->Kick();
+  }
+
+  bool Sleep(absl::Duration d) {
+    std::unique_lock<std::mutex> lock(mutex);
+    wake.wait_for(lock, absl::ToChronoNanoseconds(d), [this] { return stopping; });
+    return !stopping;
+  }
+
+  void MonitorLoop();
+  absl::StatusOr<store::NodeCredentialRecord> AuthenticateNode(
+      const grpc::ServerContext& context);
+};
+
+namespace {
+
+// One agent's stream. The handler thread reads; a poller thread sends the
+// desired instance set whenever it changes.
+class AgentSession {
+ public:
+  AgentSession(AgentApi::Impl& api, grpc::ServerContext& context, AgentStream& stream,
+               std::string node_name)
+      : api_(api), context_(context), stream_(stream), node_name_(std::move(node_name)) {}
+
+  grpc::Status Run(const v1::RegisterNode& registration) {
+    store::NodeRecord node;
+    node.name = registration.node_name();
+    node.zone = registration.zone();
+    node.pod = registration.pod();
+    node.leaf_switch = registration.leaf_switch();
+    node.gpu_model = registration.gpu_model();
+    node.gpu_count = registration.gpu_count();
+    node.simulated = registration.driver() == "simulated";
+    auto node_id = api_.agents.RegisterNode(node, api_.clock.Now());
+    if (!node_id.ok()) return ToGrpcStatus(node_id.status());
+    node_id_ = *node_id;
+    spdlog::info("agent: node {} ({}) registered, driver={} running={}", node_name_, node_id_,
+                 registration.driver(), registration.running_instance_ids_size());
+    v1::ServerMessage registered;
+    registered.mutable_registered()->set_node_id(node_id_);
+    registered.mutable_registered()->set_heartbeat_interval_ms(
+        static_cast<int>(absl::ToInt64Milliseconds(api_.options.heartbeat_interval)));
+    registered.mutable_registered()->set_telemetry_interval_ms(
+        static_cast<int>(absl::ToInt64Milliseconds(api_.options.telemetry_interval)));
+    if (!Write(registered)) return grpc::Status::OK;
+    ConfirmRunning(registration.running_instance_ids());
+    std::thread poller([this] { PollDesired(); });
+    v1::AgentMessage message;
+    while (stream_.Read(&message)) Handle(message);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    done_wake_.notify_all();
+    poller.join();
+    spdlog::info("agent: node {} disconnected", node_name_);
+    if (node_down_) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "the node was declared down; register again");
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  bool Write(const v1::ServerMessage& m) {
+    std::lock_guard<std::mutex> lock(write_mutex_);
+    return stream_.Write(m);
+  }
+
+  void SendError(const absl::Status& status) {
+    spdlog::warn("agent: node {} sent a bad message: {}", node_name_, status.ToString());
+    v1::ServerMessage m;
+    m.mutable_error()->set_reason(sv::ReasonOf(status));
+    m.mutable_error()->set_message(std::string(status.message()));
+    Write(m);
+  }
+
+  // Instances the agent says run: confirmations of starts svd asked for.
+  // One that svd no longer wants is left to the desired set to stop.
+  void ConfirmRunning(const google::protobuf::RepeatedPtrField<std::string>& ids) {
+    for (const std::string& id : ids) {
+      auto running = api_.agents.ConfirmStarted(node_id_, id, api_.clock.Now());
+      if (!running.ok() && sv::ReasonOf(running.status()) != "UNKNOWN_INSTANCE") {
+        spdlog::warn("agent: node {}: confirming {}: {}", node_name_, id,
+                     running.status().ToString());
+      }
+    }
+  }
+
+  void PollDesired() {
+    std::optional<std::vector<store::AgentAssignment>> sent;
+    while (true) {
+      auto desired = api_.agents.DesiredForNode(node_id_, api_.clock.Now());
+      if (!desired.ok() && sv::ReasonOf(desired.status()) == "NODE_DOWN") {
+        node_down_ = true;
+        context_.TryCancel();  // The agent reconnects and registers again.
+        return;
+      }
+      if (desired.ok() && (!sent || !SameDesired(*sent, *desired))) {
+        v1::ServerMessage m;
+        for (const auto& a : *desired) {
+          auto* out = m.mutable_desired()->add_instances();
+          out->set_instance_id(a.instance_id);
+          out->set_image(a.image);
+          for (int g : a.gpu_indices) out->add_gpu_indices(g);
+        }
+        if (!Write(m)) return;
+        sent = *std::move(desired);
+      }
+      std::unique_lock<std::mutex> lock(mutex_);
+      done_wake_.wait_for(lock, absl::ToChronoNanoseconds(api_.options.desired_poll_interval),
+                          [this] { return done_; });
+      if (done_) return;
+    }
+  }
+
+  void Handle(const v1::AgentMessage& m) {
+    const absl::Time now = api_.clock.Now();
+    switch (m.body_case()) {
+      case v1::AgentMessage::kHeartbeat: {
+        if (m.heartbeat().running_instance_ids_size() > kRunningIdsMax) {
+          return SendError(Error(absl::StatusCode::kInvalidArgument, "TOO_MANY_INSTANCES",
+                                 "a heartbeat lists too many running instances"));
+        }
+        auto alive = api_.agents.Heartbeat(node_id_, now);
+        if (alive.ok() && !*alive) {
+          node_down_ = true;
+          context_.TryCancel();
+          return;
+        }
+        ConfirmRunning(m.heartbeat().running_instance_ids());
+        return;
+      }
+      case v1::AgentMessage::kReport:
+        return HandleReport(m.report(), now);
+      case v1::AgentMessage::kTelemetry:
+        return HandleTelemetry(m.telemetry(), now);
+      case v1::AgentMessage::kRegister:
+        return SendError(Error(absl::StatusCode::kFailedPrecondition, "ALREADY_REGISTERED",
+                               "register is only the first message of a stream"));
+      default:
+        return SendError(Error(absl::StatusCode::kInvalidArgument, "EMPTY_MESSAGE",
+                               "the message has no body"));
+    }
+  }
+
+  void HandleReport(const v1::InstanceReport& r, absl::Time now) {
+    absl::Status status;
+    switch (r.state()) {
+      case v1::AGENT_STARTED:
+        status = api_.agents.ConfirmStarted(node_id_, r.instance_id(), now).status();
+        break;
+      case v1::AGENT_EXITED:
+        status = api_.agents.ReportEnded(
+            node_id_, r.instance_id(), r.exit_code() != 0,
+            absl::StrCat("exited on node ", node_name_, " with code ", r.exit_code(), ": ",
+                         r.reason().substr(0, 200)),
+            now);
+        api_.Kick();
+        break;
+      case v1::AGENT_START_FAILED:
+        status = api_.agents.ReportEnded(
+            node_id_, r.instance_id(), true,
+            absl::StrCat("failed to start on node ", node_name_, ": ",
+                         r.reason().substr(0, 200)),
+            now);
+        api_.Kick();
+        break;
+      case v1::AGENT_STOPPED:
+        return;  // svd asked for it; the state already moved on.
+      default:
+        status = Error(absl::StatusCode::kInvalidArgument, "INVALID_REPORT",
+                       "a report needs a state");
+    }
+    if (!status.ok()) SendError(status);
+  }
+
+  void HandleTelemetry(const v1::TelemetryBatch& batch, absl::Time now) {
+    if (batch.gpu_samples_size() > kGpuSamplesPerBatchMax ||
+        batch.storage_probes_size() > kProbesPerBatchMax ||
+        batch.latency_size() > kProbesPerBatchMax) {
+      return SendError(Error(absl::StatusCode::kInvalidArgument, "TELEMETRY_TOO_LARGE",
+                             "a telemetry batch exceeds its limits"));
+    }
+    store::TelemetryIn in;
+    for (const auto& s : batch.gpu_samples()) {
+      const bool healthy = s.xid_errors() == 0 && s.ecc_uncorrected_errors() == 0 &&
+                           (s.throttle_reasons() & agent::kThrottleUnhealthyMask) == 0;
+      in.gpu_samples.push_back({s.gpu_index(), FromProto(s.sample_time(), now),
+                                std::clamp(s.utilization_pct(), 0, 100), healthy,
+                                std::max(0, s.xid_errors())});
+    }
+    for (const auto& p : batch.storage_probes()) {
+      if (p.bytes_written() <= 0 || p.duration_us() <= 0) continue;
+      in.storage_probes.push_back({p.instance_id(), FromProto(p.probe_time(), now),
+                                   p.bytes_written(), p.duration_us()});
+    }
+    for (const auto& l : batch.latency()) {
+      if (l.counts_size() > kLatencyBucketsMax) continue;
+      in.latency.push_back({l.instance_id(), {l.counts().begin(), l.counts().end()}});
+    }
+    absl::Status status = api_.agents.IngestTelemetry(node_id_, in, now);
+    if (!status.ok()) {
+      spdlog::warn("agent: node {}: telemetry not stored: {}", node_name_, status.ToString());
+    }
+  }
+
+  AgentApi::Impl& api_;
+  grpc::ServerContext& context_;
+  AgentStream& stream_;
+  const std::string node_name_;
+  std::string node_id_;
+  std::mutex write_mutex_;
+  std::mutex mutex_;
+  std::condition_variable done_wake_;
+  bool done_ = false;
+  std::atomic<bool> node_down_{false};
+};
+
+class AgentServiceImpl final : public v1::AgentService::Service {
+ public:
+  explicit AgentServiceImpl(AgentApi::Impl& api) : api_(api) {}
+
+  grpc::Status Connect(grpc::ServerContext* context, AgentStream* stream) override {
+    auto credential = api_.AuthenticateNode(*context);
+    if (!credential.ok()) {
+      spdlog::warn("agent: rejected a connection from {}: {}", context->peer(),
+                   credential.status().ToString());
+      return ToGrpcStatus(credential.status());
+    }
+    v1::AgentMessage first;
+    if (!stream->Read(&first)) return grpc::Status::OK;
+    absl::Status status;
+    if (!first.has_register_()) {
+      status = Error(absl::StatusCode::kFailedPrecondition, "REGISTER_FIRST",
+                     "the first message of a stream must be register");
+    } else if (first.register_().node_name() != credential->node_name) {
+      status = Error(absl::StatusCode::kPermissionDenied, "NODE_NAME_MISMATCH",
+                     absl::StrCat("this credential is for node ", credential->node_name,
+                                  ", not ", first.register_().node_name().substr(0, 64)));
+    } else {
+      status = ValidateRegistration(first.register_());
+    }
+    if (!status.ok()) {
+      spdlog::warn("agent: rejected registration from {}: {}", context->peer(),
+                   status.ToString());
+      return ToGrpcStatus(status);
+    }
+    if (!Track(context)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "svd is stopping");
+    AgentSession session(api_, *context, *stream, credential->node_name);
+    grpc::Status result = session.Run(first.register_());
+    Untrack(context);
+    return result;
+  }
+
+ private:
+  bool Track(grpc::ServerContext* context) {
+    std::lock_guard<std::mutex> lock(api_.mutex);
+    if (api_.stopping) return false;
+    api_.live.insert(context);
+    return true;
+  }
+  void Untrack(grpc::ServerContext* context) {
+    std::lock_guard<std::mutex> lock(api_.mutex);
+    api_.live.erase(context);
+  }
+
+  AgentApi::Impl& api_;
+};
+
+class NodeCredentialServiceImpl final : public v1::NodeCredentialService::Service {
+ public:
+  explicit NodeCredentialServiceImpl(AgentApi& api, AgentApi::Impl& impl) : api_(api), impl_(impl) {}
+
+  grpc::Status CreateNodeCredential(grpc::ServerContext* context,
+                                    const v1::CreateNodeCredentialRequest* request,
+                                    v1::CreateNodeCredentialResponse* response) override {
+    auto who = impl_.auth.Authenticate(*context);
+    if (!who.ok()) return ToGrpcStatus(who.status());
+    if (who->role != store::Role::kOperator) {
+      return ToGrpcStatus(Error(absl::StatusCode::kPermissionDenied, "OPERATOR_ONLY",
+                                "only an operator may create node credentials"));
+    }
+    if (request->node_name().empty() || request->node_name().size() > kLabelLengthMax) {
+      return ToGrpcStatus(Error(absl::StatusCode::kInvalidArgument, "INVALID_NODE_NAME",
+                                "node_name must have 1 to 63 characters"));
+    }
+    auto credential = api_.CreateNodeCredential(request->node_name());
+    if (!credential.ok()) return ToGrpcStatus(credential.status());
+    response->set_node_name(request->node_name());
+    response->set_credential_id("ncr-" + credential->substr(4, kCredentialIdLength));
+    response->set_credential(*credential);
+    spdlog::info("api: operator {} created a credential for node {}", who->user_email,
+                 request->node_name());
+    return grpc::Status::OK;
+  }
+
+ private:
+  AgentApi& api_;
+  AgentApi::Impl& impl_;
+};
+
+}  // namespace
+
+absl::StatusOr<store::NodeCredentialRecord> AgentApi::Impl::AuthenticateNode(
+    const grpc::ServerContext& context) {
+  auto header = context.client_metadata().find("authorization");
+  if (header == context.client_metadata().end()) {
+    return Error(absl::StatusCode::kUnauthenticated, "MISSING_CREDENTIALS",
+                 "a node credential is required (authorization: Bearer svn_...)");
+  }
+  std::string value(header->second.data(), header->second.size());
+  if (!absl::StartsWith(value, "Bearer ")) {
+    return Error(absl::StatusCode::kUnauthenticated, "MALFORMED_CREDENTIALS",
+                 "authorization must be 'Bearer <node credential>'");
+  }
+  auto parsed = ParseCredential(value.substr(7));
+  if (!parsed) {
+    return Error(absl::StatusCode::kUnauthenticated, "MALFORMED_CREDENTIALS",
+                 "not a node credential");
+  }
+  SV_ASSIGN_OR_RETURN(auto record, agents.LookupNodeCredential(parsed->id));
+  if (!ConstantTimeEquals(Sha256Hex(parsed->secret), record.secret_sha256)) {
+    return Error(absl::StatusCode::kUnauthenticated, "NODE_CREDENTIAL_WRONG",
+                 "the node credential is wrong");
+  }
+  if (record.revoked) {
+    return Error(absl::StatusCode::kUnauthenticated, "NODE_CREDENTIAL_REVOKED",
+                 "the node credential was revoked");
+  }
+  return record;
+}
+
+void AgentApi::Impl::MonitorLoop() {
+  absl::Time next_retention = clock.Now();
+  while (Sleep(options.monitor_interval)) {
+    const absl::Time now = clock.Now();
+    auto downed = agents.MarkSilentNodesDown(options.heartbeat_timeout, now);
+    if (!downed.ok()) {
+      spdlog::warn("agent: node health check failed: {}", downed.status().ToString());
+    } else {
+      for (const auto& d : *downed) {
+        spdlog::warn("agent: node {} is down (no heartbeat since {}); stopped {} instance(s)",
+                     d.node_name, absl::FormatTime(d.last_heartbeat_at),
+                     d.stopped_instance_ids.size());
+      }
+      if (!downed->empty()) Kick();
+    }
+    auto idle = agents.StopIdleInstances(now);
+    if (!idle.ok()) {
+      spdlog::warn("agent: idle check failed: {}", idle.status().ToString());
+    } else {
+      for (const auto& id : *idle) spdlog::info("agent: auto-stopped idle instance {}", id);
+      if (!idle->empty()) Kick();
+    }
+    if (now >= next_retention) {
+      auto deleted = agents.DeleteTelemetryBefore(now - options.telemetry_retention);
+      if (deleted.ok() && *deleted > 0) {
+        spdlog::info("agent: deleted {} telemetry minute(s) past retention", *deleted);
+      }
+      next_retention = now + absl::Hours(1);
+    }
+  }
+}
+
+AgentApi::AgentApi(store::Store& store, const Clock& clock, control::ControlLoops* loops,
+                   AgentApiOptions options)
+    : impl_(std::make_unique<Impl>(store, clock, loops, options)) {
+  impl_->agent_service = std::make_unique<AgentServiceImpl>(*impl_);
+  impl_->admin_service = std::make_unique<NodeCredentialServiceImpl>(*this, *impl_);
+}
+
+AgentApi::~AgentApi() { Stop(); }
+
+void AgentApi::RegisterWith(grpc::ServerBuilder& builder) {
+  builder.RegisterService(impl_->agent_service.get());
+  builder.RegisterService(impl_->admin_service.get());
+}
+
+void AgentApi::StartMonitor() {
+  impl_->monitor = std::thread([this] { impl_->MonitorLoop(); });
+}
+
+void AgentApi::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->stopping = true;
+    for (grpc::ServerContext* context : impl_->live) context->TryCancel();
+  }
+  impl_->wake.notify_all();
+  if (impl_->monitor.joinable()) impl_->monitor.join();
+}
+
+absl::StatusOr<std::string> AgentApi::CreateNodeCredential(const std::string& node_name) {
+  const std::string id_part = RandomToken(kCredentialIdLength);
+  const std::string secret = RandomToken(kCredentialSecretLength);
+  SV_RETURN_IF_ERROR(impl_->agents.CreateNodeCredential("ncr-" + id_part, node_name,
+                                                        Sha256Hex(secret),
+                                                        impl_->clock.Now()));
+  return absl::StrCat("svn_", id_part, "_", secret);
+}
+
+}  // namespace sv::api

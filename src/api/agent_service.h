@@ -1,0 +1,53 @@
+#ifndef SV_API_AGENT_SERVICE_H_
+#define SV_API_AGENT_SERVICE_H_
+
+// svd's side of the node-agent protocol (sv.v1.AgentService), the operator's
+// NodeCredentialService, and the fleet monitor: nodes that miss heartbeats go
+// down, idle instances are auto-stopped, old telemetry is deleted.
+
+#include <grpcpp/server_builder.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "control/loops.h"
+#include "store/store.h"
+
+namespace sv::api {
+
+struct AgentApiOptions {
+  absl::Duration heartbeat_timeout = absl::Seconds(30);
+  absl::Duration heartbeat_interval = absl::Seconds(5);    // Told to agents.
+  absl::Duration telemetry_interval = absl::Seconds(10);   // Told to agents.
+  absl::Duration desired_poll_interval = absl::Milliseconds(500);
+  absl::Duration monitor_interval = absl::Seconds(1);
+  absl::Duration telemetry_retention = absl::Hours(24 * 35);
+};
+
+class AgentApi {
+ public:
+  AgentApi(store::Store& store, const Clock& clock, control::ControlLoops* loops,
+           AgentApiOptions options);
+  ~AgentApi();
+
+  void RegisterWith(grpc::ServerBuilder& builder);
+  void StartMonitor();
+  // Ends every agent stream (agents reconnect to whichever svd answers) and
+  // the monitor; call before shutting the gRPC server down.
+  void Stop();
+
+  // Mints a node credential; returns the plaintext (only its hash is kept).
+  absl::StatusOr<std::string> CreateNodeCredential(const std::string& node_name);
+
+  struct Impl;  // Private to agent_service.cc.
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sv::api
+
+#endif  // SV_API_AGENT_SERVICE_H_
