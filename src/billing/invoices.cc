@@ -43,12 +43,14 @@ Invoice ReadInvoice(pqxx::work& txn, const pqxx::row& r) {
   return inv;
 }
 
-// Usage lines per instance and GPU model, then SLA refunds as negative lines.
+// Usage lines per instance and GPU model (what the receivable was charged;
+// trial credit is not invoiced), then SLA refunds as negative lines.
 constexpr char kLinesSql[] = R"sql(
 SELECT 'usage', t.instance_id, t.gpu_model,
        (count(DISTINCT t.usage_minute) * max(i.gpu_count))::bigint,
        sum(t.amount_micros)::bigint
 FROM ledger_transfers t JOIN instances i ON i.id = t.instance_id AND i.tenant_id = t.tenant_id
+JOIN ledger_accounts fa ON fa.id = t.from_account_id AND fa.kind = 'receivable'
 WHERE t.tenant_id = $1 AND t.kind = 'charge' AND t.usage_minute >= $2 AND t.usage_minute < $3
 GROUP BY t.instance_id, t.gpu_model
 UNION ALL

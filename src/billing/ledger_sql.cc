@@ -63,7 +63,7 @@ mins AS (
        AND (p.until_us IS NULL OR m.minute * 60000000 < p.until_us)
   LEFT JOIN prices d ON d.item = '*' AND m.minute * 60000000 >= d.from_us
        AND (d.until_us IS NULL OR m.minute * 60000000 < d.until_us)
-)sql");
+))sql");
 }
 
 int64_t PlatformAccount(pqxx::work& txn, const std::string& kind) {

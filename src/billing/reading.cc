@@ -1,4 +1,6 @@
 // Read paths: balances, transfers, usage, tenants' balances, revenue.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "billing/billing.h"
 #include "billing/internal/ledger_sql.h"
@@ -143,6 +145,9 @@ absl::StatusOr<std::vector<TenantBalance>> Billing::ListTenantBalances(
 
 absl::StatusOr<RevenueSummary> Billing::GetRevenueSummary(absl::Time from, absl::Time to) {
   RevenueSummary s;
+  // Timestamps outside what PostgreSQL stores are clamped to sane bounds.
+  from = std::max(from, absl::UnixEpoch());
+  to = std::min(to, absl::FromUnixSeconds(253'402'300'799));  // 9999-12-31.
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
     auto rows = txn.exec_params(
         "SELECT "

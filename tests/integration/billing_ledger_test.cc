@@ -1,0 +1,404 @@
+// Billing against a real PostgreSQL, driven by a fake clock: simulated days
+// run in seconds. Each test states its goal and checks money to the
+// micro-yuan, against an independent simple model where one is needed.
+#include <algorithm>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "billing/billing.h"
+#include "common/status.h"
+#include "control/scheduling.h"
+#include "gtest/gtest.h"
+#include "store/migrations.h"
+#include "tests/integration/harness.h"
+
+namespace sv::billing {
+namespace {
+
+constexpr int64_t kPrice = 33'000;  // RTX 4090, micro-yuan per GPU-minute.
+
+class BillingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store::DatabaseOptions options;
+    options.url = sv::testing::CreateTestDatabase();
+    options.connections_max = 16;
+    db_ = std::make_unique<store::Database>(options);
+    ASSERT_TRUE(store::ApplyMigrations(*db_).ok());
+    store_ = std::make_unique<store::Store>(*db_);
+    scheduling_ = std::make_unique<control::Scheduling>(*db_, control::SchedulingOptions{});
+    for (int n = 0; n < 16; ++n) {
+      store::NodeRecord node;
+      node.id = absl::StrCat("node-", n);
+      node.name = node.id;
+      node.zone = "z1";
+      node.pod = "p1";
+      node.leaf_switch = absl::StrCat("leaf-", n % 2);
+      node.gpu_model = "RTX 4090";
+      node.simulated = true;
+      ASSERT_TRUE(store_->UpsertNode(node, clock_.Now()).ok());
+    }
+  }
+
+  Billing MakeBilling(BillingOptions options = {}) {
+    options.metering_lag = absl::ZeroDuration();
+    options.first_run_lookback = absl::Hours(24 * 365);
+    return Billing(*db_, *store_, clock_, options);
+  }
+
+  // A tenant with one member user; returns {tenant id, user id}.
+  std::pair<std::string, std::string> NewTenant(const std::string& name) {
+    auto created = store_->CreateTenant(
+        {name, name + "@example.com", store::Role::kMember, "key-" + name,
+         std::string(64, 'a')},
+        clock_.Now());
+    EXPECT_TRUE(created.ok()) << created.status();
+    return {created->tenant.id, created->user_id};
+  }
+
+  // Creates an instance and takes it to RUNNING at the clock's time.
+  std::string Run(const std::string& tenant, int gpus) {
+    store::InstanceSpec spec{absl::StrCat("i", ++counter_), gpus, "RTX 4090", "ubuntu"};
+    auto created = store_->CreateInstance(tenant, spec, absl::StrCat("r", counter_),
+                                          absl::StrCat("f", counter_), clock_.Now());
+    EXPECT_TRUE(created.ok()) << created.status();
+    EXPECT_TRUE(scheduling_->RunPass(clock_.Now()).ok());
+    EXPECT_TRUE(store_->AdvanceSimulatedStarts(clock_.Now()).ok());
+    EXPECT_TRUE(store_->AdvanceSimulatedStarts(clock_.Now()).ok());
+    auto got = store_->GetInstance(tenant, created->id);
+    EXPECT_EQ(got->state, store::InstanceState::kRunning);
+    return created->id;
+  }
+
+  void Stop(const std::string& tenant, const std::string& id) {
+    ASSERT_TRUE(store_->StopInstance(tenant, id, "stopped by the user", clock_.Now()).ok());
+  }
+
+  void ExpectAuditClean(Billing& billing) {
+    auto failures = billing.Audit();
+    ASSERT_TRUE(failures.ok()) << failures.status();
+    for (const auto& f : *failures) ADD_FAILURE() << f;
+  }
+
+  // Starts on a minute boundary plus 20 s, so partial minutes show.
+  FakeClock clock_{absl::FromUnixSeconds(1'790'000'000 / 60 * 60 + 20)};
+  std::unique_ptr<store::Database> db_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<control::Scheduling> scheduling_;
+  int counter_ = 0;
+};
+
+// The independent model: a list of intervals per instance, the started-
+// minute rule, prices by minute start, trial first, no capping needed.
+struct ModelInstance {
+  std::string tenant;
+  int gpus = 0;
+  std::vector<std::pair<absl::Time, absl::Time>> runs;
+};
+
+int64_t ModelPrice(const std::vector<std::pair<absl::Time, int64_t>>& prices, int64_t minute) {
+  int64_t price = 0;
+  for (const auto& [from, p] : prices) {
+    if (absl::FromUnixSeconds(minute * 60) >= from) price = p;
+  }
+  return price;
+}
+
+// 30 simulated days of four tenants whose instances start and stop at random
+// seconds, with a price change on day 10 and billing runs every 6 hours:
+// every wallet and the platform revenue agree with the model exactly.
+TEST_F(BillingTest, ThirtyDaysAgreeWithModel) {
+  BillingOptions options;
+  options.trial_validity = absl::Hours(24 * 60);
+  Billing billing = MakeBilling(options);
+  const absl::Time t0 = clock_.Now();
+  std::vector<std::pair<absl::Time, int64_t>> prices = {{absl::UnixEpoch(), kPrice}};
+  const absl::Time change = t0 + absl::Hours(24 * 10) + absl::Seconds(30);
+  ASSERT_TRUE(billing.SetGpuPrice("RTX 4090", 40'000, change, clock_.Now()).ok());
+  prices.push_back({change, 40'000});
+
+  std::vector<std::string> tenants;
+  for (int i = 0; i < 4; ++i) {
+    auto [tenant, user] = NewTenant(absl::StrCat("model", i));
+    tenants.push_back(tenant);
+    ASSERT_TRUE(billing.TopUp(tenant, absl::StrCat("pay-", i), 100'000 * kMicrosPerYuan,
+                              clock_.Now()).ok());
+  }
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());  // Grants the trials.
+
+  // Each tenant has two lanes; a lane runs one instance at a time.
+  std::mt19937 random(42);
+  struct Action { absl::Time at; int tenant; int lane; };
+  std::vector<Action> actions;
+  for (int t = 0; t < 4; ++t) {
+    for (int lane = 0; lane < 2; ++lane) {
+      absl::Time at = t0 + absl::Seconds(random() % 3600);
+      while (at < t0 + absl::Hours(24 * 30)) {
+        actions.push_back({at, t, lane});
+        at += absl::Seconds(60 + random() % (3 * 24 * 3600));
+      }
+    }
+  }
+  std::sort(actions.begin(), actions.end(), [](const Action& a, const Action& b) {
+    return a.at < b.at;
+  });
+  std::map<std::pair<int, int>, std::string> running;
+  std::map<std::string, ModelInstance> model;
+  absl::Time next_run = t0 + absl::Hours(6);
+  for (const Action& a : actions) {
+    while (next_run <= a.at) {
+      clock_.Set(next_run);
+      ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+      next_run += absl::Hours(6);
+    }
+    clock_.Set(a.at);
+    auto key = std::make_pair(a.tenant, a.lane);
+    auto it = running.find(key);
+    if (it == running.end()) {
+      const int gpus = 1 + random() % 8;
+      std::string id = Run(tenants[a.tenant], gpus);
+      model[id] = {tenants[a.tenant], gpus, {{a.at, absl::InfiniteFuture()}}};
+      running[key] = id;
+    } else {
+      Stop(tenants[a.tenant], it->second);
+      model[it->second].runs.back().second = a.at;
+      running.erase(it);
+    }
+  }
+  const absl::Time end = t0 + absl::Hours(24 * 30);
+  clock_.Set(end);
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  const int64_t billed_before = MinuteOf(end);
+
+  // The model: charge per instance-minute, trial first.
+  std::map<std::string, int64_t> charged;
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> per_tenant;  // minute, gross
+  for (const auto& [id, inst] : model) {
+    for (const auto& [from, to] : inst.runs) {
+      const int64_t first = MinuteOf(from);
+      int64_t last = billed_before - 1;
+      if (to != absl::InfiniteFuture()) {
+        last = std::min(last, (absl::ToUnixMicros(to) - 1) / 60'000'000);
+      }
+      for (int64_t m = first; m <= last; ++m) {
+        per_tenant[inst.tenant].push_back({m, inst.gpus * ModelPrice(prices, m)});
+      }
+    }
+  }
+  int64_t revenue = 0;
+  for (const std::string& tenant : tenants) {
+    int64_t trial = 10 * kMicrosPerYuan, paid = 100'000 * kMicrosPerYuan;
+    for (const auto& [m, gross] : per_tenant[tenant]) {
+      const int64_t from_trial = std::min(trial, gross);
+      trial -= from_trial;
+      paid -= gross - from_trial;
+      revenue += gross;
+    }
+    auto balance = billing.GetBalance(tenant, clock_.Now());
+    ASSERT_TRUE(balance.ok());
+    EXPECT_EQ(balance->trial_micros, trial) << tenant;
+    EXPECT_EQ(balance->paid_micros, paid) << tenant;
+  }
+  auto summary = billing.GetRevenueSummary(absl::InfinitePast(), absl::InfiniteFuture());
+  ASSERT_TRUE(summary.ok());
+  EXPECT_EQ(summary->platform_revenue_balance_micros, revenue);
+  EXPECT_GT(revenue, 0);
+  ExpectAuditClean(billing);
+}
+
+// Eight concurrent first requests of one user grant the trial once.
+TEST_F(BillingTest, TrialGrantedOnceUnderConcurrency) {
+  Billing billing = MakeBilling();
+  auto [tenant, user] = NewTenant("trialrace");
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, user = user] {
+      if (!billing.EnsureTrialGrant(user, clock_.Now()).ok()) ++failures;
+    });
+  }
+  threads.emplace_back([&] {
+    if (!billing.GrantMissingTrials(clock_.Now()).ok()) ++failures;
+  });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  auto balance = billing.GetBalance(tenant, clock_.Now());
+  EXPECT_EQ(balance->trial_micros, 10 * kMicrosPerYuan);
+  ASSERT_TRUE(balance->trial_expires_at.has_value());
+  EXPECT_EQ(*balance->trial_expires_at, clock_.Now() + absl::Hours(24 * 30));
+  auto transfers = billing.ListTransfers(tenant, {});
+  ASSERT_EQ(transfers->size(), 1u);
+  EXPECT_EQ((*transfers)[0].idempotency_key, "trial:" + user);
+  ExpectAuditClean(billing);
+}
+
+// Trial credit goes first; when both run out the instance is charged only
+// what was left (shortfall recorded), stopped at the end of that minute,
+// and a new create is refused with INSUFFICIENT_CREDIT.
+TEST_F(BillingTest, TrialFirstThenStopsAtTheRightMinute) {
+  Billing billing = MakeBilling();
+  auto [tenant, user] = NewTenant("runsout");
+  ASSERT_TRUE(billing.EnsureTrialGrant(user, clock_.Now()).ok());
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-1", 1 * kMicrosPerYuan, clock_.Now()).ok());
+  const int64_t m0 = MinuteOf(clock_.Now());
+  const std::string id = Run(tenant, 8);  // 264,000 per minute; 11 CNY lasts 41.67 min.
+  clock_.Advance(absl::Hours(2));
+  auto result = billing.RunOnce(clock_.Now());
+  ASSERT_TRUE(result.ok()) << result.status();
+
+  auto balance = billing.GetBalance(tenant, clock_.Now());
+  EXPECT_EQ(balance->trial_micros, 0);
+  EXPECT_EQ(balance->paid_micros, 0);
+  auto transfers = billing.ListTransfers(tenant, {.kind = "charge", .limit = 1000});
+  int64_t from_trial = 0, from_paid = 0, last_minute = 0;
+  for (const auto& t : *transfers) {
+    (t.from_kind == "trial_wallet" ? from_trial : from_paid) += t.amount_micros;
+    last_minute = std::max(last_minute, *t.usage_minute);
+    // Paid credit is touched only from the minute the trial ran out.
+    if (t.from_kind == "paid_wallet") EXPECT_GE(*t.usage_minute, m0 + 37);
+    if (t.from_kind == "trial_wallet") EXPECT_LE(*t.usage_minute, m0 + 37);
+  }
+  EXPECT_EQ(from_trial, 10 * kMicrosPerYuan);
+  EXPECT_EQ(from_paid, 1 * kMicrosPerYuan);
+  EXPECT_EQ(last_minute, m0 + 41);  // 41 full minutes, then 176,000 of 264,000.
+  auto instance = store_->GetInstance(tenant, id);
+  EXPECT_EQ(instance->state, store::InstanceState::kStopped);
+  EXPECT_EQ(instance->state_reason, "credit exhausted");
+  auto summary = billing.GetRevenueSummary(absl::InfinitePast(), absl::InfiniteFuture());
+  EXPECT_EQ(summary->shortfall_micros, 88'000);
+  bool exhausted_notice = false;
+  for (const auto& n : balance->notices) exhausted_notice |= n.kind == "credit_exhausted";
+  EXPECT_TRUE(exhausted_notice);
+  absl::Status refused = billing.CheckCreditForCreate(tenant, 1, "RTX 4090", clock_.Now());
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ReasonOf(refused), "INSUFFICIENT_CREDIT");
+  // Another hour of metering charges nothing more.
+  clock_.Advance(absl::Hours(1));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  EXPECT_EQ(billing.ListTransfers(tenant, {.kind = "charge", .limit = 1000})->size(),
+            transfers->size());
+  ExpectAuditClean(billing);
+}
+
+// A low balance warns before it runs out.
+TEST_F(BillingTest, WarnsBeforeCreditRunsOut) {
+  Billing billing = MakeBilling();
+  auto [tenant, user] = NewTenant("lowcredit");
+  ASSERT_TRUE(billing.EnsureTrialGrant(user, clock_.Now()).ok());
+  Run(tenant, 8);  // 10 CNY lasts about 37 minutes; the warning is at 30.
+  clock_.Advance(absl::Minutes(10));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  auto balance = billing.GetBalance(tenant, clock_.Now());
+  ASSERT_FALSE(balance->notices.empty());
+  EXPECT_EQ(balance->notices[0].kind, "low_credit");
+  EXPECT_GT(balance->available_micros, 0);
+}
+
+// A top-up's payment id is its idempotency key: a replay is a no-op, a
+// different amount under the same id is refused.
+TEST_F(BillingTest, TopUpIdempotency) {
+  Billing billing = MakeBilling();
+  auto [tenant, user] = NewTenant("topup");
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-7", 5 * kMicrosPerYuan, clock_.Now()).ok());
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-7", 5 * kMicrosPerYuan, clock_.Now()).ok());
+  auto clash = billing.TopUp(tenant, "pay-7", 6 * kMicrosPerYuan, clock_.Now());
+  EXPECT_EQ(clash.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(ReasonOf(clash.status()), "IDEMPOTENCY_KEY_REUSED");
+  EXPECT_EQ(billing.GetBalance(tenant, clock_.Now())->paid_micros, 5 * kMicrosPerYuan);
+  EXPECT_EQ(billing.TopUp(tenant, "", 1, clock_.Now()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(billing.TopUp(tenant, "pay-8", 0, clock_.Now()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(billing.TopUp("ten-nope", "pay-9", 1, clock_.Now()).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+// Two billers (two svd replicas) and concurrent top-ups on a tenant close to
+// empty: no minute is charged twice and no wallet goes negative.
+TEST_F(BillingTest, ConcurrentSpendingNeverNegative) {
+  Billing a = MakeBilling();
+  Billing b = MakeBilling();
+  auto [tenant, user] = NewTenant("spender");
+  ASSERT_TRUE(a.TopUp(tenant, "seed", 2 * kMicrosPerYuan, clock_.Now()).ok());
+  for (int i = 0; i < 4; ++i) Run(tenant, 8);
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int round = 0; round < 6; ++round) {
+    clock_.Advance(absl::Minutes(1));
+    const absl::Time now = clock_.Now();
+    threads.emplace_back([&, now] { if (!a.RunOnce(now).ok()) ++failures; });
+    threads.emplace_back([&, now] { if (!b.RunOnce(now).ok()) ++failures; });
+    threads.emplace_back([&, now, round] {
+      if (!a.TopUp(tenant, absl::StrCat("p", round), 300'000, now).ok()) ++failures;
+    });
+    for (auto& t : threads) t.join();
+    threads.clear();
+    auto balance = a.GetBalance(tenant, now);
+    EXPECT_GE(balance->paid_micros, 0);
+    EXPECT_GE(balance->trial_micros, 0);
+  }
+  EXPECT_EQ(failures.load(), 0);
+  ExpectAuditClean(a);
+}
+
+// A postpaid tenant's charges go to its receivable; the invoice of a
+// Shanghai calendar month totals exactly the ledger's charges for that
+// month, is issued once and cannot be changed.
+TEST_F(BillingTest, PostpaidInvoiceEqualsLedger) {
+  Billing billing = MakeBilling();
+  // 2026-11-30 23:00 Shanghai is 15:00 UTC; the instance runs into December.
+  clock_.Set(absl::FromCivil(absl::CivilSecond(2026, 11, 30, 14, 0, 10), absl::UTCTimeZone()));
+  auto [tenant, user] = NewTenant("enterprise");
+  ASSERT_TRUE(billing.SetBillingMode(tenant, BillingMode::kPostpaid,
+                                     100'000 * kMicrosPerYuan).ok());
+  const std::string id = Run(tenant, 3);
+  clock_.Advance(absl::Hours(3));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  auto early = billing.IssueInvoice(tenant, clock_.Now(), clock_.Now());
+  EXPECT_EQ(ReasonOf(early.status()), "PERIOD_NOT_BILLED");
+  const absl::Time month = absl::FromCivil(absl::CivilSecond(2026, 11, 15, 0, 0, 0),
+                                           absl::UTCTimeZone());
+  auto invoice = billing.IssueInvoice(tenant, month, clock_.Now());
+  ASSERT_TRUE(invoice.ok()) << invoice.status();
+  EXPECT_EQ(invoice->period, "2026-11");
+  // November in Shanghai ends at 16:00 UTC on the 30th: 1 h 59 min 50 s of
+  // running, i.e. 120 started minutes of 3 GPUs, less the 10 CNY trial
+  // (spent first and not invoiced).
+  const int64_t expected = 120 * 3 * kPrice - 10 * kMicrosPerYuan;
+  EXPECT_EQ(invoice->total_micros, expected);
+  ASSERT_EQ(invoice->lines.size(), 1u);
+  EXPECT_EQ(invoice->lines[0].instance_id, id);
+  EXPECT_GT(invoice->lines[0].gpu_minutes, 0);
+  EXPECT_EQ(invoice->total_fen, RoundToFen(expected));
+  int64_t ledger = 0;
+  for (const auto& t : *billing.ListTransfers(tenant, {.kind = "charge", .limit = 1000})) {
+    if (*t.usage_minute < MinuteOf(invoice->period_end) && t.from_kind == "receivable") {
+      ledger += t.amount_micros;
+    }
+  }
+  EXPECT_EQ(invoice->total_micros, ledger);
+  auto balance = billing.GetBalance(tenant, clock_.Now());
+  EXPECT_EQ(balance->receivable_micros, -(180 * 3 * kPrice - 10 * kMicrosPerYuan));
+  // Issued once; immutable.
+  auto again = billing.IssueInvoice(tenant, month, clock_.Now());
+  EXPECT_EQ(again->id, invoice->id);
+  absl::Status edit = db_->Transact([&](pqxx::work& txn) {
+    txn.exec("UPDATE invoices SET total_micros = 0");
+    return absl::OkStatus();
+  });
+  EXPECT_FALSE(edit.ok());
+  ExpectAuditClean(billing);
+}
+
+// Rounding to fen is half away from zero.
+TEST(RoundToFenTest, HalfAwayFromZero) {
+  EXPECT_EQ(RoundToFen(5'000), 1);
+  EXPECT_EQ(RoundToFen(4'999), 0);
+  EXPECT_EQ(RoundToFen(-5'000), -1);
+  EXPECT_EQ(RoundToFen(123'456'789), 12'346);
+}
+
+}  // namespace
+}  // namespace sv::billing
