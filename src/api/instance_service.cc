@@ -3,6 +3,7 @@
 #include "common/ids.h"
 #include "common/status.h"
 #include "spdlog/spdlog.h"
+#include "store/scheduling_store.h"
 #include "sv/v1/instance.grpc.pb.h"
 
 namespace sv::api::internal {
@@ -31,8 +32,17 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
       auto record = deps_.store->GetInstance(who->tenant_id, request->id());
       status = record.status();
       if (record.ok()) ToProto(*record, response);
+      if (status.ok()) status = SetQueuePositions(who->tenant_id, {response});
     }
     return Finish("GetInstance", &*who, "", status);
+  }
+
+  grpc::Status ResizeInstance(grpc::ServerContext* context,
+                              const v1::ResizeInstanceRequest* request,
+                              v1::ResizeInstanceResponse* response) override {
+    auto who = auth_.Authenticate(*context);
+    if (!who.ok()) return Finish("ResizeInstance", nullptr, "", who.status());
+    return Finish("ResizeInstance", &*who, "", Resize(*who, *request, response));
   }
 
   grpc::Status ListInstances(grpc::ServerContext* context,
@@ -74,6 +84,11 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
     } else {
       SV_RETURN_IF_ERROR(ValidateRequestId(request_id));
     }
+    // The tenant's pending quota (RESOURCE_EXHAUSTED / QUOTA_EXCEEDED); a
+    // retry of a create that was accepted always gets its first answer.
+    if (deps_.loops != nullptr) {
+      SV_RETURN_IF_ERROR(deps_.loops->scheduling().Admit(who.tenant_id, request_id));
+    }
     SV_ASSIGN_OR_RETURN(auto record,
                         deps_.store->CreateInstance(who.tenant_id, spec, request_id,
                                                     InstanceFingerprint(spec),
@@ -94,6 +109,44 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
                  record.spec.gpu_count, store::InstanceStateName(record.state),
                  who.tenant_id, request_id);
     ToProto(record, response);
+    return SetQueuePositions(who.tenant_id, {response});
+  }
+
+  // Queue positions are written by the scheduling loop (docs/scheduler.md).
+  absl::Status SetQueuePositions(const std::string& tenant_id,
+                                 const std::vector<v1::Instance*>& instances) {
+    std::vector<std::string> pending;
+    for (const v1::Instance* i : instances) {
+      if (i->state() == v1::PENDING) pending.push_back(i->id());
+    }
+    if (pending.empty()) return absl::OkStatus();
+    SV_ASSIGN_OR_RETURN(auto positions,
+                        store::SchedulingStore(deps_.store->database())
+                            .QueuePositions(tenant_id, pending));
+    for (v1::Instance* i : instances) {
+      auto it = positions.find(i->id());
+      if (it != positions.end()) i->set_queue_position(it->second);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Resize(const store::Principal& who, const v1::ResizeInstanceRequest& request,
+                      v1::ResizeInstanceResponse* response) {
+    SV_RETURN_IF_ERROR(CheckInstanceId(request.id()));
+    if (deps_.loops == nullptr) {
+      return Error(absl::StatusCode::kUnavailable, "SCHEDULER_UNAVAILABLE",
+                   "this server runs no scheduler");
+    }
+    SV_ASSIGN_OR_RETURN(int previous,
+                        deps_.loops->scheduling().Resize(who.tenant_id, request.id(),
+                                                         request.gpu_count(),
+                                                         deps_.clock->Now()));
+    SV_ASSIGN_OR_RETURN(auto record, deps_.store->GetInstance(who.tenant_id, request.id()));
+    if (previous > record.spec.gpu_count) deps_.loops->Kick();  // Freed GPUs.
+    spdlog::info("api: resized {} from {} to {} GPUs tenant={}", record.id, previous,
+                 record.spec.gpu_count, who.tenant_id);
+    ToProto(record, response->mutable_instance());
+    response->set_previous_gpu_count(previous);
     return absl::OkStatus();
   }
 
@@ -109,6 +162,9 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
     const bool more = static_cast<int>(records.size()) > page_size;
     if (more) records.resize(page_size);
     for (const auto& r : records) ToProto(r, response->add_instances());
+    SV_RETURN_IF_ERROR(SetQueuePositions(
+        who.tenant_id, {response->mutable_instances()->pointer_begin(),
+                        response->mutable_instances()->pointer_end()}));
     if (more) {
       const auto& last = records.back();
       response->set_next_page_token(EncodePageToken(

@@ -12,6 +12,7 @@ struct ApiServices::Impl {
     services.push_back(internal::NewInstanceService(deps, auth));
     services.push_back(internal::NewAccountService(auth));
     services.push_back(internal::NewAdminService(deps, auth));
+    services.push_back(internal::NewSchedulerAdminService(deps, auth));
   }
   Authenticator auth;
   std::vector<std::unique_ptr<grpc::Service>> services;

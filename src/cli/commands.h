@@ -46,6 +46,8 @@ int FailRpc(const grpc::Status& status, const Session& session);
 void AddInstanceCommands(CLI::App& app, Action* action);
 void AddAccountCommands(CLI::App& app, Action* action);
 void AddAdminCommands(CLI::App& app, Action* action);
+// svctl resize and svctl admin nodes|quota; call after AddAdminCommands.
+void AddSchedulingCommands(CLI::App& app, Action* action);
 
 }  // namespace sv::cli
 

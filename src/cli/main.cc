@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   sv::cli::AddInstanceCommands(app, &action);
   sv::cli::AddAccountCommands(app, &action);
   sv::cli::AddAdminCommands(app, &action);
+  sv::cli::AddSchedulingCommands(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

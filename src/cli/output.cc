@@ -44,6 +44,10 @@ void PrintRows(const std::vector<std::vector<std::string>>& rows, std::ostream& 
 
 std::string StateName(v1::InstanceState state) { return v1::InstanceState_Name(state); }
 
+void PrintTable(const std::vector<std::vector<std::string>>& rows, std::ostream& out) {
+  PrintRows(rows, out);
+}
+
 void PrintJson(const google::protobuf::Message& message, std::ostream& out) {
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = true;
@@ -60,6 +64,8 @@ void PrintInstanceDetail(const v1::Instance& i, std::ostream& out) {
              {"name:", i.name()},
              {"state:", StateName(i.state())},
              {"reason:", i.state_reason()},
+             {"queue:", i.queue_position() > 0 ? absl::StrCat("position ", i.queue_position())
+                                               : "-"},
              {"gpus:", absl::StrCat(i.gpu_count(), " x ", i.gpu_model())},
              {"image:", i.image()},
              {"placement:", NodesOf(i)},
@@ -72,7 +78,9 @@ void PrintInstanceTable(const std::vector<v1::Instance>& instances, std::ostream
   std::vector<std::vector<std::string>> rows = {
       {"ID", "NAME", "GPUS", "STATE", "PLACEMENT", "CREATED"}};
   for (const auto& i : instances) {
-    rows.push_back({i.id(), i.name(), std::to_string(i.gpu_count()), StateName(i.state()),
+    std::string state = StateName(i.state());
+    if (i.queue_position() > 0) absl::StrAppend(&state, " #", i.queue_position());
+    rows.push_back({i.id(), i.name(), std::to_string(i.gpu_count()), state,
                     NodesOf(i), FormatTime(i.create_time())});
   }
   PrintRows(rows, out);

@@ -17,6 +17,8 @@ void PrintJson(const google::protobuf::Message& message, std::ostream& out);
 void PrintInstanceDetail(const v1::Instance& instance, std::ostream& out);
 void PrintInstanceTable(const std::vector<v1::Instance>& instances, std::ostream& out);
 void PrintAccount(const v1::Account& account, std::ostream& out);
+// Columns padded to the widest cell; the first row is the header.
+void PrintTable(const std::vector<std::vector<std::string>>& rows, std::ostream& out);
 
 // "RUNNING", "PENDING", ...
 std::string StateName(v1::InstanceState state);

@@ -145,6 +145,21 @@ absl::Status ResizeError(const absl::Status& status, const std::string& instance
   }
 }
 
+// Users read the cause first, then the library's detail (which filter
+// rejected how many nodes, or which quota binds).
+std::string WaitReason(const scheduler::QueueDecision& d) {
+  const char* cause = "waiting";
+  switch (d.cause) {
+    case scheduler::WaitCause::kNoCapacity: cause = "waiting for capacity"; break;
+    case scheduler::WaitCause::kQuota: cause = "waiting for quota"; break;
+    case scheduler::WaitCause::kHeldForOlder: cause = "waiting in queue order"; break;
+    case scheduler::WaitCause::kPassLimit: cause = "waiting for the next pass"; break;
+    case scheduler::WaitCause::kInvalid: cause = "cannot be placed"; break;
+    case scheduler::WaitCause::kNone: break;
+  }
+  return d.reason.empty() ? cause : absl::StrCat(cause, ": ", d.reason);
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<store::QueueVerdict>> DecideQueue(const store::FleetView& view,
@@ -169,7 +184,7 @@ absl::StatusOr<std::vector<store::QueueVerdict>> DecideQueue(const store::FleetV
       v.grants = GrantsOf(view, d.placement.nodes);
     } else {
       v.queue_position = d.position;
-      v.reason = d.reason.empty() ? "waiting for capacity" : d.reason;
+      v.reason = WaitReason(d);
     }
     verdicts.push_back(std::move(v));
   }

@@ -19,8 +19,10 @@ namespace sv::control {
 
 struct SchedulingOptions {
   scheduler::SchedulerOptions scheduler;
-  // Applies to tenants without a tenant_quotas row.
-  scheduler::TenantQuota default_quota;
+  // Applies to tenants without a tenant_quotas row. The pending default
+  // matches the store's limit of 1,000 unfinished instances per tenant, so
+  // only an operator's quota tightens it.
+  scheduler::TenantQuota default_quota{1024, 1000};
   int queue_max = 1000;  // pending instances read per pass
   // Test-only fault: _exit() after a pass has written its decisions and
   // before it commits. svd sets it from SV_FAULT_CRASH_AFTER_DECIDE=1.

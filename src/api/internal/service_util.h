@@ -36,6 +36,8 @@ std::unique_ptr<grpc::Service> NewInstanceService(const ApiDependencies& deps,
 std::unique_ptr<grpc::Service> NewAccountService(const Authenticator& auth);
 std::unique_ptr<grpc::Service> NewAdminService(const ApiDependencies& deps,
                                                const Authenticator& auth);
+std::unique_ptr<grpc::Service> NewSchedulerAdminService(const ApiDependencies& deps,
+                                                        const Authenticator& auth);
 
 }  // namespace sv::api::internal
 

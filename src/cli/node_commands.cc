@@ -1,0 +1,203 @@
+// Scheduling commands: svctl resize, svctl admin nodes list|cordon|uncordon|
+// drain and svctl admin quota set|get. The admin ones use the admin key.
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "cli/commands.h"
+#include "sv/v1/admin.grpc.pb.h"
+#include "sv/v1/instance.grpc.pb.h"
+
+namespace sv::cli {
+namespace {
+
+constexpr int kNodePagesMax = 1000;
+
+std::string NodeStateText(v1::FleetNodeState state) {
+  switch (state) {
+    case v1::FLEET_NODE_READY: return "ready";
+    case v1::FLEET_NODE_CORDONED: return "cordoned";
+    case v1::FLEET_NODE_DRAINING: return "draining";
+    case v1::FLEET_NODE_DOWN: return "down";
+    default: return "unknown";
+  }
+}
+
+void PrintNodes(const std::vector<v1::FleetNode>& nodes, std::ostream& out) {
+  std::vector<std::vector<std::string>> rows = {
+      {"NAME", "STATE", "FREE", "GPUS", "INSTANCES", "LEAF", "POD", "ZONE"}};
+  for (const auto& n : nodes) {
+    rows.push_back({n.name(), NodeStateText(n.state()), std::to_string(n.free_gpu_count()),
+                    std::to_string(n.gpu_count()), std::to_string(n.instance_count()),
+                    n.leaf_switch(), n.pod(), n.zone()});
+  }
+  PrintTable(rows, out);
+}
+
+bool ConnectAdmin(Session& s, std::string* error) {
+  s.flags.admin = true;
+  return s.Connect(error);
+}
+
+int RunListNodes(Session& s) {
+  std::string error;
+  if (!ConnectAdmin(s, &error)) return Fail(error);
+  v1::SchedulerAdminService::Stub stub(s.channel);
+  v1::ListFleetNodesRequest request;
+  v1::ListFleetNodesResponse merged;
+  for (int page = 0; page < kNodePagesMax; ++page) {
+    v1::ListFleetNodesResponse response;
+    grpc::Status status = stub.ListNodes(s.Context().get(), request, &response);
+    if (!status.ok()) return FailRpc(status, s);
+    for (const auto& n : response.nodes()) *merged.add_nodes() = n;
+    if (response.next_page_token().empty()) break;
+    request.set_page_token(response.next_page_token());
+  }
+  if (s.format() == Format::kJson) {
+    PrintJson(merged, std::cout);
+  } else {
+    PrintNodes({merged.nodes().begin(), merged.nodes().end()}, std::cout);
+  }
+  return kExitOk;
+}
+
+int RunNodeAction(Session& s, const std::string& action, const std::string& name) {
+  std::string error;
+  if (!ConnectAdmin(s, &error)) return Fail(error);
+  v1::SchedulerAdminService::Stub stub(s.channel);
+  grpc::Status status;
+  v1::DrainNodeResponse response;
+  if (action == "cordon") {
+    v1::CordonNodeRequest request;
+    request.set_name(name);
+    status = stub.CordonNode(s.Context().get(), request, response.mutable_node());
+  } else if (action == "uncordon") {
+    v1::UncordonNodeRequest request;
+    request.set_name(name);
+    status = stub.UncordonNode(s.Context().get(), request, response.mutable_node());
+  } else {
+    v1::DrainNodeRequest request;
+    request.set_name(name);
+    status = stub.DrainNode(s.Context().get(), request, &response);
+  }
+  if (!status.ok()) return FailRpc(status, s);
+  if (s.format() == Format::kJson) {
+    PrintJson(response, std::cout);
+    return kExitOk;
+  }
+  PrintNodes({response.node()}, std::cout);
+  if (action == "drain") {
+    std::cout << response.instances_to_move_size() << " instance(s) must move";
+    for (const auto& i : response.instances_to_move()) {
+      std::cout << "\n  " << i.instance_id() << "  tenant " << i.tenant_id() << "  "
+                << i.gpu_count() << " GPUs  " << StateName(i.state());
+    }
+    std::cout << "\n";
+  }
+  return kExitOk;
+}
+
+struct QuotaArgs {
+  std::string tenant_id;
+  int gpus_max = -1;
+  int pending_max = -1;
+};
+
+int RunQuota(Session& s, const QuotaArgs& a, bool set) {
+  std::string error;
+  if (!ConnectAdmin(s, &error)) return Fail(error);
+  v1::SchedulerAdminService::Stub stub(s.channel);
+  v1::TenantQuota quota;
+  grpc::Status status;
+  if (set) {
+    v1::SetTenantQuotaRequest request;
+    request.mutable_quota()->set_tenant_id(a.tenant_id);
+    request.mutable_quota()->set_gpus_in_use_max(a.gpus_max);
+    request.mutable_quota()->set_pending_count_max(a.pending_max);
+    status = stub.SetTenantQuota(s.Context().get(), request, &quota);
+  } else {
+    v1::GetTenantQuotaRequest request;
+    request.set_tenant_id(a.tenant_id);
+    status = stub.GetTenantQuota(s.Context().get(), request, &quota);
+  }
+  if (!status.ok()) return FailRpc(status, s);
+  PrintJson(quota, std::cout);
+  return kExitOk;
+}
+
+int RunResize(Session& s, const std::string& id, int gpus) {
+  std::string error;
+  if (!s.Connect(&error)) return Fail(error);
+  v1::InstanceService::Stub stub(s.channel);
+  v1::ResizeInstanceRequest request;
+  request.set_id(id);
+  request.set_gpu_count(gpus);
+  v1::ResizeInstanceResponse response;
+  grpc::Status status = stub.ResizeInstance(s.Context().get(), request, &response);
+  if (!status.ok()) return FailRpc(status, s);
+  if (s.format() == Format::kJson) {
+    PrintJson(response, std::cout);
+  } else {
+    std::cout << "resized from " << response.previous_gpu_count() << " to "
+              << response.instance().gpu_count() << " GPUs\n";
+    PrintInstanceDetail(response.instance(), std::cout);
+  }
+  return kExitOk;
+}
+
+void AddNodeSubcommands(CLI::App& admin, Action* action) {
+  auto* nodes = admin.add_subcommand("nodes", "List, cordon, uncordon and drain nodes");
+  nodes->require_subcommand(1);
+  nodes->add_subcommand("list", "Nodes with their state and free GPUs")->callback([=] {
+    *action = [](Session& s) { return RunListNodes(s); };
+  });
+  for (const char* verb : {"cordon", "uncordon", "drain"}) {
+    auto name = std::make_shared<std::string>();
+    const std::string what = verb;
+    auto* sub = nodes->add_subcommand(
+        verb, what == "cordon"     ? "Take no new placements on a node"
+              : what == "uncordon" ? "Make a cordoned or draining node ready again"
+                                   : "Cordon a node and list the instances that must move");
+    sub->add_option("name", *name, "Node name")->required();
+    sub->callback([=] {
+      *action = [=](Session& s) { return RunNodeAction(s, what, *name); };
+    });
+  }
+}
+
+void AddQuotaSubcommands(CLI::App& admin, Action* action) {
+  auto* quota = admin.add_subcommand("quota", "Per-tenant scheduling quotas");
+  quota->require_subcommand(1);
+  auto set_args = std::make_shared<QuotaArgs>();
+  auto* set = quota->add_subcommand("set", "Set a tenant's quota");
+  set->add_option("tenant_id", set_args->tenant_id, "Tenant id")->required();
+  set->add_option("--gpus-max", set_args->gpus_max, "GPUs in use at once")
+      ->required()
+      ->check(CLI::Range(0, 1000000));
+  set->add_option("--pending-max", set_args->pending_max, "Pending instances at once")
+      ->required()
+      ->check(CLI::Range(0, 1000));
+  set->callback([=] { *action = [=](Session& s) { return RunQuota(s, *set_args, true); }; });
+  auto get_args = std::make_shared<QuotaArgs>();
+  auto* get = quota->add_subcommand("get", "Show a tenant's quota");
+  get->add_option("tenant_id", get_args->tenant_id, "Tenant id")->required();
+  get->callback([=] { *action = [=](Session& s) { return RunQuota(s, *get_args, false); }; });
+}
+
+}  // namespace
+
+void AddSchedulingCommands(CLI::App& app, Action* action) {
+  auto id = std::make_shared<std::string>();
+  auto gpus = std::make_shared<int>(0);
+  auto* resize = app.add_subcommand("resize", "Grow or shrink a running whole-node instance");
+  resize->add_option("id", *id, "Instance id")->required();
+  resize->add_option("--gpus", *gpus, "New GPU count: a multiple of 8 from 8 to 128")
+      ->required();
+  resize->callback([=] { *action = [=](Session& s) { return RunResize(s, *id, *gpus); }; });
+
+  CLI::App* admin = app.get_subcommand("admin");  // made by AddAdminCommands
+  AddNodeSubcommands(*admin, action);
+  AddQuotaSubcommands(*admin, action);
+}
+
+}  // namespace sv::cli

@@ -1,0 +1,341 @@
+// The scheduler wired into svd, end to end: a real svd on a real PostgreSQL,
+// driven through gRPC and svctl. Queue position and reason, a gang that a
+// stream of small instances cannot starve, quotas, resize and cordon/drain.
+
+#include <gtest/gtest.h>
+
+#include <pqxx/pqxx>
+#include <set>
+#include <thread>
+
+#include "api/errors.h"
+#include "sv/v1/account.grpc.pb.h"
+#include "sv/v1/admin.grpc.pb.h"
+#include "sv/v1/instance.grpc.pb.h"
+#include "tests/integration/harness.h"
+
+namespace sv::testing {
+namespace {
+
+using v1::Instance;
+
+class SchedulerApiTest : public ::testing::Test {
+ protected:
+  void StartSvd(int nodes, int leaves) {
+    database_url_ = CreateTestDatabase();
+    svd_ = std::make_unique<SvdProcess>(SvdOptions{database_url_, nodes, leaves, {}});
+    ASSERT_TRUE(svd_->Start());
+    token_ = CreateTenant(*svd_, "sched");
+    ASSERT_FALSE(token_.empty());
+    stub_ = v1::InstanceService::NewStub(svd_->channel());
+    admin_ = v1::SchedulerAdminService::NewStub(svd_->channel());
+  }
+
+  void TearDown() override {
+    stub_.reset();
+    admin_.reset();
+    svd_.reset();
+  }
+
+  std::string TenantId(const std::string& token) {
+    v1::AccountService::Stub account(svd_->channel());
+    v1::Account out;
+    EXPECT_TRUE(account.GetCurrentAccount(Context(token).get(), {}, &out).ok());
+    return out.tenant_id();
+  }
+
+  grpc::Status Create(int gpus, Instance* out, const std::string& request_id = "") {
+    v1::CreateInstanceRequest request;
+    request.mutable_instance()->set_gpu_count(gpus);
+    request.set_request_id(request_id);
+    return stub_->CreateInstance(Context(token_).get(), request, out);
+  }
+
+  Instance Get(const std::string& id) {
+    v1::GetInstanceRequest request;
+    request.set_id(id);
+    Instance out;
+    grpc::Status s = stub_->GetInstance(Context(token_).get(), request, &out);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return out;
+  }
+
+  void Delete(const std::string& id) {
+    v1::DeleteInstanceRequest request;
+    request.set_id(id);
+    Instance out;
+    ASSERT_TRUE(stub_->DeleteInstance(Context(token_).get(), request, &out).ok());
+  }
+
+  grpc::Status Resize(const std::string& id, int gpus, v1::ResizeInstanceResponse* out) {
+    v1::ResizeInstanceRequest request;
+    request.set_id(id);
+    request.set_gpu_count(gpus);
+    return stub_->ResizeInstance(Context(token_).get(), request, out);
+  }
+
+  // Polls until the instance reaches `state` or 20 s pass.
+  Instance WaitFor(const std::string& id, v1::InstanceState state) {
+    Instance i;
+    for (int tries = 0; tries < 400; ++tries) {
+      i = Get(id);
+      if (i.state() == state) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return i;
+  }
+
+  Instance CreateRunning(int gpus) {
+    Instance i;
+    grpc::Status s = Create(gpus, &i);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    i = WaitFor(i.id(), v1::RUNNING);
+    EXPECT_EQ(i.state(), v1::RUNNING) << i.state_reason();
+    return i;
+  }
+
+  grpc::Status NodeAction(const std::string& verb, const std::string& name,
+                          v1::DrainNodeResponse* out, const std::string& token = "") {
+    auto context = Context(token.empty() ? svd_->admin_key() : token);
+    if (verb == "cordon") {
+      v1::CordonNodeRequest request;
+      request.set_name(name);
+      return admin_->CordonNode(context.get(), request, out->mutable_node());
+    }
+    if (verb == "uncordon") {
+      v1::UncordonNodeRequest request;
+      request.set_name(name);
+      return admin_->UncordonNode(context.get(), request, out->mutable_node());
+    }
+    v1::DrainNodeRequest request;
+    request.set_name(name);
+    return admin_->DrainNode(context.get(), request, out);
+  }
+
+  RunResult Svctl(std::vector<std::string> args, bool admin = false) {
+    args.insert(args.begin(), SvctlPath());
+    return RunCapture(args, {"SVCTL_ENDPOINT=" + svd_->endpoint(),
+                             (admin ? "SVCTL_ADMIN_TOKEN=" : "SVCTL_TOKEN=") +
+                                 (admin ? svd_->admin_key() : token_),
+                             "HOME=" + ::testing::TempDir(), "XDG_CONFIG_HOME="});
+  }
+
+  std::set<std::string> NodesOf(const Instance& i) {
+    std::set<std::string> nodes;
+    for (const auto& p : i.placement()) nodes.insert(p.node_name());
+    return nodes;
+  }
+
+  std::string database_url_;
+  std::unique_ptr<SvdProcess> svd_;
+  std::string token_;
+  std::unique_ptr<v1::InstanceService::Stub> stub_;
+  std::unique_ptr<v1::SchedulerAdminService::Stub> admin_;
+};
+
+// A 32-GPU gang waits for a busy node; small instances submitted after it
+// must not take the nodes it waits for. Positions and reasons are visible
+// through the API and svctl, and the gang runs first once capacity frees.
+TEST_F(SchedulerApiTest, GangIsNotStarvedAndQueueIsVisible) {
+  StartSvd(4, 1);
+  Instance blocker = CreateRunning(8);
+  Instance gang;
+  ASSERT_TRUE(Create(32, &gang).ok());
+  EXPECT_EQ(gang.state(), v1::PENDING);
+  EXPECT_EQ(gang.queue_position(), 1);
+  EXPECT_FALSE(gang.state_reason().empty());
+  std::vector<std::string> smalls;
+  for (int i = 0; i < 4; ++i) {
+    Instance small;
+    ASSERT_TRUE(Create(1, &small).ok());
+    EXPECT_EQ(small.state(), v1::PENDING) << "a small instance overtook the gang";
+    EXPECT_EQ(small.queue_position(), 2 + i);
+    smalls.push_back(small.id());
+  }
+  v1::ListInstancesResponse list;
+  ASSERT_TRUE(stub_->ListInstances(Context(token_).get(), {}, &list).ok());
+  int listed_pending = 0;
+  for (const auto& i : list.instances()) {
+    if (i.state() == v1::PENDING) {
+      EXPECT_GT(i.queue_position(), 0);
+      ++listed_pending;
+    }
+  }
+  EXPECT_EQ(listed_pending, 5);
+
+  RunResult shown = Svctl({"get", smalls[0]});
+  EXPECT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_NE(shown.out.find("position 2"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find(Get(smalls[0]).state_reason()), std::string::npos) << shown.out;
+
+  Delete(blocker.id());
+  gang = WaitFor(gang.id(), v1::RUNNING);
+  ASSERT_EQ(gang.state(), v1::RUNNING) << gang.state_reason();
+  EXPECT_EQ(NodesOf(gang).size(), 4u);
+  EXPECT_EQ(gang.queue_position(), 0);
+  for (const auto& id : smalls) EXPECT_EQ(Get(id).state(), v1::PENDING);
+
+  Delete(gang.id());
+  for (const auto& id : smalls) EXPECT_EQ(WaitFor(id, v1::RUNNING).state(), v1::RUNNING);
+}
+
+// The pending quota refuses creates at admission; the GPU quota keeps an
+// instance waiting with a reason that says so. Only operators set quotas.
+TEST_F(SchedulerApiTest, QuotasLimitPendingAndGpusInUse) {
+  StartSvd(4, 1);
+  const std::string tenant_id = TenantId(token_);
+  v1::SetTenantQuotaRequest set;
+  set.mutable_quota()->set_tenant_id(tenant_id);
+  set.mutable_quota()->set_gpus_in_use_max(8);
+  set.mutable_quota()->set_pending_count_max(1);
+  v1::TenantQuota quota;
+  grpc::Status denied = admin_->SetTenantQuota(Context(token_).get(), set, &quota);
+  EXPECT_EQ(denied.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(api::ReasonOf(denied), "OPERATOR_ONLY");
+  ASSERT_TRUE(admin_->SetTenantQuota(Context(svd_->admin_key()).get(), set, &quota).ok());
+
+  CreateRunning(8);
+  Instance waiting;
+  ASSERT_TRUE(Create(1, &waiting, "quota-1").ok());
+  EXPECT_EQ(waiting.state(), v1::PENDING);
+  EXPECT_NE(waiting.state_reason().find("quota"), std::string::npos) << waiting.state_reason();
+  Instance refused;
+  grpc::Status over = Create(1, &refused);
+  EXPECT_EQ(over.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(api::ReasonOf(over), "QUOTA_EXCEEDED");
+  Instance retried;  // a retry of the accepted create still gets its answer
+  ASSERT_TRUE(Create(1, &retried, "quota-1").ok());
+  EXPECT_EQ(retried.id(), waiting.id());
+
+  set.mutable_quota()->set_gpus_in_use_max(16);
+  ASSERT_TRUE(admin_->SetTenantQuota(Context(svd_->admin_key()).get(), set, &quota).ok());
+  EXPECT_EQ(WaitFor(waiting.id(), v1::RUNNING).state(), v1::RUNNING);
+
+  set.mutable_quota()->set_gpus_in_use_max(-1);
+  grpc::Status invalid = admin_->SetTenantQuota(Context(svd_->admin_key()).get(), set, &quota);
+  EXPECT_EQ(api::ReasonOf(invalid), "INVALID_QUOTA");
+  set.mutable_quota()->set_gpus_in_use_max(8);
+  set.mutable_quota()->set_tenant_id("ten_nobody");
+  grpc::Status unknown = admin_->SetTenantQuota(Context(svd_->admin_key()).get(), set, &quota);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(api::ReasonOf(unknown), "TENANT_NOT_FOUND");
+
+  RunResult cli = Svctl({"admin", "quota", "get", tenant_id}, true);
+  EXPECT_EQ(cli.exit_code, 0) << cli.err;
+  EXPECT_NE(cli.out.find("\"gpus_in_use_max\": 16"), std::string::npos) << cli.out;
+}
+
+// 8 -> 64 -> 128 -> 8 keeps the id and records each resize; growing stays
+// on the instance's leaf while it can; short capacity fails cleanly.
+TEST_F(SchedulerApiTest, ResizeGrowsAndShrinksInPlace) {
+  StartSvd(16, 2);
+  Instance gang = CreateRunning(8);
+  const std::string first_node = *NodesOf(gang).begin();
+  const std::string leaf = gang.placement(0).leaf_switch();
+
+  v1::ResizeInstanceResponse resized;
+  ASSERT_TRUE(Resize(gang.id(), 64, &resized).ok());
+  EXPECT_EQ(resized.previous_gpu_count(), 8);
+  EXPECT_EQ(resized.instance().id(), gang.id());
+  EXPECT_EQ(resized.instance().gpu_count(), 64);
+  EXPECT_EQ(resized.instance().state(), v1::RUNNING);
+  EXPECT_EQ(NodesOf(resized.instance()).size(), 8u);
+  EXPECT_TRUE(NodesOf(resized.instance()).count(first_node));
+  for (const auto& p : resized.instance().placement()) EXPECT_EQ(p.leaf_switch(), leaf);
+
+  ASSERT_TRUE(Resize(gang.id(), 128, &resized).ok());
+  EXPECT_EQ(NodesOf(resized.instance()).size(), 16u);
+  ASSERT_TRUE(Resize(gang.id(), 8, &resized).ok());
+  EXPECT_EQ(resized.previous_gpu_count(), 128);
+  EXPECT_EQ(NodesOf(resized.instance()).size(), 1u);
+
+  Instance other = CreateRunning(8);
+  grpc::Status short_of = Resize(gang.id(), 128, &resized);
+  EXPECT_EQ(short_of.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(api::ReasonOf(short_of), "INSUFFICIENT_CAPACITY");
+  EXPECT_EQ(Get(gang.id()).gpu_count(), 8);  // nothing changed
+
+  EXPECT_EQ(api::ReasonOf(Resize(gang.id(), 12, &resized)), "INVALID_GPU_COUNT");
+  Instance small = CreateRunning(4);
+  grpc::Status partial = Resize(small.id(), 16, &resized);
+  EXPECT_EQ(partial.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(api::ReasonOf(partial), "NOT_WHOLE_NODES");
+  Delete(other.id());
+  grpc::Status deleted = Resize(other.id(), 16, &resized);
+  EXPECT_EQ(api::ReasonOf(deleted), "INSTANCE_NOT_RUNNING");
+  EXPECT_EQ(api::ReasonOf(Resize("ins_doesnotexist", 16, &resized)), "INSTANCE_NOT_FOUND");
+
+  RunResult cli = Svctl({"resize", gang.id(), "--gpus", "16"});
+  EXPECT_EQ(cli.exit_code, 0) << cli.err;
+  EXPECT_NE(cli.out.find("resized from 8 to 16 GPUs"), std::string::npos) << cli.out;
+
+  pqxx::connection db(database_url_);
+  pqxx::work txn(db);
+  auto events = txn.exec_params(
+      "SELECT reason FROM instance_events WHERE instance_id = $1 AND reason LIKE 'resized%' "
+      "ORDER BY id",
+      gang.id());
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[0][0].as<std::string>(), "resized from 8 to 64 GPUs");
+  EXPECT_EQ(events[3][0].as<std::string>(), "resized from 8 to 16 GPUs");
+  EXPECT_EQ(txn.exec_params1("SELECT count(*) FROM gpu_reservations WHERE instance_id = $1",
+                             gang.id())[0].as<int>(), 16);
+}
+
+// A cordoned node takes nothing new; drain names what must move; uncordon
+// lets the queue in. Only operators may do any of it.
+TEST_F(SchedulerApiTest, CordonDrainUncordonAndList) {
+  StartSvd(2, 1);
+  v1::DrainNodeResponse out;
+  ASSERT_TRUE(NodeAction("cordon", "sim-node-001", &out).ok());
+  EXPECT_EQ(out.node().state(), v1::FLEET_NODE_CORDONED);
+
+  Instance first = CreateRunning(8);
+  EXPECT_EQ(*NodesOf(first).begin(), "sim-node-000");
+  Instance second;
+  ASSERT_TRUE(Create(8, &second).ok());
+  EXPECT_EQ(second.state(), v1::PENDING);
+  EXPECT_EQ(second.queue_position(), 1);
+
+  v1::ListFleetNodesRequest list_request;
+  list_request.set_page_size(1);
+  v1::ListFleetNodesResponse page1, page2;
+  ASSERT_TRUE(admin_->ListNodes(Context(svd_->admin_key()).get(), list_request, &page1).ok());
+  ASSERT_EQ(page1.nodes_size(), 1);
+  EXPECT_EQ(page1.nodes(0).name(), "sim-node-000");
+  EXPECT_EQ(page1.nodes(0).free_gpu_count(), 0);
+  EXPECT_EQ(page1.nodes(0).instance_count(), 1);
+  list_request.set_page_token(page1.next_page_token());
+  ASSERT_TRUE(admin_->ListNodes(Context(svd_->admin_key()).get(), list_request, &page2).ok());
+  ASSERT_EQ(page2.nodes_size(), 1);
+  EXPECT_EQ(page2.nodes(0).state(), v1::FLEET_NODE_CORDONED);
+  EXPECT_EQ(page2.nodes(0).free_gpu_count(), 8);
+
+  ASSERT_TRUE(NodeAction("drain", "sim-node-000", &out).ok());
+  EXPECT_EQ(out.node().state(), v1::FLEET_NODE_DRAINING);
+  ASSERT_EQ(out.instances_to_move_size(), 1);
+  EXPECT_EQ(out.instances_to_move(0).instance_id(), first.id());
+  EXPECT_EQ(out.instances_to_move(0).gpu_count(), 8);
+
+  RunResult cli = Svctl({"admin", "nodes", "list"}, true);
+  EXPECT_EQ(cli.exit_code, 0) << cli.err;
+  EXPECT_NE(cli.out.find("draining"), std::string::npos) << cli.out;
+  EXPECT_NE(cli.out.find("cordoned"), std::string::npos) << cli.out;
+
+  RunResult uncordon = Svctl({"admin", "nodes", "uncordon", "sim-node-001"}, true);
+  EXPECT_EQ(uncordon.exit_code, 0) << uncordon.err;
+  second = WaitFor(second.id(), v1::RUNNING);
+  ASSERT_EQ(second.state(), v1::RUNNING) << second.state_reason();
+  EXPECT_EQ(*NodesOf(second).begin(), "sim-node-001");
+
+  grpc::Status unknown = NodeAction("cordon", "sim-node-999", &out);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(api::ReasonOf(unknown), "NODE_NOT_FOUND");
+  grpc::Status member = NodeAction("drain", "sim-node-001", &out, token_);
+  EXPECT_EQ(member.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  RunResult member_cli = Svctl({"admin", "nodes", "list"}, false);
+  EXPECT_NE(member_cli.exit_code, 0);
+}
+
+}  // namespace
+}  // namespace sv::testing
