@@ -1,0 +1,220 @@
+// Billing through a real svd: the tenant and admin billing API, the credit
+// gate on CreateInstance, and a kill -9 of svd in the middle of a billing
+// catch-up followed by a restart.
+#include <gtest/gtest.h>
+
+#include <pqxx/pqxx>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "api/errors.h"
+#include "billing/billing.h"
+#include "control/scheduling.h"
+#include "store/migrations.h"
+#include "sv/v1/billing.grpc.pb.h"
+#include "sv/v1/instance.grpc.pb.h"
+#include "tests/integration/harness.h"
+
+namespace sv::testing {
+namespace {
+
+constexpr int64_t kPrice = 33'000;
+
+int64_t QueryInt(const std::string& url, const std::string& sql) {
+  pqxx::connection c(url);
+  pqxx::nontransaction txn(c);
+  auto rows = txn.exec(sql);
+  return rows[0][0].is_null() ? -1 : rows[0][0].as<int64_t>();
+}
+
+// A tenant's balance, transfers, paging, the credit gate, top-ups with
+// their idempotency, operator-only calls and the audit RPC.
+TEST(BillingApiTest, BalanceCreditGateTopUpAndAudit) {
+  SvdOptions options{CreateTestDatabase(), 16, 2, {"--billing-interval-ms", "200"}};
+  options.billing_create_credit_minutes = 10;
+  SvdProcess svd(options);
+  ASSERT_TRUE(svd.Start());
+  const std::string token = CreateTenant(svd, "payer");
+  ASSERT_FALSE(token.empty());
+  auto billing = v1::BillingService::NewStub(svd.channel());
+  auto admin = v1::BillingAdminService::NewStub(svd.channel());
+  auto instances = v1::InstanceService::NewStub(svd.channel());
+
+  // The trial is granted on the first call and shown with its expiry.
+  v1::Balance balance;
+  ASSERT_TRUE(billing->GetBalance(Context(token).get(), {}, &balance).ok());
+  EXPECT_EQ(balance.trial_micros(), 10'000'000);
+  EXPECT_EQ(balance.paid_micros(), 0);
+  EXPECT_TRUE(balance.has_trial_expire_time());
+  EXPECT_EQ(balance.mode(), v1::PREPAID);
+
+  // 16 GPUs for 10 minutes cost 5.28 CNY (covered); 32 GPUs 10.56 (not).
+  v1::CreateInstanceRequest create;
+  create.mutable_instance()->set_gpu_count(32);
+  v1::Instance instance;
+  grpc::Status refused = instances->CreateInstance(Context(token).get(), create, &instance);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(api::ReasonOf(refused), "INSUFFICIENT_CREDIT");
+  create.mutable_instance()->set_gpu_count(16);
+  ASSERT_TRUE(instances->CreateInstance(Context(token).get(), create, &instance).ok());
+
+  // Top-ups are for operators; the payment id makes a replay a no-op.
+  v1::TopUpRequest topup;
+  v1::ListTenantBalancesResponse tenants;
+  ASSERT_TRUE(admin->ListTenantBalances(Context(svd.admin_key()).get(), {}, &tenants).ok());
+  std::string tenant_id;
+  for (const auto& t : tenants.balances()) {
+    if (t.tenant_name() == "payer") tenant_id = t.tenant_id();
+  }
+  ASSERT_FALSE(tenant_id.empty());
+  topup.set_tenant_id(tenant_id);
+  topup.set_payment_id("alipay-2026-0001");
+  topup.set_amount_micros(50'000'000);
+  v1::Transfer transfer;
+  grpc::Status denied = admin->TopUp(Context(token).get(), topup, &transfer);
+  EXPECT_EQ(denied.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  ASSERT_TRUE(admin->TopUp(Context(svd.admin_key()).get(), topup, &transfer).ok());
+  EXPECT_EQ(transfer.idempotency_key(), "topup:alipay-2026-0001");
+  EXPECT_EQ(transfer.tenant_delta_micros(), 50'000'000);
+  ASSERT_TRUE(admin->TopUp(Context(svd.admin_key()).get(), topup, &transfer).ok());
+  topup.set_amount_micros(60'000'000);
+  grpc::Status clash = admin->TopUp(Context(svd.admin_key()).get(), topup, &transfer);
+  EXPECT_EQ(clash.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(api::ReasonOf(clash), "IDEMPOTENCY_KEY_REUSED");
+  topup.set_tenant_id("ten-doesnotexist");
+  topup.set_payment_id("p2");
+  EXPECT_EQ(admin->TopUp(Context(svd.admin_key()).get(), topup, &transfer).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  topup.set_amount_micros(-1);
+  EXPECT_EQ(admin->TopUp(Context(svd.admin_key()).get(), topup, &transfer).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_TRUE(billing->GetBalance(Context(token).get(), {}, &balance).ok());
+  EXPECT_EQ(balance.paid_micros(), 50'000'000);
+
+  // Transfers page one at a time: the trial grant, then the top-up.
+  v1::ListTransfersRequest list;
+  list.set_page_size(1);
+  v1::ListTransfersResponse page;
+  ASSERT_TRUE(billing->ListTransfers(Context(token).get(), list, &page).ok());
+  ASSERT_EQ(page.transfers_size(), 1);
+  EXPECT_EQ(page.transfers(0).kind(), "trial_grant");
+  ASSERT_FALSE(page.next_page_token().empty());
+  list.set_page_token(page.next_page_token());
+  list.set_kind("topup");
+  ASSERT_TRUE(billing->ListTransfers(Context(token).get(), list, &page).ok());
+  ASSERT_EQ(page.transfers_size(), 1);
+  EXPECT_EQ(page.transfers(0).kind(), "topup");
+  list.set_page_token("not-a-token");
+  grpc::Status bad = billing->ListTransfers(Context(token).get(), list, &page);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(api::ReasonOf(bad), "INVALID_PAGE_TOKEN");
+
+  v1::Invoice invoice;
+  v1::GetInvoiceRequest get_invoice;
+  get_invoice.set_id("inv-nope");
+  EXPECT_EQ(billing->GetInvoice(Context(token).get(), get_invoice, &invoice).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+
+  v1::RunAuditResponse audit;
+  EXPECT_EQ(admin->RunAudit(Context(token).get(), {}, &audit).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  ASSERT_TRUE(admin->RunAudit(Context(svd.admin_key()).get(), {}, &audit).ok());
+  for (const auto& f : audit.failures()) ADD_FAILURE() << f;
+  EXPECT_TRUE(audit.ok());
+  billing.reset();
+  admin.reset();
+  instances.reset();
+}
+
+// Two days of history for 100 instances are billed by svd in batches; svd
+// is killed with SIGKILL while it bills, restarted, and finishes. Every
+// instance-minute is charged exactly once, and `svd audit` passes.
+TEST(BillingApiTest, KillNineDuringBillingLosesAndDoublesNothing) {
+  const std::string url = CreateTestDatabase();
+  const absl::Time now = absl::Now();
+  const absl::Time start = now - absl::Hours(48) + absl::Seconds(17);
+  std::map<std::string, std::pair<absl::Time, absl::Time>> runs;
+  {
+    store::DatabaseOptions db_options;
+    db_options.url = url;
+    store::Database db(db_options);
+    ASSERT_TRUE(store::ApplyMigrations(db).ok());
+    store::Store store(db);
+    control::Scheduling scheduling(db, {});
+    for (int n = 0; n < 16; ++n) {
+      store::NodeRecord node{absl::StrCat("hist-", n), absl::StrCat("hist-", n), "z9", "p9",
+                             "leaf-9", "RTX 4090", 8, store::NodeState::kReady, true};
+      ASSERT_TRUE(store.UpsertNode(node, start).ok());
+    }
+    auto tenant = store.CreateTenant({"history", "h@example.com", store::Role::kMember,
+                                      "key-history", std::string(64, 'b')},
+                                     start);
+    ASSERT_TRUE(tenant.ok());
+    FakeClock clock(start);
+    billing::BillingOptions bopts;
+    bopts.first_run_lookback = absl::Hours(24 * 7);
+    billing::Billing billing(db, store, clock, bopts);
+    ASSERT_TRUE(billing.TopUp(tenant->tenant.id, "big", 100'000'000'000, start).ok());
+    // Sets the metering cursor at the start of the history.
+    ASSERT_TRUE(billing.BillMinutesBefore(billing::MinuteOf(start), start).ok());
+    for (int i = 0; i < 100; ++i) {
+      const absl::Time from = start + absl::Seconds(i * 7);
+      const absl::Time to = now - absl::Hours(1) - absl::Seconds(i * 13);
+      auto created = store.CreateInstance(tenant->tenant.id, {absl::StrCat("h", i), 1,
+                                                              "RTX 4090", "ubuntu"},
+                                          absl::StrCat("r", i), absl::StrCat("f", i), from);
+      ASSERT_TRUE(created.ok());
+      ASSERT_TRUE(scheduling.RunPass(from).ok());
+      ASSERT_TRUE(store.AdvanceSimulatedStarts(from).ok());
+      ASSERT_TRUE(store.AdvanceSimulatedStarts(from).ok());
+      runs[created->id] = {from, to};
+    }
+    for (const auto& [id, run] : runs) {
+      ASSERT_TRUE(store.StopInstance(tenant->tenant.id, id, "done", run.second).ok());
+    }
+  }
+  SvdOptions options{url, 0, 1, {"--billing-interval-ms", "100"}};
+  SvdProcess svd(options);
+  ASSERT_TRUE(svd.Start());
+  const int64_t first = QueryInt(url, "SELECT billed_before_minute FROM billing_cursor");
+  int64_t charges_before_kill = 0;
+  for (int i = 0; i < 200; ++i) {
+    charges_before_kill = QueryInt(url, "SELECT count(*) FROM ledger_transfers "
+                                        "WHERE kind = 'charge'");
+    if (charges_before_kill > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  svd.Kill();
+  const int64_t cursor_at_kill = QueryInt(url, "SELECT billed_before_minute FROM billing_cursor");
+  EXPECT_LT(cursor_at_kill, billing::MinuteOf(now) - 1) << "the kill came after billing ended";
+  EXPECT_GE(cursor_at_kill, first);
+
+  ASSERT_TRUE(svd.Start());
+  const int64_t target = billing::MinuteOf(now - absl::Minutes(30));
+  for (int i = 0; i < 600; ++i) {
+    if (QueryInt(url, "SELECT billed_before_minute FROM billing_cursor") >= target) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GE(QueryInt(url, "SELECT billed_before_minute FROM billing_cursor"), target);
+  int64_t expected_minutes = 0;
+  for (const auto& [id, run] : runs) {
+    const int64_t minutes = (absl::ToUnixMicros(run.second) - 1) / 60'000'000 -
+                            billing::MinuteOf(run.first) + 1;
+    expected_minutes += minutes;
+    EXPECT_EQ(QueryInt(url, "SELECT count(DISTINCT usage_minute) FROM ledger_transfers "
+                            "WHERE kind = 'charge' AND instance_id = '" + id + "'"),
+              minutes)
+        << id;
+  }
+  EXPECT_EQ(QueryInt(url, "SELECT count(*) FROM ledger_transfers WHERE kind = 'charge'"),
+            expected_minutes + 1);  // One minute is split between trial and paid.
+  EXPECT_EQ(QueryInt(url, "SELECT sum(amount_micros) FROM ledger_transfers "
+                          "WHERE kind = 'charge'"),
+            expected_minutes * kPrice);
+  svd.Stop();
+  RunResult audit = RunCapture({SvdPath(), "--database-url", url, "audit"}, {});
+  EXPECT_EQ(audit.exit_code, 0) << audit.out << audit.err;
+}
+
+}  // namespace
+}  // namespace sv::testing
