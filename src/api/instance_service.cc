@@ -1,5 +1,6 @@
 #include "api/internal/service_util.h"
 #include "api/validation.h"
+#include "billing/billing.h"
 #include "common/ids.h"
 #include "common/status.h"
 #include "spdlog/spdlog.h"
@@ -88,6 +89,13 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
     // retry of a create that was accepted always gets its first answer.
     if (deps_.loops != nullptr) {
       SV_RETURN_IF_ERROR(deps_.loops->scheduling().Admit(who.tenant_id, request_id));
+    }
+    // FAILED_PRECONDITION / INSUFFICIENT_CREDIT unless the first minutes are
+    // paid for; a user's first create is also when its trial is granted.
+    if (deps_.billing != nullptr) {
+      SV_RETURN_IF_ERROR(deps_.billing->EnsureTrialGrant(who.user_id, deps_.clock->Now()));
+      SV_RETURN_IF_ERROR(deps_.billing->CheckCreditForCreate(
+          who.tenant_id, spec.gpu_count, spec.gpu_model, deps_.clock->Now()));
     }
     SV_ASSIGN_OR_RETURN(auto record,
                         deps_.store->CreateInstance(who.tenant_id, spec, request_id,

@@ -13,6 +13,8 @@ struct ApiServices::Impl {
     services.push_back(internal::NewAccountService(auth));
     services.push_back(internal::NewAdminService(deps, auth));
     services.push_back(internal::NewSchedulerAdminService(deps, auth));
+    services.push_back(internal::NewBillingService(deps, auth));
+    services.push_back(internal::NewBillingAdminService(deps, auth));
   }
   Authenticator auth;
   std::vector<std::unique_ptr<grpc::Service>> services;

@@ -10,6 +10,10 @@
 #include "control/loops.h"
 #include "store/store.h"
 
+namespace sv::billing {
+class Billing;
+}  // namespace sv::billing
+
 namespace sv::api {
 
 struct ApiDependencies {
@@ -17,6 +21,7 @@ struct ApiDependencies {
   const Clock* clock = nullptr;
   control::ControlLoops* loops = nullptr;  // Kicked after creates and deletes.
   AuthOptions auth;
+  billing::Billing* billing = nullptr;  // Credit gate and the billing services.
 };
 
 // Owns the gRPC service implementations of the public API.

@@ -1,5 +1,6 @@
 // svd: the sv control-plane server. See docs/operations.md.
 #include "CLI/CLI.hpp"
+#include "billing/billing.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 
@@ -55,9 +56,37 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();
+  app.add_option("--billing-create-credit-minutes", o.billing_create_credit_minutes,
+                 "A create needs credit for this many minutes of the instance (0: no check)")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
+  app.add_option("--billing-interval-ms", o.billing_interval_ms, "Period of the billing loop")
+      ->check(CLI::Range(100, 3600000))
+      ->capture_default_str();
+  app.add_option("--billing-lag-ms", o.billing_lag_ms,
+                 "A minute is billed this long after it ends (late RUNNING events)")
+      ->check(CLI::Range(0, 3600000))
+      ->capture_default_str();
+  app.add_option("--trial-amount-micros", o.trial_amount_micros,
+                 "Trial credit granted once per user, micro-yuan")
+      ->check(CLI::Range(0LL, 1'000'000'000LL))
+      ->capture_default_str();
+  app.add_option("--trial-days", o.trial_days, "Days until a trial grant expires")
+      ->check(CLI::Range(1, 3650))
+      ->capture_default_str();
+  auto* audit = app.add_subcommand(
+      "audit", "Check every ledger invariant against --database-url; exit 1 on a failure");
+  audit->fallthrough();
   bool sim_nodes_given = false;
   app.callback([&] { sim_nodes_given = app.count("--sim-nodes") > 0; });
   CLI11_PARSE(app, argc, argv);
+  if (*audit) {
+    if (o.database_url.empty()) {
+      spdlog::error("svd audit: --database-url is required");
+      return 2;
+    }
+    return sv::billing::RunAuditCommand(o.database_url);
+  }
   if (o.dev && !sim_nodes_given) o.sim_nodes = 16;
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "api/services.h"
+#include "billing/billing.h"
 #include "common/clock.h"
 #include "control/loops.h"
 #include "server/bootstrap.h"
@@ -127,7 +128,16 @@ int RunServer(const ServerOptions& options) {
   control::LoopOptions loop_options;
   loop_options.simulate_fleet = options.sim_nodes > 0;
   control::ControlLoops loops(store, clock, loop_options);
+  billing::BillingOptions billing_options;
+  billing_options.create_credit_minutes = options.billing_create_credit_minutes;
+  billing_options.loop_interval = absl::Milliseconds(options.billing_interval_ms);
+  billing_options.metering_lag = absl::Milliseconds(options.billing_lag_ms);
+  billing_options.trial_amount_micros = options.trial_amount_micros;
+  billing_options.trial_validity = absl::Hours(24 * options.trial_days);
+  billing::Billing billing(db, store, clock, billing_options);
+  billing::BillingLoop billing_loop(billing, clock);
   api::ApiDependencies api_deps{&store, &clock, &loops};
+  api_deps.billing = &billing;
   api_deps.auth.per_key = {options.rate_limit_key_rps, options.rate_limit_key_burst};
   api_deps.auth.per_tenant = {options.rate_limit_tenant_rps, options.rate_limit_tenant_burst};
   api::ApiServices api(api_deps);
@@ -158,6 +168,7 @@ int RunServer(const ServerOptions& options) {
     }
   }
   loops.Start();
+  billing_loop.Start();
   spdlog::info("svd: serving gRPC on {}", endpoint);
 
   int signal_number = 0;
@@ -166,6 +177,7 @@ int RunServer(const ServerOptions& options) {
   server->GetHealthCheckService()->Shutdown();
   server->Shutdown(std::chrono::system_clock::now() +
                    absl::ToChronoNanoseconds(kShutdownGrace));
+  billing_loop.Stop();
   loops.Stop();
   server->Wait();
   if (postgres) {

@@ -27,6 +27,13 @@ struct ServerOptions {
   double rate_limit_tenant_burst = 1000;
   // Written with the bound port once the server listens (for tests).
   std::string port_file;
+  // Billing (docs/billing.md): credit a create needs, loop period, metering
+  // lag, and the trial grant.
+  int billing_create_credit_minutes = 10;
+  int billing_interval_ms = 5000;
+  int billing_lag_ms = 5000;
+  long long trial_amount_micros = 10'000'000;
+  int trial_days = 30;
 };
 
 // Runs svd until SIGTERM or SIGINT; returns the process exit code.

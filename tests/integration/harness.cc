@@ -114,7 +114,9 @@ bool SvdProcess::Start() {
                                    "--admin-key-file", admin_key_file_,
                                    "--sim-nodes", std::to_string(options_.sim_nodes),
                                    "--sim-leaves", std::to_string(options_.sim_leaves),
-                                   "--state-dir", work_dir_ + "/state"};
+                                   "--state-dir", work_dir_ + "/state",
+                                   "--billing-create-credit-minutes",
+                                   std::to_string(options_.billing_create_credit_minutes)};
   args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
   pid_ = fork();
   if (pid_ == 0) {

@@ -28,6 +28,9 @@ struct SvdOptions {
   int sim_nodes = 16;
   int sim_leaves = 2;
   std::vector<std::string> extra_args;
+  // svd's default is 10 minutes; tests that are not about billing create
+  // large instances on the trial credit alone, so they skip the credit gate.
+  int billing_create_credit_minutes = 0;
 };
 
 // A real svd child process listening on a free port.

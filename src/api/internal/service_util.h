@@ -38,6 +38,10 @@ std::unique_ptr<grpc::Service> NewAdminService(const ApiDependencies& deps,
                                                const Authenticator& auth);
 std::unique_ptr<grpc::Service> NewSchedulerAdminService(const ApiDependencies& deps,
                                                         const Authenticator& auth);
+std::unique_ptr<grpc::Service> NewBillingService(const ApiDependencies& deps,
+                                                 const Authenticator& auth);
+std::unique_ptr<grpc::Service> NewBillingAdminService(const ApiDependencies& deps,
+                                                      const Authenticator& auth);
 
 }  // namespace sv::api::internal
 
