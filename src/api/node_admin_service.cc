@@ -18,6 +18,7 @@ constexpr int kNodeNameLengthMax = 256;
 constexpr int kQuotaGpusMax = 1000000;
 constexpr int kQuotaPendingMax = 1000;
 constexpr char kNodePageTokenPrefix[] = "nodes1.";
+constexpr int kPriorityMax = 1000;
 
 v1::FleetNodeState ToProto(store::NodeState state) {
   switch (state) {
@@ -132,6 +133,14 @@ class SchedulerAdminServiceImpl final : public v1::SchedulerAdminService::Servic
     });
   }
 
+  grpc::Status SetInstancePriority(grpc::ServerContext* context,
+                                   const v1::SetInstancePriorityRequest* request,
+                                   v1::InstancePriority* response) override {
+    return Run("SetInstancePriority", *context, [&](const store::Principal& who) {
+      return SetPriority(who, *request, response);
+    });
+  }
+
  private:
   // Authenticates, requires the operator role, runs `body`, and converts.
   template <typename Body>
@@ -204,6 +213,27 @@ class SchedulerAdminServiceImpl final : public v1::SchedulerAdminService::Servic
     spdlog::info("api: operator {} set quota of {}: {} GPUs, {} pending", who.user_email,
                  row.tenant_id, row.gpus_in_use_max, row.pending_count_max);
     if (deps_.loops != nullptr) deps_.loops->Kick();  // A raised quota may place more.
+    return absl::OkStatus();
+  }
+
+  absl::Status SetPriority(const store::Principal& who,
+                           const v1::SetInstancePriorityRequest& request,
+                           v1::InstancePriority* response) {
+    SV_RETURN_IF_ERROR(CheckInstanceId(request.instance_id()));
+    if (request.priority() < -kPriorityMax || request.priority() > kPriorityMax) {
+      return Error(absl::StatusCode::kInvalidArgument, "INVALID_PRIORITY",
+                   "priority must be -1000..1000");
+    }
+    SV_ASSIGN_OR_RETURN(auto instance,
+                        store_.SetInstancePriority(request.instance_id(), request.priority(),
+                                                   deps_.clock->Now()));
+    response->set_instance_id(instance.instance_id);
+    response->set_tenant_id(instance.tenant_id);
+    response->set_priority(request.priority());
+    response->set_state(InstanceStateOf(instance.state));
+    spdlog::info("api: operator {} set priority of {} (tenant {}) to {}", who.user_email,
+                 instance.instance_id, instance.tenant_id, request.priority());
+    if (deps_.loops != nullptr) deps_.loops->Kick();  // The queue order changed.
     return absl::OkStatus();
   }
 

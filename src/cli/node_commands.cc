@@ -1,5 +1,6 @@
 // Scheduling commands: svctl resize, svctl admin nodes list|cordon|uncordon|
-// drain and svctl admin quota set|get. The admin ones use the admin key.
+// drain, svctl admin quota set|get and svctl admin priority. The admin ones
+// use the admin key.
 #include <iostream>
 
 #include "CLI/CLI.hpp"
@@ -125,6 +126,20 @@ int RunQuota(Session& s, const QuotaArgs& a, bool set) {
   return kExitOk;
 }
 
+int RunPriority(Session& s, const std::string& id, int priority) {
+  std::string error;
+  if (!ConnectAdmin(s, &error)) return Fail(error);
+  v1::SchedulerAdminService::Stub stub(s.channel);
+  v1::SetInstancePriorityRequest request;
+  request.set_instance_id(id);
+  request.set_priority(priority);
+  v1::InstancePriority response;
+  grpc::Status status = stub.SetInstancePriority(s.Context().get(), request, &response);
+  if (!status.ok()) return FailRpc(status, s);
+  PrintJson(response, std::cout);
+  return kExitOk;
+}
+
 int RunResize(Session& s, const std::string& id, int gpus) {
   std::string error;
   if (!s.Connect(&error)) return Fail(error);
@@ -198,6 +213,16 @@ void AddSchedulingCommands(CLI::App& app, Action* action) {
   CLI::App* admin = app.get_subcommand("admin");  // made by AddAdminCommands
   AddNodeSubcommands(*admin, action);
   AddQuotaSubcommands(*admin, action);
+  auto instance = std::make_shared<std::string>();
+  auto priority = std::make_shared<int>(0);
+  auto* prio = admin->add_subcommand("priority", "Set an instance's queue priority");
+  prio->add_option("instance_id", *instance, "Instance id")->required();
+  prio->add_option("priority", *priority, "Higher goes first; default 0")
+      ->required()
+      ->check(CLI::Range(-1000, 1000));
+  prio->callback([=] {
+    *action = [=](Session& s) { return RunPriority(s, *instance, *priority); };
+  });
 }
 
 }  // namespace sv::cli

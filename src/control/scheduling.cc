@@ -160,6 +160,30 @@ std::string WaitReason(const scheduler::QueueDecision& d) {
   return d.reason.empty() ? cause : absl::StrCat(cause, ": ", d.reason);
 }
 
+// Growth is a request that arrives now, so it goes behind the queue: a
+// queue pass runs first on the snapshot (its placements stay reserved there)
+// and the nodes it holds for the oldest blocked gang are fenced off, so a
+// resize can never take what the queue is owed.
+absl::Status ServeQueueFirst(const store::FleetView& view, IdMap& ids,
+                             scheduler::Scheduler& scheduler, const SchedulingOptions& options,
+                             scheduler::Snapshot& snapshot) {
+  if (view.pending.empty()) return absl::OkStatus();
+  std::vector<scheduler::PendingRequest> pending;
+  for (const store::PendingRow& p : view.pending) {
+    pending.push_back({{ids.Intern(p.id), p.gpu_count, p.max_leaves}, p.tenant_id,
+                       p.priority, p.queue_seq});
+  }
+  scheduler::QueueOptions queue = QueueOptionsFor(view, options);
+  queue.explain = false;
+  scheduler::QueuePassResult pass = scheduler.RunQueuePass(snapshot, pending, queue);
+  for (scheduler::NodeIndex node : pass.held_nodes) {
+    if (snapshot.node(node).state == scheduler::NodeState::kReady) {
+      snapshot.SetNodeState(node, scheduler::NodeState::kCordoned);
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<store::QueueVerdict>> DecideQueue(const store::FleetView& view,
@@ -215,6 +239,9 @@ absl::StatusOr<store::ResizeVerdict> DecideResize(const store::FleetView& view,
                               new_gpu_count - old_gpu_count, " more"));
   }
   scheduler::Scheduler scheduler(options.scheduler);
+  if (new_gpu_count > old_gpu_count) {
+    SV_RETURN_IF_ERROR(ServeQueueFirst(view, ids, scheduler, options, snapshot));
+  }
   auto result = scheduler.Resize(snapshot, *id, new_gpu_count);
   if (!result.ok()) return ResizeError(result.status(), instance_id, new_gpu_count);
   return store::ResizeVerdict{GrantsOf(view, result->added), GrantsOf(view, result->removed)};
@@ -261,7 +288,7 @@ absl::StatusOr<int> Scheduling::Resize(const std::string& tenant_id, const std::
                  "gpu_count for a resize must be a multiple of 8 from 8 to 128");
   }
   return store_.ResizeInstance(
-      tenant_id, id, new_gpu_count,
+      tenant_id, id, new_gpu_count, options_.queue_max,
       [this](const store::FleetView& view, const std::string& instance,
              const std::string& tenant, int gpus) {
         return DecideResize(view, instance, tenant, gpus, options_);

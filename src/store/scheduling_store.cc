@@ -51,6 +51,18 @@ void RecordEvent(pqxx::work& txn, const std::string& instance_id, absl::Time at,
       instance_id, SqlTime(at), from, to, reason);
 }
 
+void LoadPending(pqxx::work& txn, int queue_max, FleetView& view) {
+  for (const auto& row : txn.exec_params(
+           "SELECT id, tenant_id, gpu_count, max_leaves, priority, queue_seq "
+           "FROM instances WHERE state = 'PENDING' "
+           "ORDER BY priority DESC, queue_seq LIMIT $1",
+           queue_max)) {
+    view.pending.push_back({row[0].as<std::string>(), row[1].as<std::string>(),
+                            row[2].as<int>(), row[3].as<int>(), row[4].as<int>(),
+                            row[5].as<int64_t>()});
+  }
+}
+
 void LoadFleet(pqxx::work& txn, FleetView& view) {
   for (const auto& row : txn.exec(
            "SELECT id, name, zone, pod, leaf_switch, gpu_count, state FROM nodes "
@@ -173,18 +185,10 @@ absl::StatusOr<PassOutcome> SchedulingStore::RunQueuePass(const QueueDecider& de
     outcome = {};
     TakePlacementLock(txn);
     FleetView view;
-    std::map<std::string, int> gpu_counts;
-    for (const auto& row : txn.exec_params(
-             "SELECT id, tenant_id, gpu_count, max_leaves, priority, queue_seq "
-             "FROM instances WHERE state = 'PENDING' "
-             "ORDER BY priority DESC, queue_seq LIMIT $1",
-             queue_max)) {
-      view.pending.push_back({row[0].as<std::string>(), row[1].as<std::string>(),
-                              row[2].as<int>(), row[3].as<int>(), row[4].as<int>(),
-                              row[5].as<int64_t>()});
-      gpu_counts[view.pending.back().id] = view.pending.back().gpu_count;
-    }
+    LoadPending(txn, queue_max, view);
     if (view.pending.empty()) return absl::OkStatus();
+    std::map<std::string, int> gpu_counts;
+    for (const PendingRow& p : view.pending) gpu_counts[p.id] = p.gpu_count;
     LoadFleet(txn, view);
     SV_ASSIGN_OR_RETURN(std::vector<QueueVerdict> verdicts, decide(view));
     for (const QueueVerdict& v : verdicts) {
@@ -202,7 +206,7 @@ absl::StatusOr<PassOutcome> SchedulingStore::RunQueuePass(const QueueDecider& de
 
 absl::StatusOr<int> SchedulingStore::ResizeInstance(const std::string& tenant_id,
                                                     const std::string& id, int new_gpu_count,
-                                                    const ResizeDecider& decide,
+                                                    int queue_max, const ResizeDecider& decide,
                                                     absl::Time now) {
   int old_gpu_count = 0;
   absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
@@ -223,6 +227,7 @@ absl::StatusOr<int> SchedulingStore::ResizeInstance(const std::string& tenant_id
     }
     if (old_gpu_count == new_gpu_count) return absl::OkStatus();
     FleetView view;
+    LoadPending(txn, queue_max, view);
     LoadFleet(txn, view);
     SV_ASSIGN_OR_RETURN(ResizeVerdict verdict, decide(view, id, tenant_id, new_gpu_count));
     for (const auto& g : verdict.removed) {
@@ -343,6 +348,32 @@ absl::StatusOr<DrainOutcome> SchedulingStore::ChangeNode(const std::string& name
   });
   if (!status.ok()) return status;
   return outcome;
+}
+
+absl::StatusOr<InstanceOnNode> SchedulingStore::SetInstancePriority(const std::string& id,
+                                                                    int priority,
+                                                                    absl::Time now) {
+  InstanceOnNode result;
+  absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    auto rows = txn.exec_params(
+        "SELECT tenant_id, state, gpu_count FROM instances WHERE id = $1 FOR UPDATE", id);
+    if (rows.empty()) {
+      return Error(absl::StatusCode::kNotFound, "INSTANCE_NOT_FOUND",
+                   absl::StrCat("instance ", id, " not found"));
+    }
+    result = {id, rows[0][0].as<std::string>(), rows[0][1].as<std::string>(),
+              rows[0][2].as<int>()};
+    if (result.state == "DELETED" || result.state == "FAILED") {
+      return Error(absl::StatusCode::kFailedPrecondition, "INSTANCE_FINISHED",
+                   absl::StrCat("instance ", id, " is ", result.state));
+    }
+    txn.exec_params(
+        "UPDATE instances SET priority = $2, updated_at = $3::timestamptz WHERE id = $1", id,
+        priority, SqlTime(now));
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  return result;
 }
 
 absl::StatusOr<TenantQuotaRow> SchedulingStore::SetTenantQuota(const TenantQuotaRow& quota,

@@ -142,10 +142,12 @@ class SchedulingStore {
                                            const BeforeCommitHook& before_commit = {});
 
   // Resizes a RUNNING instance of the tenant in place (same id, same
-  // running_since), under the placement lock. Returns the old GPU count.
+  // running_since), under the placement lock. `decide` sees the queue too
+  // (at most `queue_max`), so growth can leave the queue its due. Returns
+  // the old GPU count.
   absl::StatusOr<int> ResizeInstance(const std::string& tenant_id, const std::string& id,
-                                     int new_gpu_count, const ResizeDecider& decide,
-                                     absl::Time now);
+                                     int new_gpu_count, int queue_max,
+                                     const ResizeDecider& decide, absl::Time now);
 
   // Queue positions of the tenant's PENDING instances among `ids`.
   absl::StatusOr<std::map<std::string, int>> QueuePositions(
@@ -161,6 +163,11 @@ class SchedulingStore {
   // Drain: ready/cordoned -> draining, and lists what must move. A DOWN node
   // belongs to the agent's heartbeat logic: FAILED_PRECONDITION NODE_DOWN.
   absl::StatusOr<DrainOutcome> ChangeNode(const std::string& name, NodeAction action);
+
+  // Operators only (the API checks): any tenant's instance that is not
+  // DELETED or FAILED. Returns the instance's tenant and state.
+  absl::StatusOr<InstanceOnNode> SetInstancePriority(const std::string& id, int priority,
+                                                     absl::Time now);
 
   absl::StatusOr<TenantQuotaRow> SetTenantQuota(const TenantQuotaRow& quota, absl::Time now);
   absl::StatusOr<std::optional<TenantQuotaRow>> GetTenantQuota(const std::string& tenant_id);

@@ -337,5 +337,41 @@ TEST_F(SchedulerApiTest, CordonDrainUncordonAndList) {
   EXPECT_NE(member_cli.exit_code, 0);
 }
 
+// Only an operator can move an instance up the queue; the pass then places
+// it first when capacity frees.
+TEST_F(SchedulerApiTest, OperatorPriorityReordersTheQueue) {
+  StartSvd(1, 1);
+  Instance blocker = CreateRunning(8);
+  Instance older, newer;
+  ASSERT_TRUE(Create(8, &older).ok());
+  ASSERT_TRUE(Create(8, &newer).ok());
+  EXPECT_EQ(older.queue_position(), 1);
+  EXPECT_EQ(newer.queue_position(), 2);
+
+  v1::SetInstancePriorityRequest request;
+  request.set_instance_id(newer.id());
+  request.set_priority(10);
+  v1::InstancePriority out;
+  grpc::Status member = admin_->SetInstancePriority(Context(token_).get(), request, &out);
+  EXPECT_EQ(member.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  request.set_priority(1001);
+  grpc::Status invalid =
+      admin_->SetInstancePriority(Context(svd_->admin_key()).get(), request, &out);
+  EXPECT_EQ(api::ReasonOf(invalid), "INVALID_PRIORITY");
+  RunResult cli = Svctl({"admin", "priority", newer.id(), "10"}, true);
+  ASSERT_EQ(cli.exit_code, 0) << cli.err;
+  EXPECT_NE(cli.out.find("\"priority\": 10"), std::string::npos) << cli.out;
+
+  // The kick after the change runs a pass that rewrites the positions.
+  for (int tries = 0; tries < 400 && Get(newer.id()).queue_position() != 1; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(Get(newer.id()).queue_position(), 1);
+  EXPECT_EQ(Get(older.id()).queue_position(), 2);
+  Delete(blocker.id());
+  EXPECT_EQ(WaitFor(newer.id(), v1::RUNNING).state(), v1::RUNNING);
+  EXPECT_EQ(Get(older.id()).state(), v1::PENDING);
+}
+
 }  // namespace
 }  // namespace sv::testing

@@ -252,6 +252,26 @@ TEST(DecideResizeTest, ShortCapacityAndQuotaFailCleanly) {
   EXPECT_TRUE(DecideResize(view, "ins-gang", "t1", 16, {}).ok());
 }
 
+TEST(DecideResizeTest, GrowthGoesBehindTheQueue) {
+  // A waiting 32-GPU gang is owed the three free nodes: growth must not
+  // take them, whether the gang fits now or is blocked and holds them.
+  for (int waiting_gpus : {24, 32}) {
+    FleetView view = Fleet(4, 4);
+    ReserveWhole(view, 0, "ins-gang", "t1");
+    Queue(view, "ins-waiting", waiting_gpus, 1, "t2");
+    auto grow = DecideResize(view, "ins-gang", "t1", 16, {});
+    EXPECT_EQ(ReasonOf(grow.status()), "INSUFFICIENT_CAPACITY") << waiting_gpus;
+    auto shrink_or_same = DecideResize(view, "ins-gang", "t1", 8, {});
+    EXPECT_TRUE(shrink_or_same.ok());
+  }
+  FleetView view = Fleet(4, 4);
+  ReserveWhole(view, 0, "ins-gang", "t1");
+  Queue(view, "ins-small", 8, 1, "t2");
+  auto grow = DecideResize(view, "ins-gang", "t1", 16, {});
+  ASSERT_TRUE(grow.ok()) << grow.status();  // the queue takes one node, growth another
+  EXPECT_EQ(grow->added.size(), 1u);
+}
+
 TEST(DecideResizeTest, PartialNodeInstancesCannotBeResized) {
   FleetView view = Fleet(2, 2);
   Reserve(view, 0, "ins-small", "t1", {0, 1, 2, 3});
