@@ -364,6 +364,13 @@ TEST_F(InstanceApiTest, PendingInstanceIsPlacedWhenCapacityFrees) {
   Instance waiting;
   ASSERT_TRUE(Create(4, &waiting).ok());
   EXPECT_EQ(waiting.state(), v1::PENDING);
+  // The reason comes from the latest placement pass; give the loop a moment
+  // if the create's own pass lost a race to another.
+  for (int tries = 0; tries < 100 && waiting.state_reason().find("capacity") == std::string::npos;
+       ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(Get(waiting.id(), &waiting).ok());
+  }
   EXPECT_NE(waiting.state_reason().find("waiting for capacity"), std::string::npos)
       << waiting.state_reason();
 
