@@ -18,7 +18,7 @@ struct Check {
 
 std::vector<Check> Checks() {
   const std::string expected = absl::StrCat(
-      "WITH ", internal::PricedMinutesCtes(),
+      "WITH ", internal::PricedMinutesCtes(internal::IntervalSource::kEventsOnly),
       ", charged AS (SELECT instance_id, usage_minute AS minute, "
       "  sum(amount_micros)::bigint AS amount FROM ledger_transfers WHERE kind = 'charge' "
       "  GROUP BY 1, 2), "

@@ -20,7 +20,7 @@ using store::SqlTime;
 std::string BatchSql() {
   return absl::StrCat(
       "CREATE TEMP TABLE billing_batch ON COMMIT DROP AS "
-      "WITH ", internal::PricedMinutesCtes(), R"sql(, funds AS (
+      "WITH ", internal::PricedMinutesCtes(internal::IntervalSource::kRunningSinceFast), R"sql(, funds AS (
   SELECT t.id AS tenant_id, tw.id AS trial_id, tw.balance_micros AS trial_avail,
          CASE WHEN t.billing_mode = 'postpaid' THEN r.id ELSE pw.id END AS main_id,
          CASE WHEN t.billing_mode = 'postpaid'
@@ -119,6 +119,10 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
       // Only one svd bills at a time; a second one waits here and then finds
       // the cursor moved on.
       txn.exec_params("SELECT pg_advisory_xact_lock($1)", internal::kMeteringLockKey);
+      // JIT compilation costs more than it saves on these set-wise
+      // statements, and the sorts of a batch should stay in memory.
+      txn.exec("SET LOCAL jit = off");
+      txn.exec("SET LOCAL work_mem = '256MB'");
       auto cursor_row = txn.exec("SELECT billed_before_minute FROM billing_cursor FOR UPDATE");
       int64_t cursor = 0;
       if (cursor_row[0][0].is_null()) {

@@ -46,15 +46,15 @@ TransferRecord ReadTransfer(const pqxx::row& row, const std::string& tenant_id);
 absl::StatusOr<TransferRecord> FindTransfer(store::Database& db, const std::string& tenant_id,
                                             const std::string& key);
 
-// The SQL of the RUNNING intervals of every instance that may have run in
-// [$1, $2) (timestamptz): instance_id, tenant_id, gpu_count, gpu_model,
-// start_us, end_us (NULL while running).
-extern const char kRunningIntervalsSql[];
+enum class IntervalSource {
+  kEventsOnly,        // Every interval from instance_events (the auditor).
+  kRunningSinceFast,  // Open intervals from instances.running_since (metering).
+};
 
 // CTEs iv, mins, prices, priced: every instance-minute of [$3, $4) (Unix
 // minutes; $1/$2 the same range as timestamptz) in a RUNNING interval, with
 // unit_price (effective at the minute's start) and gross = gpu_count x price.
-std::string PricedMinutesCtes();
+std::string PricedMinutesCtes(IntervalSource source);
 
 }  // namespace sv::billing::internal
 

@@ -1,0 +1,153 @@
+// Posts one billing minute for a large running fleet on a durable throwaway
+// PostgreSQL (fsync and synchronous_commit on) and compares the rate with a
+// raw COPY of the same number of rows into a plain table, in the same run.
+//
+//   ledger_minute [--instances=100000] [--gpus=1]
+//   ledger_minute --instances=12500 --gpus=8
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include <pqxx/pqxx>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "billing/billing.h"
+#include "store/embedded_postgres.h"
+#include "store/migrations.h"
+
+ABSL_FLAG(int, instances, 100'000, "running instances");
+ABSL_FLAG(int, gpus, 1, "GPUs per instance");
+ABSL_FLAG(int, tenants, 1'000, "tenants the instances belong to");
+ABSL_FLAG(int, repeats, 3, "minutes billed (and COPYs run), one after the other");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// The fleet: tenants with a paid wallet, and instances RUNNING since the
+// start of `minute` (bulk SQL: this is set-up, not what is measured).
+void Populate(const std::string& url, int tenants, int instances, int gpus, int64_t minute) {
+  pqxx::connection c(url);
+  pqxx::work txn(c);
+  const std::string at = absl::StrCat("to_timestamp(", minute * 60, ")");
+  txn.exec(absl::StrCat(
+      "INSERT INTO tenants (id, name, created_at) SELECT 'ten-' || g, 'bench-' || g, ", at,
+      " FROM generate_series(1, ", tenants, ") g"));
+  txn.exec(absl::StrCat(
+      "INSERT INTO ledger_transfers (idempotency_key, leg, content_hash, from_account_id, "
+      "to_account_id, amount_micros, kind, tenant_id, at) "
+      "SELECT 'topup:bench-' || t.id, 0, md5(t.id), "
+      "(SELECT id FROM ledger_accounts WHERE kind = 'payment_clearing'), a.id, "
+      "1000000000000, 'topup', t.id, ", at,
+      " FROM tenants t JOIN ledger_accounts a ON a.tenant_id = t.id AND a.kind = 'paid_wallet'"));
+  txn.exec(absl::StrCat(
+      "INSERT INTO instances (id, tenant_id, name, gpu_count, gpu_model, image, state, "
+      "request_id, request_fingerprint, created_at, updated_at, running_since) "
+      "SELECT 'ins-' || g, 'ten-' || (1 + g % ", tenants, "), 'b' || g, ", gpus,
+      ", 'RTX 4090', 'ubuntu', 'RUNNING', 'r' || g, 'f', ", at, ", ", at, ", ", at,
+      " FROM generate_series(1, ", instances, ") g"));
+  txn.exec(absl::StrCat(
+      "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
+      "SELECT id, ", at, ", 'STARTING', 'RUNNING', 'bench' FROM instances"));
+  txn.exec("CREATE TABLE copy_baseline (idempotency_key text, leg smallint, "
+           "content_hash text, from_account_id bigint, to_account_id bigint, "
+           "amount_micros bigint, kind text, tenant_id text, instance_id text, "
+           "usage_minute bigint, gpu_model text, at timestamptz)");
+  txn.commit();
+  pqxx::nontransaction vacuum(c);
+  vacuum.exec("VACUUM ANALYZE");
+}
+
+// COPY of `rows` rows shaped like minute charges into a plain table, in one
+// committed transaction.
+double CopyRows(const std::string& url, int rows, int round) {
+  pqxx::connection c(url);
+  const auto start = Clock::now();
+  pqxx::work txn(c);
+  pqxx::stream_to stream(txn, "copy_baseline");
+  for (int i = 0; i < rows; ++i) {
+    const std::string id = absl::StrCat("ins-", i);
+    stream << std::make_tuple(absl::StrCat("charge:", id, ":", round), 1,
+                              "0123456789abcdef0123456789abcdef", 5, 1, 33000, "charge",
+                              absl::StrCat("ten-", i % 1000), id, round, "RTX 4090",
+                              "2026-11-29 00:00:00+00");
+  }
+  stream.complete();
+  txn.commit();
+  return Seconds(start);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const int instances = absl::GetFlag(FLAGS_instances);
+  const int gpus = absl::GetFlag(FLAGS_gpus);
+  char dir_template[] = "/tmp/sv-bench-billing-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  chmod(dir.c_str(), 0755);
+  sv::store::EmbeddedPostgresOptions pg_options;
+  pg_options.data_dir = dir + "/data";
+  pg_options.durable = true;  // fsync on, synchronous_commit on: a real ledger.
+  pg_options.settings = {"max_wal_size=4GB", "shared_buffers=512MB"};
+  sv::store::EmbeddedPostgres pg(pg_options);
+  if (absl::Status s = pg.Start(); !s.ok()) {
+    std::fprintf(stderr, "cannot start PostgreSQL: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  sv::store::DatabaseOptions db_options;
+  db_options.url = pg.url();
+  db_options.statement_timeout = absl::Minutes(10);
+  sv::store::Database db(db_options);
+  if (!sv::store::ApplyMigrations(db).ok()) return 1;
+  const int64_t minute = sv::billing::MinuteOf(absl::Now()) - 10;
+  Populate(pg.url(), absl::GetFlag(FLAGS_tenants), instances, gpus, minute);
+
+  sv::store::Store store(db);
+  sv::FakeClock clock(absl::Now());
+  sv::billing::BillingOptions options;
+  options.batch_rows_max = 1'000'000;
+  sv::billing::Billing billing(db, store, clock, options);
+  if (!billing.BillMinutesBefore(minute, clock.Now()).ok()) return 1;  // Sets the cursor.
+
+  std::printf("billing one minute: %d running instances x %d GPU(s), %d tenants, "
+              "durable PostgreSQL (fsync on, synchronous_commit on)\n",
+              instances, gpus, absl::GetFlag(FLAGS_tenants));
+  std::printf("%-8s %12s %14s %12s %14s %10s\n", "minute", "postings", "ledger s",
+              "postings/s", "COPY rows/s", "ratio");
+  for (int r = 0; r < absl::GetFlag(FLAGS_repeats); ++r) {
+    const auto start = Clock::now();
+    auto result = billing.BillMinutesBefore(minute + r + 1, clock.Now());
+    const double ledger_s = Seconds(start);
+    if (!result.ok()) {
+      std::fprintf(stderr, "billing failed: %s\n", result.status().ToString().c_str());
+      return 1;
+    }
+    const double copy_s = CopyRows(pg.url(), static_cast<int>(result->postings), r);
+    const double rate = result->postings / ledger_s;
+    const double copy_rate = result->postings / copy_s;
+    std::printf("%-8d %12lld %14.3f %12.0f %14.0f %10.2f\n", r + 1,
+                static_cast<long long>(result->postings), ledger_s, rate, copy_rate,
+                rate / copy_rate);
+  }
+  auto failures = billing.Audit();
+  std::printf("audit: %s\n", failures.ok() && failures->empty() ? "ok" : "FAILED");
+  if (const char* pause = std::getenv("SV_BENCH_PAUSE_S")) {
+    std::printf("url: %s\n", pg.url().c_str());
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(std::atoi(pause)));
+  }
+  (void)pg.Stop();
+  std::string rm = "rm -rf " + dir;
+  return std::system(rm.c_str()) == 0 ? 0 : 1;
+}
