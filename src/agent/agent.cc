@@ -320,7 +320,7 @@ class Agent::Session {
       for (int64_t c : counts) h->add_counts(c);
       return;
     }
-    if (o_.probe_dir.empty()) return;
+    if (o_.probe_dir.empty() || o_.storage_probe_bytes <= 0) return;
     absl::Duration took = WriteProbe(o_.probe_dir + "/.sv-probe-" + id, o_.storage_probe_bytes);
     if (took <= absl::ZeroDuration()) return;
     auto* p = batch->add_storage_probes();
@@ -369,6 +369,11 @@ bool Agent::Sleep(absl::Duration d) {
 void Agent::Run() {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  // The channel's own reconnect backoff must not outlast ours.
+  const int backoff_min_ms =
+      static_cast<int>(absl::ToInt64Milliseconds(options_.reconnect_backoff_min));
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, backoff_min_ms);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, backoff_min_ms);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               static_cast<int>(absl::ToInt64Milliseconds(options_.reconnect_backoff_max)));
   auto channel = grpc::CreateCustomChannel(options_.endpoint, grpc::InsecureChannelCredentials(),
@@ -378,8 +383,11 @@ void Agent::Run() {
   absl::Duration backoff = options_.reconnect_backoff_min;
   while (Sleep(absl::ZeroDuration())) {
     bool registered = false;
+    const bool connected = channel->WaitForConnected(
+        std::chrono::system_clock::now() +
+        absl::ToChronoNanoseconds(options_.rpc_connect_timeout));
     Session session(*this);
-    if (session.Run(*stub, &registered)) return;  // Scripted death.
+    if (connected && session.Run(*stub, &registered)) return;  // Scripted death.
     if (registered) {
       ++sessions_;
       backoff = options_.reconnect_backoff_min;

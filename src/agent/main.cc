@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
   std::string process_command = "sleep 2147483647", docker_path = "docker";
   std::string nvml_library = "libnvidia-ml.so.1", log_level = "info";
   int heartbeat_ms = 5000, telemetry_ms = 10000, backoff_max_ms = 10000;
+  int sim_utilization_pct = 97;
   CLI::App app{"svagent - the sv node agent"};
   app.add_option("--endpoint", o.endpoint, "svd's gRPC address (host:port)");
   app.add_option("--credential-file", credential_file,
@@ -82,6 +83,14 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"nvml", "simulated", "none"}))
       ->capture_default_str();
   app.add_option("--nvml-library", nvml_library)->capture_default_str();
+  app.add_option("--storage-probe-bytes", o.storage_probe_bytes,
+                 "Bytes each storage write probe writes and fsyncs (0: no probes)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 32))
+      ->capture_default_str();
+  app.add_option("--sim-utilization-pct", sim_utilization_pct,
+                 "With --telemetry=simulated: utilization of GPUs that run an instance")
+      ->check(CLI::Range(0, 100))
+      ->capture_default_str();
   app.add_option("--heartbeat-interval-ms", heartbeat_ms)
       ->check(CLI::Range(50, 600000))
       ->capture_default_str();
@@ -123,7 +132,9 @@ int main(int argc, char** argv) {
     }
     source = *std::move(nvml);
   } else if (telemetry == "simulated") {
-    source = std::make_unique<sv::agent::SimulatedTelemetry>(o.gpu_count, 1);
+    auto simulated = std::make_unique<sv::agent::SimulatedTelemetry>(o.gpu_count, 1);
+    simulated->SetBusyUtilizationPct(sim_utilization_pct);
+    source = std::move(simulated);
   }
   auto runtime = driver == "docker"
                      ? sv::agent::NewDockerDriver(docker_path)

@@ -49,8 +49,12 @@ class ProcessDriver final : public RuntimeDriver {
     pid_t pid = fork();
     if (pid < 0) return Error(absl::StatusCode::kUnavailable, "FORK_FAILED", "cannot fork");
     if (pid == 0) {
-      // Its own session, so it outlives an agent crash and stops as a group.
+      // Its own session, so it outlives an agent crash and stops as a group;
+      // and none of the agent's blocked signals (SIGTERM is, for sigwait).
       setsid();
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
       FILE* out = fopen(log.c_str(), "a");
       if (out != nullptr) {
         dup2(fileno(out), STDOUT_FILENO);

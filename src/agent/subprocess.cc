@@ -31,6 +31,9 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
   }
   if (pid == 0) {
     dup2(pipe_fds[1], STDOUT_FILENO);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     execvp(args[0], args.data());
     _exit(127);
   }

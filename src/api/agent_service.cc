@@ -210,8 +210,9 @@ class AgentSession {
       }
       if (desired.ok() && (!sent || !SameDesired(*sent, *desired))) {
         v1::ServerMessage m;
+        auto* set = m.mutable_desired();  // An empty set is a message too.
         for (const auto& a : *desired) {
-          auto* out = m.mutable_desired()->add_instances();
+          auto* out = set->add_instances();
           out->set_instance_id(a.instance_id);
           out->set_image(a.image);
           for (int g : a.gpu_indices) out->add_gpu_indices(g);
@@ -445,9 +446,16 @@ absl::StatusOr<store::NodeCredentialRecord> AgentApi::Impl::AuthenticateNode(
 
 void AgentApi::Impl::MonitorLoop() {
   absl::Time next_retention = clock.Now();
+  // Agents cannot heartbeat while no svd runs; after a start (or a restart
+  // of the only svd) they get one timeout to reconnect before silence means
+  // death, so an svd outage never takes the fleet down with it.
+  const absl::Time judge_from = clock.Now() + options.heartbeat_timeout;
   while (Sleep(options.monitor_interval)) {
     const absl::Time now = clock.Now();
-    auto downed = agents.MarkSilentNodesDown(options.heartbeat_timeout, now);
+    auto downed = now < judge_from
+                      ? absl::StatusOr<std::vector<store::DownedNode>>(
+                            std::vector<store::DownedNode>())
+                      : agents.MarkSilentNodesDown(options.heartbeat_timeout, now);
     if (!downed.ok()) {
       spdlog::warn("agent: node health check failed: {}", downed.status().ToString());
     } else {

@@ -1,9 +1,11 @@
 #include "api/internal/service_util.h"
+#include "absl/strings/numbers.h"
 #include "api/validation.h"
 #include "billing/billing.h"
 #include "common/ids.h"
 #include "common/status.h"
 #include "spdlog/spdlog.h"
+#include "store/agent_store.h"
 #include "store/scheduling_store.h"
 #include "sv/v1/instance.grpc.pb.h"
 
@@ -73,7 +75,125 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
     return Finish("DeleteInstance", &*who, "", status);
   }
 
+  // ---- Lifecycle (docs/agent.md) ----
+
+  grpc::Status StopInstance(grpc::ServerContext* context, const v1::StopInstanceRequest* request,
+                            v1::Instance* response) override {
+    auto who = auth_.Authenticate(*context);
+    if (!who.ok()) return Finish("StopInstance", nullptr, "", who.status());
+    absl::Status status = CheckInstanceId(request->id());
+    if (status.ok()) {
+      // Billing ends now; the node agents stop the instance when they next
+      // receive their desired set (within a second).
+      auto record = deps_.store->StopInstance(who->tenant_id, request->id(),
+                                              "stopped by the user", deps_.clock->Now());
+      status = record.status();
+      if (record.ok()) {
+        ToProto(*record, response);
+        spdlog::info("api: stopped {} tenant={}", record->id, who->tenant_id);
+        if (deps_.loops) deps_.loops->Kick();
+      }
+    }
+    return Finish("StopInstance", &*who, "", status);
+  }
+
+  grpc::Status StartInstance(grpc::ServerContext* context,
+                             const v1::StartInstanceRequest* request,
+                             v1::Instance* response) override {
+    auto who = auth_.Authenticate(*context);
+    if (!who.ok()) return Finish("StartInstance", nullptr, "", who.status());
+    absl::Status status = CheckInstanceId(request->id());
+    if (status.ok()) {
+      auto record = deps_.store->StartInstance(who->tenant_id, request->id(),
+                                               deps_.clock->Now());
+      status = record.status();
+      if (record.ok()) {
+        if (record->state == store::InstanceState::kPending && deps_.loops != nullptr &&
+            deps_.loops->PlaceNow().ok()) {
+          auto reread = deps_.store->GetInstance(who->tenant_id, record->id);
+          if (reread.ok()) record = *std::move(reread);
+        }
+        ToProto(*record, response);
+        spdlog::info("api: started {} tenant={}", record->id, who->tenant_id);
+      }
+    }
+    return Finish("StartInstance", &*who, "", status);
+  }
+
+  grpc::Status ListInstanceEvents(grpc::ServerContext* context,
+                                  const v1::ListInstanceEventsRequest* request,
+                                  v1::ListInstanceEventsResponse* response) override {
+    auto who = auth_.Authenticate(*context);
+    if (!who.ok()) return Finish("ListInstanceEvents", nullptr, "", who.status());
+    return Finish("ListInstanceEvents", &*who, "", ListEvents(*who, *request, response));
+  }
+
+  grpc::Status SetIdlePolicy(grpc::ServerContext* context,
+                             const v1::SetIdlePolicyRequest* request,
+                             v1::Instance* response) override {
+    auto who = auth_.Authenticate(*context);
+    if (!who.ok()) return Finish("SetIdlePolicy", nullptr, "", who.status());
+    return Finish("SetIdlePolicy", &*who, "", SetIdle(*who, *request, response));
+  }
+
  private:
+  absl::Status ListEvents(const store::Principal& who,
+                          const v1::ListInstanceEventsRequest& request,
+                          v1::ListInstanceEventsResponse* response) {
+    constexpr int kEventsPageDefault = 100;
+    constexpr int kEventsPageMax = 1000;
+    SV_RETURN_IF_ERROR(CheckInstanceId(request.id()));
+    if (request.page_size() < 0) {
+      return Error(absl::StatusCode::kInvalidArgument, "INVALID_PAGE_SIZE",
+                   "page_size must not be negative");
+    }
+    const int page_size = request.page_size() == 0
+                              ? kEventsPageDefault
+                              : std::min(request.page_size(), kEventsPageMax);
+    int64_t after_id = 0;
+    if (!request.page_token().empty() &&
+        (!absl::SimpleAtoi(request.page_token(), &after_id) || after_id <= 0)) {
+      return Error(absl::StatusCode::kInvalidArgument, "INVALID_PAGE_TOKEN",
+                   "page_token is not from this list");
+    }
+    store::AgentStore agents(deps_.store->database());
+    SV_ASSIGN_OR_RETURN(auto events, agents.ListInstanceEvents(who.tenant_id, request.id(),
+                                                               after_id, page_size + 1));
+    const bool more = static_cast<int>(events.size()) > page_size;
+    if (more) events.resize(page_size);
+    for (const auto& e : events) {
+      auto* out = response->add_events();
+      *out->mutable_event_time() = ToProto(e.at);
+      if (e.from_state) {
+        out->set_from_state(static_cast<v1::InstanceState>(static_cast<int>(*e.from_state) + 1));
+      }
+      out->set_to_state(static_cast<v1::InstanceState>(static_cast<int>(e.to_state) + 1));
+      out->set_reason(e.reason);
+    }
+    if (more) response->set_next_page_token(std::to_string(events.back().id));
+    return absl::OkStatus();
+  }
+
+  absl::Status SetIdle(const store::Principal& who, const v1::SetIdlePolicyRequest& request,
+                       v1::Instance* response) {
+    constexpr int kIdleSecondsMax = 7 * 24 * 3600;
+    SV_RETURN_IF_ERROR(CheckInstanceId(request.id()));
+    if (request.idle_seconds() < 0 || request.idle_seconds() > kIdleSecondsMax ||
+        (request.idle_seconds() > 0 &&
+         (request.utilization_pct() < 1 || request.utilization_pct() > 100))) {
+      return Error(absl::StatusCode::kInvalidArgument, "INVALID_IDLE_POLICY",
+                   "idle_seconds must be 0 to 604800 and utilization_pct 1 to 100");
+    }
+    store::AgentStore agents(deps_.store->database());
+    SV_RETURN_IF_ERROR(agents.SetIdlePolicy(who.tenant_id, request.id(), request.idle_seconds(),
+                                            request.idle_seconds() > 0 ? request.utilization_pct()
+                                                                       : 0,
+                                            deps_.clock->Now()));
+    SV_ASSIGN_OR_RETURN(auto record, deps_.store->GetInstance(who.tenant_id, request.id()));
+    ToProto(record, response);
+    return absl::OkStatus();
+  }
+
   absl::Status Create(const store::Principal& who, const v1::CreateInstanceRequest& request,
                       v1::Instance* response) {
     const v1::Instance& in = request.instance();

@@ -46,8 +46,13 @@ int FailRpc(const grpc::Status& status, const Session& session);
 void AddInstanceCommands(CLI::App& app, Action* action);
 void AddAccountCommands(CLI::App& app, Action* action);
 void AddAdminCommands(CLI::App& app, Action* action);
+// svctl balance, usage, transfers, invoices and svctl admin topup|balances|
+// revenue|audit; call after AddAdminCommands.
+void AddBillingCommands(CLI::App& app, Action* action);
 // svctl resize and svctl admin nodes|quota; call after AddAdminCommands.
 void AddSchedulingCommands(CLI::App& app, Action* action);
+// svctl stop, start, events and idle-policy.
+void AddLifecycleCommands(CLI::App& app, Action* action);
 
 }  // namespace sv::cli
 

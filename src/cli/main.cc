@@ -18,7 +18,9 @@ int main(int argc, char** argv) {
   sv::cli::AddInstanceCommands(app, &action);
   sv::cli::AddAccountCommands(app, &action);
   sv::cli::AddAdminCommands(app, &action);
+  sv::cli::AddBillingCommands(app, &action);
   sv::cli::AddSchedulingCommands(app, &action);
+  sv::cli::AddLifecycleCommands(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -34,6 +34,24 @@ int main(int argc, char** argv) {
   app.add_option("--sim-pods", o.sim_pods, "Pods of the simulated fleet")
       ->check(CLI::Range(1, 200))
       ->capture_default_str();
+  app.add_option("--sim-faults", o.sim_faults_file,
+                 "Fault script for the simulated agents (see docs/agent.md)");
+  app.add_option("--node-heartbeat-timeout-ms", o.node_heartbeat_timeout_ms,
+                 "A node silent this long is declared down")
+      ->check(CLI::Range(100, 3600000))
+      ->capture_default_str();
+  app.add_option("--agent-heartbeat-interval-ms", o.agent_heartbeat_interval_ms,
+                 "Heartbeat interval told to agents")
+      ->check(CLI::Range(50, 600000))
+      ->capture_default_str();
+  app.add_option("--agent-telemetry-interval-ms", o.agent_telemetry_interval_ms,
+                 "Telemetry batch interval told to agents")
+      ->check(CLI::Range(50, 3600000))
+      ->capture_default_str();
+  app.add_option("--telemetry-retention-days", o.telemetry_retention_days,
+                 "Per-minute telemetry aggregates are kept this long")
+      ->check(CLI::Range(1, 3650))
+      ->capture_default_str();
   app.add_option("--admin-key-file", o.admin_key_file,
                  "Operator bootstrap key: read from this file, or generated into it");
   app.add_option("--svctl-config", o.svctl_config,

@@ -10,11 +10,13 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "api/agent_service.h"
 #include "api/services.h"
 #include "billing/billing.h"
 #include "common/clock.h"
 #include "control/loops.h"
 #include "server/bootstrap.h"
+#include "sim/fleet.h"
 #include "spdlog/spdlog.h"
 #include "store/database.h"
 #include "store/embedded_postgres.h"
@@ -125,9 +127,26 @@ int RunServer(const ServerOptions& options) {
     }
   }
 
+  std::vector<agent::Fault> sim_faults;
+  if (!options.sim_faults_file.empty()) {
+    auto faults = agent::ReadFaultScript(options.sim_faults_file);
+    if (!faults.ok()) {
+      spdlog::error("svd: {}", std::string(faults.status().message()));
+      return kExitUsage;
+    }
+    sim_faults = *std::move(faults);
+  }
+
   control::LoopOptions loop_options;
-  loop_options.simulate_fleet = options.sim_nodes > 0;
+  // Simulated nodes run simulated agents over the real protocol (below).
+  loop_options.simulate_fleet = false;
   control::ControlLoops loops(store, clock, loop_options);
+  api::AgentApiOptions agent_options;
+  agent_options.heartbeat_timeout = absl::Milliseconds(options.node_heartbeat_timeout_ms);
+  agent_options.heartbeat_interval = absl::Milliseconds(options.agent_heartbeat_interval_ms);
+  agent_options.telemetry_interval = absl::Milliseconds(options.agent_telemetry_interval_ms);
+  agent_options.telemetry_retention = absl::Hours(24 * options.telemetry_retention_days);
+  api::AgentApi agent_api(store, clock, &loops, agent_options);
   billing::BillingOptions billing_options;
   billing_options.create_credit_minutes = options.billing_create_credit_minutes;
   billing_options.loop_interval = absl::Milliseconds(options.billing_interval_ms);
@@ -149,6 +168,7 @@ int RunServer(const ServerOptions& options) {
   builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &port);
   builder.SetMaxReceiveMessageSize(kMessageBytesMax);
   api.RegisterWith(builder);
+  agent_api.RegisterWith(builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     spdlog::error("svd: cannot listen on {}", options.listen_address);
@@ -169,12 +189,27 @@ int RunServer(const ServerOptions& options) {
   }
   loops.Start();
   billing_loop.Start();
+  agent_api.StartMonitor();
+  sim::FleetOptions fleet_options;
+  fleet_options.endpoint = endpoint;
+  fleet_options.nodes = sim::StandardFleet(options.sim_nodes, options.sim_leaves,
+                                           options.sim_pods);
+  fleet_options.faults = sim_faults;
+  sim::SimulatedFleet fleet(
+      fleet_options,
+      [&](const std::string& node) { return agent_api.CreateNodeCredential(node); }, clock);
+  if (absl::Status s = fleet.Start(); !s.ok()) {
+    spdlog::error("svd: simulated agents: {}", std::string(s.message()));
+    return kExitStartFailed;
+  }
   spdlog::info("svd: serving gRPC on {}", endpoint);
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   spdlog::info("svd: got signal {}, shutting down", signal_number);
   server->GetHealthCheckService()->Shutdown();
+  fleet.Stop();
+  agent_api.Stop();  // Agent streams would otherwise hold the grace period.
   server->Shutdown(std::chrono::system_clock::now() +
                    absl::ToChronoNanoseconds(kShutdownGrace));
   billing_loop.Stop();

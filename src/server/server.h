@@ -12,10 +12,17 @@ struct ServerOptions {
   std::string state_dir = ".sv";  // Embedded cluster, keys and dev state.
   int database_connections_max = 16;
   int database_statement_timeout_ms = 10000;
-  // Simulated fleet, registered at start and confirmed by svd itself.
+  // Simulated fleet, registered at start and run by in-process simulated
+  // agents that speak the real agent protocol to this svd.
   int sim_nodes = 0;
   int sim_leaves = 2;
   int sim_pods = 1;
+  std::string sim_faults_file;  // Fault script for the simulated agents.
+  // Node agents (docs/agent.md).
+  int node_heartbeat_timeout_ms = 30000;
+  int agent_heartbeat_interval_ms = 5000;
+  int agent_telemetry_interval_ms = 10000;
+  int telemetry_retention_days = 35;
   // Operator bootstrap key: read from this file, or generated into it.
   std::string admin_key_file;
   // Where svd --dev writes svctl's config; empty means ~/.config/svctl.

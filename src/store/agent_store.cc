@@ -221,6 +221,12 @@ absl::StatusOr<bool> AgentStore::ConfirmStarted(const std::string& node_id,
         "INSERT INTO instance_node_starts (instance_id, node_id, confirmed_at) "
         "VALUES ($1, $2, $3::timestamptz) ON CONFLICT DO NOTHING",
         instance_id, node_id, SqlTime(now));
+    // A confirmation is a sign of life too, so a node that dies right after
+    // it never ends a RUNNING interval before it began.
+    txn.exec_params(
+        "UPDATE nodes SET last_heartbeat_at = GREATEST(last_heartbeat_at, $2::timestamptz) "
+        "WHERE id = $1 AND state <> 'down'",
+        node_id, SqlTime(now));
     if (from == "RUNNING") {
       running = true;
       return absl::OkStatus();

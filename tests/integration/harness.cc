@@ -109,7 +109,10 @@ bool SvdProcess::Start() {
   fs::remove(port_file);
   std::vector<std::string> args = {SvdPath(),
                                    "--database-url", options_.database_url,
-                                   "--listen", "127.0.0.1:0",
+                                   "--listen",
+                                   options_.keep_port_on_restart && port_ > 0
+                                       ? "127.0.0.1:" + std::to_string(port_)
+                                       : std::string("127.0.0.1:0"),
                                    "--port-file", port_file,
                                    "--admin-key-file", admin_key_file_,
                                    "--sim-nodes", std::to_string(options_.sim_nodes),

@@ -31,6 +31,9 @@ struct SvdOptions {
   // svd's default is 10 minutes; tests that are not about billing create
   // large instances on the trial credit alone, so they skip the credit gate.
   int billing_create_credit_minutes = 0;
+  // A second Start() listens on the port of the first (agents reconnect to
+  // a fixed endpoint).
+  bool keep_port_on_restart = false;
 };
 
 // A real svd child process listening on a free port.

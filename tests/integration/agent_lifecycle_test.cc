@@ -1,0 +1,469 @@
+// The instance lifecycle driven by real node agents: a real svd on a real
+// PostgreSQL, real svagent processes with the process driver (instances are
+// real local processes), and the real agent protocol.
+
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <pqxx/pqxx>
+#include <sstream>
+#include <thread>
+
+#include "api/errors.h"
+#include "sv/v1/agent.grpc.pb.h"
+#include "sv/v1/instance.grpc.pb.h"
+#include "tests/integration/harness.h"
+
+namespace sv::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using v1::Instance;
+
+// Polls `done` every 50 ms; gives up after 30 s (a failure bound, not a
+// timing assertion).
+bool WaitFor(const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return done();
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool Alive(pid_t pid) { return pid > 0 && kill(pid, 0) == 0; }
+
+// A real svagent child process.
+class AgentProcess {
+ public:
+  AgentProcess(std::string dir, std::vector<std::string> args)
+      : dir_(std::move(dir)), args_(std::move(args)) {}
+  ~AgentProcess() { Kill(); }
+
+  void Start() {
+    pid_ = fork();
+    if (pid_ == 0) {
+      int fd = open((dir_ + "/agent.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      std::vector<std::string> all = {SV_SVAGENT_PATH};
+      all.insert(all.end(), args_.begin(), args_.end());
+      std::vector<char*> argv;
+      for (auto& a : all) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+  }
+
+  // SIGKILL, as in a crash; the instances it started keep running.
+  void Kill() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+  // The pid of an instance's process, from the driver's pid file.
+  pid_t InstancePid(const std::string& id) const {
+    pid_t pid = -1;
+    std::ifstream(dir_ + "/state/instances/" + id + ".pid") >> pid;
+    return pid;
+  }
+
+ private:
+  std::string dir_;
+  std::vector<std::string> args_;
+  pid_t pid_ = -1;
+};
+
+class AgentLifecycleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    database_url_ = CreateTestDatabase();
+    SvdOptions options{database_url_, 0, 1, {}};
+    options.extra_args = {"--node-heartbeat-timeout-ms", "3000",
+                          "--agent-heartbeat-interval-ms", "200",
+                          "--agent-telemetry-interval-ms", "200"};
+    options.keep_port_on_restart = true;
+    svd_ = std::make_unique<SvdProcess>(options);
+    ASSERT_TRUE(svd_->Start());
+    token_ = CreateTenant(*svd_, "alpha");
+    ASSERT_FALSE(token_.empty());
+    stub_ = v1::InstanceService::NewStub(svd_->channel());
+    dir_ = fs::temp_directory_path() / ("sv-agent-test-" + std::to_string(getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+
+  void TearDown() override {
+    agents_.clear();
+    // Instances left by killed agents are our processes' grandchildren in
+    // their own sessions; end them.
+    for (const auto& entry : fs::recursive_directory_iterator(dir_)) {
+      if (entry.path().extension() != ".pid") continue;
+      pid_t pid = -1;
+      std::ifstream(entry.path()) >> pid;
+      if (pid > 0) kill(-pid, SIGKILL);
+    }
+    stub_.reset();
+    svd_.reset();
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  std::string MintCredential(const std::string& node) {
+    v1::NodeCredentialService::Stub stub(svd_->channel());
+    v1::CreateNodeCredentialRequest request;
+    request.set_node_name(node);
+    v1::CreateNodeCredentialResponse response;
+    grpc::Status status =
+        stub.CreateNodeCredential(Context(svd_->admin_key()).get(), request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.credential();
+  }
+
+  AgentProcess& StartAgent(const std::string& node, std::vector<std::string> extra = {}) {
+    const std::string dir = dir_ + "/" + node;
+    fs::create_directories(dir);
+    const std::string credential_file = dir + "/credential";
+    if (!fs::exists(credential_file)) std::ofstream(credential_file) << MintCredential(node);
+    std::vector<std::string> args = {"--endpoint", svd_->endpoint(),
+                                     "--node-name", node,
+                                     "--credential-file", credential_file,
+                                     "--state-dir", dir + "/state",
+                                     "--process-command", "exec sleep 600",
+                                     "--telemetry", "simulated",
+                                     "--storage-probe-bytes", "65536",
+                                     "--reconnect-backoff-max-ms", "300"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    agents_.push_back(std::make_unique<AgentProcess>(dir, args));
+    agents_.back()->Start();
+    return *agents_.back();
+  }
+
+  Instance Create(int gpus) {
+    v1::CreateInstanceRequest request;
+    request.mutable_instance()->set_gpu_count(gpus);
+    Instance out;
+    grpc::Status status = stub_->CreateInstance(Context(token_).get(), request, &out);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return out;
+  }
+
+  Instance Get(const std::string& id) {
+    v1::GetInstanceRequest request;
+    request.set_id(id);
+    Instance out;
+    grpc::Status status = stub_->GetInstance(Context(token_).get(), request, &out);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return out;
+  }
+
+  bool WaitForState(const std::string& id, v1::InstanceState state) {
+    return WaitFor([&] { return Get(id).state() == state; });
+  }
+
+  std::vector<v1::InstanceEvent> Events(const std::string& id) {
+    v1::ListInstanceEventsRequest request;
+    request.set_id(id);
+    v1::ListInstanceEventsResponse response;
+    grpc::Status status = stub_->ListInstanceEvents(Context(token_).get(), request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return {response.events().begin(), response.events().end()};
+  }
+
+  int CountTransitionsTo(const std::string& id, v1::InstanceState state) {
+    int n = 0;
+    for (const auto& e : Events(id)) n += e.to_state() == state;
+    return n;
+  }
+
+  std::string database_url_;
+  std::unique_ptr<SvdProcess> svd_;
+  std::string token_;
+  std::unique_ptr<v1::InstanceService::Stub> stub_;
+  std::string dir_;
+  std::vector<std::unique_ptr<AgentProcess>> agents_;
+};
+
+// Goal: an instance runs as a real process on the agent's node with the GPUs
+// svd reserved, and stop, start and delete end and restart that process,
+// each transition recorded with a reason.
+TEST_F(AgentLifecycleTest, StartStopStartDelete) {
+  AgentProcess& agent = StartAgent("node-a");
+  Instance created = Create(4);
+  ASSERT_TRUE(WaitForState(created.id(), v1::RUNNING)) << Slurp(svd_->log_path());
+  const Instance running = Get(created.id());
+  ASSERT_EQ(running.placement_size(), 1);
+  EXPECT_EQ(running.placement(0).node_name(), "node-a");
+
+  pid_t pid = agent.InstancePid(created.id());
+  ASSERT_TRUE(Alive(pid));
+  // The process sees exactly the GPUs svd reserved.
+  std::string environ = Slurp("/proc/" + std::to_string(pid) + "/environ");
+  std::string gpus;
+  for (int g : running.placement(0).gpu_indices()) {
+    gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
+  }
+  EXPECT_NE(environ.find("CUDA_VISIBLE_DEVICES=" + gpus + '\0'), std::string::npos);
+
+  std::vector<v1::InstanceState> expected = {v1::PENDING, v1::SCHEDULED, v1::STARTING,
+                                             v1::RUNNING};
+  auto events = Events(created.id());
+  ASSERT_EQ(events.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(events[i].to_state(), expected[i]);
+  EXPECT_EQ(events[3].reason(), "every node confirmed the start");
+
+  v1::StopInstanceRequest stop;
+  stop.set_id(created.id());
+  Instance stopped;
+  ASSERT_TRUE(stub_->StopInstance(Context(token_).get(), stop, &stopped).ok());
+  EXPECT_EQ(stopped.state(), v1::STOPPED);
+  EXPECT_EQ(stopped.placement_size(), 0);
+  EXPECT_TRUE(WaitFor([&] { return !Alive(pid); })) << "the agent did not stop the process";
+
+  v1::StartInstanceRequest start;
+  start.set_id(created.id());
+  Instance restarted;
+  ASSERT_TRUE(stub_->StartInstance(Context(token_).get(), start, &restarted).ok());
+  ASSERT_TRUE(WaitForState(created.id(), v1::RUNNING));
+  pid_t second = agent.InstancePid(created.id());
+  EXPECT_TRUE(Alive(second));
+  EXPECT_NE(second, pid);
+  EXPECT_EQ(CountTransitionsTo(created.id(), v1::RUNNING), 2);
+
+  v1::DeleteInstanceRequest del;
+  del.set_id(created.id());
+  Instance deleted;
+  ASSERT_TRUE(stub_->DeleteInstance(Context(token_).get(), del, &deleted).ok());
+  EXPECT_EQ(deleted.state(), v1::DELETED);
+  EXPECT_TRUE(WaitFor([&] { return !Alive(second); }));
+}
+
+// Goal: an agent that crashes and comes back adopts the instance processes
+// that kept running, so the instance never leaves RUNNING.
+TEST_F(AgentLifecycleTest, AgentCrashAndReconnect) {
+  auto* agent = &StartAgent("node-a");
+  Instance created = Create(4);
+  ASSERT_TRUE(WaitForState(created.id(), v1::RUNNING));
+  const pid_t pid = agent->InstancePid(created.id());
+  ASSERT_TRUE(Alive(pid));
+
+  agent->Kill();
+  EXPECT_TRUE(Alive(pid)) << "instances outlive their agent";
+  agent = &StartAgent("node-a");
+
+  // A second instance can only run if the restarted agent serves the node.
+  Instance second = Create(2);
+  ASSERT_TRUE(WaitForState(second.id(), v1::RUNNING)) << Slurp(svd_->log_path());
+  Instance after = Get(created.id());
+  EXPECT_EQ(after.state(), v1::RUNNING);
+  EXPECT_EQ(agent->InstancePid(created.id()), pid);
+  EXPECT_TRUE(Alive(pid));
+  EXPECT_EQ(CountTransitionsTo(created.id(), v1::RUNNING), 1);
+  EXPECT_EQ(CountTransitionsTo(created.id(), v1::STOPPED), 0);
+}
+
+// Goal: restarting svd while agents are connected loses nothing: agents
+// reconnect by themselves, running instances stay RUNNING, and new work
+// reaches the agents.
+TEST_F(AgentLifecycleTest, SvdRestartWhileAgentsConnected) {
+  StartAgent("node-a");
+  StartAgent("node-b");
+  Instance first = Create(8);
+  ASSERT_TRUE(WaitForState(first.id(), v1::RUNNING));
+
+  ASSERT_EQ(svd_->Stop(), 0);
+  ASSERT_TRUE(svd_->Start()) << Slurp(svd_->log_path());
+  stub_ = v1::InstanceService::NewStub(svd_->channel());
+
+  Instance second = Create(8);
+  ASSERT_TRUE(WaitForState(second.id(), v1::RUNNING)) << Slurp(svd_->log_path());
+  EXPECT_EQ(Get(first.id()).state(), v1::RUNNING);
+  EXPECT_EQ(CountTransitionsTo(first.id(), v1::RUNNING), 1);
+}
+
+// Goal: when a node dies mid-run, its instance leaves RUNNING as of the
+// node's last heartbeat (so billing charges exactly the time the node was
+// alive), the node is down, and a node that comes back is reconciled.
+TEST_F(AgentLifecycleTest, NodeDeathRecordsExactRunningInterval) {
+  AgentProcess& agent = StartAgent("node-a");
+  Instance created = Create(8);
+  ASSERT_TRUE(WaitForState(created.id(), v1::RUNNING));
+  const pid_t pid = agent.InstancePid(created.id());
+  pqxx::connection db(database_url_);
+  // Let a heartbeat arrive after the start, so the interval is not empty.
+  ASSERT_TRUE(WaitFor([&] {
+    pqxx::work t(db);
+    return t.exec1("SELECT n.last_heartbeat_at > i.running_since FROM nodes n, instances i "
+                   "WHERE n.name = 'node-a' AND i.id = " + t.quote(created.id()))[0]
+        .as<bool>();
+  }));
+  agent.Kill();
+
+  ASSERT_TRUE(WaitForState(created.id(), v1::STOPPED));
+  auto events = Events(created.id());
+  ASSERT_GE(events.size(), 5u);
+  const auto& running = events[events.size() - 2];
+  const auto& stopped = events.back();
+  ASSERT_EQ(running.to_state(), v1::RUNNING);
+  EXPECT_EQ(stopped.from_state(), v1::RUNNING);
+  EXPECT_NE(stopped.reason().find("node-a missed heartbeats"), std::string::npos)
+      << stopped.reason();
+
+  pqxx::work txn(db);
+  auto node = txn.exec1(
+      "SELECT state, (extract(epoch FROM last_heartbeat_at) * 1000000)::bigint "
+      "FROM nodes WHERE name = 'node-a'");
+  EXPECT_EQ(node[0].as<std::string>(), "down");
+  const int64_t last_heartbeat_us = node[1].as<int64_t>();
+  auto micros = [](const google::protobuf::Timestamp& t) {
+    return t.seconds() * 1000000 + t.nanos() / 1000;
+  };
+  // The RUNNING interval ends exactly at the last heartbeat, which came
+  // after the start and before svd noticed the silence.
+  EXPECT_EQ(micros(stopped.event_time()), last_heartbeat_us);
+  EXPECT_GT(micros(stopped.event_time()), micros(running.event_time()));
+  EXPECT_GT(micros(Get(created.id()).update_time()), micros(stopped.event_time()));
+  auto running_since = txn.exec1("SELECT running_since IS NULL FROM instances WHERE id = " +
+                                 txn.quote(created.id()));
+  EXPECT_TRUE(running_since[0].as<bool>());
+  txn.commit();
+
+  // The node comes back: it is ready again and its agent stops the process
+  // of the instance svd no longer wants there.
+  EXPECT_TRUE(Alive(pid));
+  StartAgent("node-a");
+  EXPECT_TRUE(WaitFor([&] { return !Alive(pid); }));
+  EXPECT_TRUE(WaitFor([&] {
+    pqxx::work t(db);
+    return t.exec1("SELECT state FROM nodes WHERE name = 'node-a'")[0].as<std::string>() ==
+           "ready";
+  }));
+}
+
+// Goal: an instance whose GPUs report low utilization is stopped by its
+// idle policy, judged from the telemetry the agent streams.
+TEST_F(AgentLifecycleTest, IdleAutoStop) {
+  AgentProcess& agent = StartAgent("node-a", {"--sim-utilization-pct", "3"});
+  Instance created = Create(2);
+  ASSERT_TRUE(WaitForState(created.id(), v1::RUNNING));
+  const pid_t pid = agent.InstancePid(created.id());
+
+  v1::SetIdlePolicyRequest bad;
+  bad.set_id(created.id());
+  bad.set_idle_seconds(60);
+  bad.set_utilization_pct(0);
+  Instance ignored;
+  grpc::Status status = stub_->SetIdlePolicy(Context(token_).get(), bad, &ignored);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(api::ReasonOf(status), "INVALID_IDLE_POLICY");
+
+  v1::SetIdlePolicyRequest policy;
+  policy.set_id(created.id());
+  policy.set_idle_seconds(1);
+  policy.set_utilization_pct(10);
+  ASSERT_TRUE(stub_->SetIdlePolicy(Context(token_).get(), policy, &ignored).ok());
+
+  ASSERT_TRUE(WaitForState(created.id(), v1::STOPPED));
+  const Instance stopped = Get(created.id());
+  EXPECT_NE(stopped.state_reason().find("idle"), std::string::npos) << stopped.state_reason();
+  EXPECT_TRUE(WaitFor([&] { return !Alive(pid); }));
+
+  // The telemetry behind the verdict is stored per instance and minute.
+  pqxx::connection db(database_url_);
+  pqxx::work txn(db);
+  auto row = txn.exec1(
+      "SELECT COALESCE(sum(gpu_samples), 0), COALESCE(sum(utilization_pct_sum), 0), "
+      "COALESCE(sum(storage_probes), 0) FROM instance_telemetry_minutes "
+      "WHERE instance_id = " + txn.quote(created.id()));
+  const int64_t samples = row[0].as<int64_t>();
+  EXPECT_GT(samples, 0);
+  EXPECT_EQ(samples % 2, 0) << "two GPUs report in every batch";
+  EXPECT_LT(row[1].as<int64_t>(), 10 * samples);
+  EXPECT_GT(row[2].as<int64_t>(), 0);
+}
+
+// Goal: svd rejects agents with a wrong credential or posing as another
+// node, and reports about instances the node does not hold, logging each.
+TEST_F(AgentLifecycleTest, BadAgentMessagesAreRejected) {
+  const std::string credential = MintCredential("node-a");
+  auto stub = v1::AgentService::NewStub(svd_->channel());
+  auto registration = [](const std::string& node) {
+    v1::AgentMessage m;
+    auto* r = m.mutable_register_();
+    r->set_node_name(node);
+    r->set_gpu_model("RTX 4090");
+    r->set_gpu_count(8);
+    r->set_zone("z");
+    r->set_pod("p");
+    r->set_leaf_switch("l");
+    r->set_driver("process");
+    return m;
+  };
+  auto connect_once = [&](const std::string& token, const std::string& node) {
+    auto context = Context(token);
+    auto stream = stub->Connect(context.get());
+    stream->Write(registration(node));
+    stream->WritesDone();
+    v1::ServerMessage ignored;
+    while (stream->Read(&ignored)) {
+    }
+    return stream->Finish();
+  };
+
+  std::string wrong = credential;
+  wrong.back() = wrong.back() == 'a' ? 'b' : 'a';
+  grpc::Status status = connect_once(wrong, "node-a");
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(api::ReasonOf(status), "NODE_CREDENTIAL_WRONG");
+
+  status = connect_once(token_, "node-a");  // A tenant key is no node credential.
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(api::ReasonOf(status), "MALFORMED_CREDENTIALS");
+
+  status = connect_once(credential, "node-b");
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(api::ReasonOf(status), "NODE_NAME_MISMATCH");
+
+  // A registered agent reporting an instance it does not hold.
+  auto context = Context(credential);
+  auto stream = stub->Connect(context.get());
+  ASSERT_TRUE(stream->Write(registration("node-a")));
+  v1::ServerMessage m;
+  ASSERT_TRUE(stream->Read(&m));
+  ASSERT_TRUE(m.has_registered());
+  v1::AgentMessage report;
+  report.mutable_report()->set_instance_id("ins-aaaaaaaaaaaaaa");
+  report.mutable_report()->set_state(v1::AGENT_STARTED);
+  ASSERT_TRUE(stream->Write(report));
+  bool refused = false;
+  while (!refused && stream->Read(&m)) {
+    if (m.has_error()) {
+      EXPECT_EQ(m.error().reason(), "UNKNOWN_INSTANCE");
+      refused = true;
+    }
+  }
+  EXPECT_TRUE(refused);
+  context->TryCancel();
+  (void)stream->Finish();
+  EXPECT_NE(Slurp(svd_->log_path()).find("ins-aaaaaaaaaaaaaa"), std::string::npos);
+  EXPECT_NE(Slurp(svd_->log_path()).find("NODE_CREDENTIAL_WRONG"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sv::testing
