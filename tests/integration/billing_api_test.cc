@@ -115,6 +115,29 @@ TEST(BillingApiTest, BalanceCreditGateTopUpAndAudit) {
   EXPECT_EQ(billing->GetInvoice(Context(token).get(), get_invoice, &invoice).error_code(),
             grpc::StatusCode::NOT_FOUND);
 
+  // The same through svctl: balance as a table, a top-up in CNY, the audit.
+  auto svctl = [&](const std::string& key, std::vector<std::string> args) {
+    args.insert(args.begin(), SvctlPath());
+    return RunCapture(args, {"SVCTL_ENDPOINT=" + svd.endpoint(), "SVCTL_TOKEN=" + key,
+                             "HOME=/nonexistent", "XDG_CONFIG_HOME="});
+  };
+  RunResult shown = svctl(token, {"balance"});
+  EXPECT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_NE(shown.out.find("50.000000 CNY"), std::string::npos) << shown.out;
+  RunResult topped = svctl(svd.admin_key(), {"--token", svd.admin_key(), "admin", "topup",
+                                             tenant_id, "12.5", "--payment-id", "wx-77"});
+  EXPECT_EQ(topped.exit_code, 0) << topped.err;
+  EXPECT_NE(topped.out.find("12500000"), std::string::npos) << topped.out;
+  RunResult bad_amount = svctl(svd.admin_key(), {"--token", svd.admin_key(), "admin",
+                                                 "topup", tenant_id, "1e3", "--payment-id",
+                                                 "wx-78"});
+  EXPECT_NE(bad_amount.exit_code, 0);
+  RunResult listed = svctl(token, {"transfers", "--kind", "topup"});
+  EXPECT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_NE(listed.out.find("topup"), std::string::npos) << listed.out;
+  RunResult audited = svctl(svd.admin_key(), {"--token", svd.admin_key(), "admin", "audit"});
+  EXPECT_EQ(audited.exit_code, 0) << audited.out << audited.err;
+
   v1::RunAuditResponse audit;
   EXPECT_EQ(admin->RunAudit(Context(token).get(), {}, &audit).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);

@@ -1,0 +1,283 @@
+// svctl balance, usage, transfers, invoices; svctl admin topup, balances,
+// revenue, audit. Money is printed from int64 micro-yuan without floating
+// point.
+#include <cstdlib>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "cli/commands.h"
+#include "sv/v1/billing.grpc.pb.h"
+
+namespace sv::cli {
+namespace {
+
+// 12345678 -> "12.345678 CNY".
+std::string Yuan(int64_t micros) {
+  const bool negative = micros < 0;
+  const uint64_t abs = negative ? 0 - static_cast<uint64_t>(micros) : micros;
+  std::string frac = std::to_string(abs % 1'000'000);
+  frac.insert(0, 6 - frac.size(), '0');
+  return absl::StrCat(negative ? "-" : "", abs / 1'000'000, ".", frac, " CNY");
+}
+
+// "12.5" CNY -> 12500000 micro-yuan; at most six decimals, no exponent.
+bool ParseYuan(const std::string& text, int64_t* micros) {
+  const size_t dot = text.find('.');
+  const std::string whole = text.substr(0, dot);
+  std::string frac = dot == std::string::npos ? "" : text.substr(dot + 1);
+  if (whole.empty() || frac.size() > 6 || whole.size() > 12) return false;
+  for (char c : whole + frac) {
+    if (c < '0' || c > '9') return false;
+  }
+  frac.append(6 - frac.size(), '0');
+  int64_t w = 0, f = 0;
+  if (!absl::SimpleAtoi(whole, &w) || !absl::SimpleAtoi(frac, &f)) return false;
+  *micros = w * 1'000'000 + f;
+  return true;
+}
+
+std::string Time(const google::protobuf::Timestamp& t) {
+  if (t.seconds() == 0 && t.nanos() == 0) return "-";
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::FromUnixSeconds(t.seconds()),
+                          absl::UTCTimeZone());
+}
+
+bool ParseTime(const std::string& text, google::protobuf::Timestamp* out) {
+  absl::Time t;
+  std::string error;
+  if (!absl::ParseTime(absl::RFC3339_full, text, &t, &error)) return false;
+  out->set_seconds(absl::ToUnixSeconds(t));
+  return true;
+}
+
+void PrintBalance(const v1::Balance& b, std::ostream& out) {
+  std::vector<std::vector<std::string>> rows = {
+      {"mode", b.mode() == v1::POSTPAID ? "postpaid" : "prepaid"},
+      {"paid", Yuan(b.paid_micros())},
+      {"trial", Yuan(b.trial_micros())},
+      {"trial expires", Time(b.trial_expire_time())},
+  };
+  if (b.mode() == v1::POSTPAID) {
+    rows.push_back({"receivable", Yuan(b.receivable_micros())});
+    rows.push_back({"credit limit", Yuan(b.credit_limit_micros())});
+  }
+  rows.push_back({"available", Yuan(b.available_micros())});
+  rows.push_back({"running cost", Yuan(b.burn_micros_per_minute()) + " per minute"});
+  PrintTable(rows, out);
+  for (const auto& n : b.notices()) {
+    out << "notice " << Time(n.create_time()) << " " << n.kind() << ": " << n.message() << "\n";
+  }
+}
+
+void AddTenantCommands(CLI::App& app, Action* action) {
+  app.add_subcommand("balance", "Show paid and trial credit, and billing notices")
+      ->callback([=] {
+        *action = [](Session& s) {
+          std::string error;
+          if (!s.Connect(&error)) return Fail(error);
+          v1::Balance balance;
+          auto stub = v1::BillingService::NewStub(s.channel);
+          grpc::Status status = stub->GetBalance(s.Context().get(), {}, &balance);
+          if (!status.ok()) return FailRpc(status, s);
+          if (s.format() == Format::kJson) {
+            PrintJson(balance, std::cout);
+          } else {
+            PrintBalance(balance, std::cout);
+          }
+          return kExitOk;
+        };
+      });
+
+  auto usage_request = std::make_shared<v1::GetUsageRequest>();
+  auto from = std::make_shared<std::string>(), to = std::make_shared<std::string>();
+  auto* usage = app.add_subcommand("usage", "GPU minutes and cost per instance per day");
+  usage->add_option("--from", *from, "Start, RFC 3339 (default: 30 days ago)");
+  usage->add_option("--to", *to, "End, RFC 3339 (default: now)");
+  usage->add_option("--instance", *usage_request->mutable_instance_id(), "Only this instance");
+  usage->callback([=] {
+    *action = [=](Session& s) {
+      if (!from->empty() && !ParseTime(*from, usage_request->mutable_start_time())) {
+        return Fail("--from must be an RFC 3339 time");
+      }
+      if (!to->empty() && !ParseTime(*to, usage_request->mutable_end_time())) {
+        return Fail("--to must be an RFC 3339 time");
+      }
+      std::string error;
+      if (!s.Connect(&error)) return Fail(error);
+      v1::GetUsageResponse response;
+      auto stub = v1::BillingService::NewStub(s.channel);
+      grpc::Status status = stub->GetUsage(s.Context().get(), *usage_request, &response);
+      if (!status.ok()) return FailRpc(status, s);
+      if (s.format() == Format::kJson) {
+        PrintJson(response, std::cout);
+        return kExitOk;
+      }
+      std::vector<std::vector<std::string>> rows = {
+          {"DAY", "INSTANCE", "GPU MODEL", "GPU-MINUTES", "COST"}};
+      for (const auto& r : response.rows()) {
+        rows.push_back({r.day(), r.instance_id(), r.gpu_model(),
+                        std::to_string(r.gpu_minutes()), Yuan(r.amount_micros())});
+      }
+      PrintTable(rows, std::cout);
+      return kExitOk;
+    };
+  });
+
+  auto list = std::make_shared<v1::ListTransfersRequest>();
+  auto* transfers = app.add_subcommand("transfers", "Ledger transfers of the tenant, oldest first");
+  transfers->add_option("--kind", *list->mutable_kind(),
+                        "charge, trial_grant, trial_expiry, topup or sla_refund");
+  transfers->add_option("--instance", *list->mutable_instance_id(), "Only this instance");
+  transfers->add_option("--page-size", [list](const CLI::results_t& r) {
+    int n = 0;
+    if (!absl::SimpleAtoi(r[0], &n)) return false;
+    list->set_page_size(n);
+    return true;
+  }, "Transfers per page (at most 1000)");
+  transfers->add_option("--page-token", *list->mutable_page_token(), "From a previous page");
+  transfers->callback([=] {
+    *action = [=](Session& s) {
+      std::string error;
+      if (!s.Connect(&error)) return Fail(error);
+      v1::ListTransfersResponse response;
+      auto stub = v1::BillingService::NewStub(s.channel);
+      grpc::Status status = stub->ListTransfers(s.Context().get(), *list, &response);
+      if (!status.ok()) return FailRpc(status, s);
+      if (s.format() == Format::kJson) {
+        PrintJson(response, std::cout);
+        return kExitOk;
+      }
+      std::vector<std::vector<std::string>> rows = {{"ID", "TIME", "KIND", "AMOUNT", "FROM",
+                                                     "TO", "INSTANCE", "MINUTE"}};
+      for (const auto& t : response.transfers()) {
+        rows.push_back({std::to_string(t.id()), Time(t.create_time()), t.kind(),
+                        Yuan(t.tenant_delta_micros() != 0 ? t.tenant_delta_micros()
+                                                          : t.amount_micros()),
+                        t.from_account(), t.to_account(),
+                        t.instance_id().empty() ? "-" : t.instance_id(),
+                        Time(t.usage_minute_time())});
+      }
+      PrintTable(rows, std::cout);
+      if (!response.next_page_token().empty()) {
+        std::cout << "next page: --page-token " << response.next_page_token() << "\n";
+      }
+      return kExitOk;
+    };
+  });
+
+  auto invoice_id = std::make_shared<std::string>();
+  auto* invoices = app.add_subcommand("invoices", "Monthly invoices (postpaid), or one by id");
+  invoices->add_option("id", *invoice_id, "Show this invoice with its lines");
+  invoices->callback([=] {
+    *action = [=](Session& s) {
+      std::string error;
+      if (!s.Connect(&error)) return Fail(error);
+      auto stub = v1::BillingService::NewStub(s.channel);
+      if (!invoice_id->empty()) {
+        v1::GetInvoiceRequest request;
+        request.set_id(*invoice_id);
+        v1::Invoice invoice;
+        grpc::Status status = stub->GetInvoice(s.Context().get(), request, &invoice);
+        if (!status.ok()) return FailRpc(status, s);
+        PrintJson(invoice, std::cout);
+        return kExitOk;
+      }
+      v1::ListInvoicesResponse response;
+      grpc::Status status = stub->ListInvoices(s.Context().get(), {}, &response);
+      if (!status.ok()) return FailRpc(status, s);
+      if (s.format() == Format::kJson) {
+        PrintJson(response, std::cout);
+        return kExitOk;
+      }
+      std::vector<std::vector<std::string>> rows = {{"ID", "PERIOD", "TOTAL", "ISSUED"}};
+      for (const auto& inv : response.invoices()) {
+        rows.push_back({inv.id(), inv.period(),
+                        absl::StrCat(inv.total_fen() / 100, ".",
+                                     absl::StrCat(std::abs(inv.total_fen() % 100) < 10 ? "0" : "",
+                                                  std::abs(inv.total_fen() % 100)),
+                                     " CNY"),
+                        Time(inv.issue_time())});
+      }
+      PrintTable(rows, std::cout);
+      return kExitOk;
+    };
+  });
+}
+
+// Runs one admin call with the admin key and prints its answer as JSON.
+template <typename Call>
+Action AdminCall(Call call) {
+  return [call](Session& s) {
+    s.flags.admin = true;
+    std::string error;
+    if (!s.Connect(&error)) return Fail(error);
+    auto stub = v1::BillingAdminService::NewStub(s.channel);
+    return call(s, *stub);
+  };
+}
+
+void AddAdminBillingCommands(CLI::App& app, Action* action) {
+  CLI::App* admin = app.get_subcommand("admin");
+  auto topup = std::make_shared<v1::TopUpRequest>();
+  auto amount = std::make_shared<std::string>();
+  auto* top = admin->add_subcommand("topup", "Credit a tenant's paid wallet (payment confirmed)");
+  top->add_option("tenant", *topup->mutable_tenant_id(), "Tenant id")->required();
+  top->add_option("amount", *amount, "Amount in CNY, e.g. 100 or 12.50")->required();
+  top->add_option("--payment-id", *topup->mutable_payment_id(),
+                  "The payment's id; a replay with it is a no-op")
+      ->required();
+  top->callback([=] {
+    *action = AdminCall([=](Session& s, v1::BillingAdminService::Stub& stub) {
+      int64_t micros = 0;
+      if (!ParseYuan(*amount, &micros)) return Fail("amount must be CNY with at most 6 decimals");
+      topup->set_amount_micros(micros);
+      v1::Transfer transfer;
+      grpc::Status status = stub.TopUp(s.Context().get(), *topup, &transfer);
+      if (!status.ok()) return FailRpc(status, s);
+      PrintJson(transfer, std::cout);
+      return kExitOk;
+    });
+  });
+  admin->add_subcommand("balances", "Balances of all tenants")->callback([=] {
+    *action = AdminCall([](Session& s, v1::BillingAdminService::Stub& stub) {
+      v1::ListTenantBalancesRequest request;
+      request.set_page_size(500);
+      v1::ListTenantBalancesResponse response;
+      grpc::Status status = stub.ListTenantBalances(s.Context().get(), request, &response);
+      if (!status.ok()) return FailRpc(status, s);
+      PrintJson(response, std::cout);
+      return kExitOk;
+    });
+  });
+  admin->add_subcommand("revenue", "Revenue summary")->callback([=] {
+    *action = AdminCall([](Session& s, v1::BillingAdminService::Stub& stub) {
+      v1::RevenueSummary response;
+      grpc::Status status = stub.GetRevenueSummary(s.Context().get(), {}, &response);
+      if (!status.ok()) return FailRpc(status, s);
+      PrintJson(response, std::cout);
+      return kExitOk;
+    });
+  });
+  admin->add_subcommand("audit", "Check every ledger invariant")->callback([=] {
+    *action = AdminCall([](Session& s, v1::BillingAdminService::Stub& stub) {
+      v1::RunAuditResponse response;
+      grpc::Status status = stub.RunAudit(s.Context().get(), {}, &response);
+      if (!status.ok()) return FailRpc(status, s);
+      for (const auto& f : response.failures()) std::cout << "FAIL " << f << "\n";
+      if (response.ok()) std::cout << "ok\n";
+      return response.ok() ? kExitOk : kExitFailed;
+    });
+  });
+}
+
+}  // namespace
+
+void AddBillingCommands(CLI::App& app, Action* action) {
+  AddTenantCommands(app, action);
+  AddAdminBillingCommands(app, action);
+}
+
+}  // namespace sv::cli
