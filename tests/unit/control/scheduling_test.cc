@@ -157,6 +157,20 @@ TEST(DecideQueueTest, PriorityGoesFirst) {
   EXPECT_TRUE(by_id["ins-old"].grants.empty());
 }
 
+TEST(DecideQueueTest, EmptyFleetKeepsEverythingWaiting) {
+  FleetView view;  // no agent has registered yet
+  Queue(view, "ins-a", 1, 1);
+  Queue(view, "ins-b", 64, 2);
+  auto verdicts = DecideQueue(view, {});
+  ASSERT_TRUE(verdicts.ok()) << verdicts.status();
+  ASSERT_EQ(verdicts->size(), 2u);
+  for (const auto& v : *verdicts) {
+    EXPECT_TRUE(v.grants.empty());
+    EXPECT_GT(v.queue_position, 0);
+    EXPECT_FALSE(v.reason.empty());
+  }
+}
+
 TEST(DecideQueueTest, MalformedTopologyIsAnErrorNotACrash) {
   FleetView view = Fleet(2, 2);
   view.nodes[1].pod = "p2";  // leaf0 now sits in two pods
