@@ -49,9 +49,6 @@ void AddAdminCommands(CLI::App& app, Action* action);
 // svctl balance, usage, transfers, invoices and svctl admin topup|balances|
 // revenue|audit; call after AddAdminCommands.
 void AddBillingCommands(CLI::App& app, Action* action);
-// svctl balance, usage, transfers, invoices and svctl admin topup|balances|
-// revenue|audit; call after AddAdminCommands.
-void AddBillingCommands(CLI::App& app, Action* action);
 // svctl resize and svctl admin nodes|quota; call after AddAdminCommands.
 void AddSchedulingCommands(CLI::App& app, Action* action);
 // svctl stop, start, events and idle-policy.

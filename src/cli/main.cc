@@ -19,7 +19,6 @@ int main(int argc, char** argv) {
   sv::cli::AddAccountCommands(app, &action);
   sv::cli::AddAdminCommands(app, &action);
   sv::cli::AddBillingCommands(app, &action);
-  sv::cli::AddBillingCommands(app, &action);
   sv::cli::AddSchedulingCommands(app, &action);
   sv::cli::AddLifecycleCommands(app, &action);
   try {
