@@ -171,6 +171,21 @@ TEST(DecideQueueTest, EmptyFleetKeepsEverythingWaiting) {
   }
 }
 
+TEST(DecideQueueTest, RequestsBeyondQueueMaxWaitForTheNextPass) {
+  FleetView view = Fleet(4, 4);
+  for (int i = 0; i < 3; ++i) Queue(view, absl::StrCat("ins-", i), 1, i);
+  SchedulingOptions options;
+  options.queue_max = 2;
+  auto verdicts = DecideQueue(view, options);
+  ASSERT_TRUE(verdicts.ok());
+  auto by_id = ById(*verdicts);
+  EXPECT_EQ(GrantedGpus(by_id["ins-0"]), 1);
+  EXPECT_EQ(GrantedGpus(by_id["ins-1"]), 1);
+  EXPECT_TRUE(by_id["ins-2"].grants.empty());
+  EXPECT_EQ(by_id["ins-2"].reason.rfind("waiting for the next pass", 0), 0u)
+      << by_id["ins-2"].reason;
+}
+
 TEST(DecideQueueTest, MalformedTopologyIsAnErrorNotACrash) {
   FleetView view = Fleet(2, 2);
   view.nodes[1].pod = "p2";  // leaf0 now sits in two pods
