@@ -1,0 +1,150 @@
+// Runtime drivers: docker against a fake docker executable that records its
+// arguments, and the process driver with real local processes.
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "agent/runtime_driver.h"
+
+namespace sv::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "sv-agent-unit-XXXXXX").string();
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A fake docker: appends its arguments, one per line and a "--" line after
+// each call, to calls.txt; `ps` prints a canned listing.
+std::string WriteFakeDocker(const std::string& dir) {
+  const std::string path = dir + "/docker";
+  std::ofstream(path) << "#!/bin/sh\n"
+                      << "for a in \"$@\"; do printf '%s\\n' \"$a\" >> " << dir
+                      << "/calls.txt; done\n"
+                      << "echo -- >> " << dir << "/calls.txt\n"
+                      << "if [ \"$1\" = ps ]; then\n"
+                      << "  printf 'sv-ins-aaa\\trunning\\tUp 5 minutes\\n'\n"
+                      << "  printf 'sv-ins-bbb\\texited\\tExited (3) 2 seconds ago\\n'\n"
+                      << "  printf 'unrelated\\trunning\\tUp 1 hour\\n'\n"
+                      << "fi\n";
+  chmod(path.c_str(), 0755);
+  return path;
+}
+
+// Goal: `docker run` gets the GPUs as a quoted device list, the ports and the
+// volumes, in the shape docker documents.
+TEST(DockerDriverTest, RunArgumentsCarryGpusPortsAndVolumes) {
+  TempDir dir;
+  auto driver = NewDockerDriver(WriteFakeDocker(dir.path()));
+  RuntimeInstance instance{"ins-abc", {0, 1, 5}, "sv/ubuntu:22.04",
+                           {{"/data/vol-1", "/data", false}, {"/models", "/models", true}},
+                           {{8080, 80, "tcp"}, {6000, 6000, "udp"}}};
+  ASSERT_TRUE(driver->Start(instance).ok());
+  EXPECT_EQ(Slurp(dir.path() + "/calls.txt"),
+            "run\n-d\n--name\nsv-ins-abc\n--label\nsv.instance=ins-abc\n--gpus\n"
+            "\"device=0,1,5\"\n-p\n8080:80/tcp\n-p\n6000:6000/udp\n-v\n/data/vol-1:/data\n"
+            "-v\n/models:/models:ro\nsv/ubuntu:22.04\n--\n");
+}
+
+TEST(DockerDriverTest, StopRemovesTheContainer) {
+  TempDir dir;
+  auto driver = NewDockerDriver(WriteFakeDocker(dir.path()));
+  ASSERT_TRUE(driver->Stop("ins-abc").ok());
+  EXPECT_EQ(Slurp(dir.path() + "/calls.txt"), "rm\n-f\nsv-ins-abc\n--\n");
+}
+
+// Goal: the listing names sv's containers only, with exit codes of ended ones.
+TEST(DockerDriverTest, ListParsesStatesAndExitCodes) {
+  TempDir dir;
+  auto driver = NewDockerDriver(WriteFakeDocker(dir.path()));
+  auto list = driver->List();
+  ASSERT_TRUE(list.ok()) << list.status();
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].instance_id, "ins-aaa");
+  EXPECT_TRUE((*list)[0].running);
+  EXPECT_EQ((*list)[1].instance_id, "ins-bbb");
+  EXPECT_FALSE((*list)[1].running);
+  EXPECT_EQ((*list)[1].exit_code, 3);
+}
+
+TEST(DockerDriverTest, MissingDockerIsAnError) {
+  auto driver = NewDockerDriver("/nonexistent/docker");
+  absl::Status status = driver->Start({"ins-abc", {0}, "img", {}, {}});
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+}
+
+std::optional<RuntimeStatus> Find(RuntimeDriver& driver, const std::string& id) {
+  auto list = driver.List();
+  if (!list.ok()) return std::nullopt;
+  for (const auto& s : *list) {
+    if (s.instance_id == id) return s;
+  }
+  return std::nullopt;
+}
+
+// Goal: the process driver runs, lists and stops real processes, and keeps
+// the exit code of one that ended by itself.
+TEST(ProcessDriverTest, StartListStopAndExitCodes) {
+  TempDir dir;
+  auto driver = NewProcessDriver(dir.path(), "test \"$SV_INSTANCE_ID\" = ins-fail && exit 3; "
+                                             "exec sleep 30");
+  ASSERT_TRUE(driver->Start({"ins-run", {2, 3}, "img", {}, {}}).ok());
+  ASSERT_TRUE(driver->Start({"ins-fail", {4}, "img", {}, {}}).ok());
+  auto running = Find(*driver, "ins-run");
+  ASSERT_TRUE(running.has_value());
+  EXPECT_TRUE(running->running);
+
+  std::optional<RuntimeStatus> failed;
+  for (int i = 0; i < 200; ++i) {  // The shell exits within milliseconds.
+    failed = Find(*driver, "ins-fail");
+    if (failed && !failed->running) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_FALSE(failed->running);
+  EXPECT_EQ(failed->exit_code, 3);
+
+  ASSERT_TRUE(driver->Stop("ins-run").ok());
+  ASSERT_TRUE(driver->Stop("ins-fail").ok());
+  EXPECT_FALSE(Find(*driver, "ins-run").has_value());
+  EXPECT_FALSE(Find(*driver, "ins-fail").has_value());
+}
+
+// Goal: a restarted agent (a new driver on the same folder) finds what runs.
+TEST(ProcessDriverTest, NewDriverAdoptsRunningProcesses) {
+  TempDir dir;
+  auto first = NewProcessDriver(dir.path(), "exec sleep 30");
+  ASSERT_TRUE(first->Start({"ins-run", {0}, "img", {}, {}}).ok());
+  auto second = NewProcessDriver(dir.path(), "exec sleep 30");
+  auto adopted = Find(*second, "ins-run");
+  ASSERT_TRUE(adopted.has_value());
+  EXPECT_TRUE(adopted->running);
+  ASSERT_TRUE(second->Stop("ins-run").ok());
+  ASSERT_TRUE(first->Stop("ins-run").ok());  // Reaps the child; a no-op otherwise.
+}
+
+}  // namespace
+}  // namespace sv::agent
