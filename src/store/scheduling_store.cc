@@ -445,8 +445,12 @@ absl::StatusOr<TenantQuotaRow> SchedulingStore::SetTenantQuota(const TenantQuota
 absl::StatusOr<std::optional<TenantQuotaRow>> SchedulingStore::GetTenantQuota(
     const std::string& tenant_id) {
   std::optional<TenantQuotaRow> quota;
-  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
     quota.reset();
+    if (txn.exec_params("SELECT 1 FROM tenants WHERE id = $1", tenant_id).empty()) {
+      return Error(absl::StatusCode::kNotFound, "TENANT_NOT_FOUND",
+                   absl::StrCat("tenant ", tenant_id, " not found"));
+    }
     auto rows = txn.exec_params(
         "SELECT tenant_id, gpus_in_use_max, pending_count_max FROM tenant_quotas "
         "WHERE tenant_id = $1",

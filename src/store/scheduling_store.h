@@ -170,6 +170,7 @@ class SchedulingStore {
                                                      absl::Time now);
 
   absl::StatusOr<TenantQuotaRow> SetTenantQuota(const TenantQuotaRow& quota, absl::Time now);
+  // Empty when the tenant has no quota row; NOT_FOUND for an unknown tenant.
   absl::StatusOr<std::optional<TenantQuotaRow>> GetTenantQuota(const std::string& tenant_id);
 
  private:

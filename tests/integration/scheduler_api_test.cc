@@ -220,6 +220,10 @@ TEST_F(SchedulerApiTest, QuotasLimitPendingAndGpusInUse) {
   EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(api::ReasonOf(unknown), "TENANT_NOT_FOUND");
 
+  v1::GetTenantQuotaRequest get;
+  get.set_tenant_id("ten_nobody");
+  EXPECT_EQ(api::ReasonOf(admin_->GetTenantQuota(Context(svd_->admin_key()).get(), get, &quota)),
+            "TENANT_NOT_FOUND");
   RunResult cli = Svctl({"admin", "quota", "get", tenant_id}, true);
   EXPECT_EQ(cli.exit_code, 0) << cli.err;
   EXPECT_NE(cli.out.find("\"gpus_in_use_max\": 16"), std::string::npos) << cli.out;
