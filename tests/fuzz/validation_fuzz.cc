@@ -1,0 +1,72 @@
+// libFuzzer target: every validator the API runs on untrusted input, fed
+// arbitrary bytes. None may crash, hang or accept what it must reject.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "api/api_keys.h"
+#include "api/validation.h"
+#include "common/status.h"
+
+namespace {
+
+// Splits the input into fields at 0xff bytes so one input drives them all.
+std::string Field(const uint8_t*& data, size_t& size) {
+  std::string out;
+  while (size > 0 && *data != 0xff) {
+    out.push_back(static_cast<char>(*data));
+    ++data;
+    --size;
+  }
+  if (size > 0) {
+    ++data;
+    --size;
+  }
+  return out;
+}
+
+void Check(bool condition) {
+  if (!condition) __builtin_trap();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string name = Field(data, size);
+  const std::string image = Field(data, size);
+  const std::string model = Field(data, size);
+  const std::string request_id = Field(data, size);
+  const std::string token = Field(data, size);
+  const int gpus = size >= 4 ? static_cast<int>(data[0] | data[1] << 8 | data[2] << 16 |
+                                                static_cast<uint32_t>(data[3]) << 24)
+                             : static_cast<int>(size);
+
+  auto spec = sv::api::NormalizeInstanceSpec({name, gpus, model, image});
+  if (spec.ok()) {
+    Check(spec->gpu_count >= 1 && spec->gpu_count <= 128);
+    Check(spec->gpu_count <= 8 || spec->gpu_count % 8 == 0);
+    Check(spec->name.size() <= 63 && spec->image.size() <= 256);
+    Check(spec->gpu_model == "RTX 4090");
+  } else {
+    Check(spec.status().code() == absl::StatusCode::kInvalidArgument);
+    Check(!sv::ReasonOf(spec.status()).empty());
+  }
+  absl::Status rid = sv::api::ValidateRequestId(request_id);
+  Check(rid.ok() == (!request_id.empty() && request_id.size() <= 128 &&
+                     request_id.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnop"
+                                                  "qrstuvwxyz0123456789._:-") ==
+                         std::string::npos));
+  for (bool deleted : {false, true}) {
+    auto cursor = sv::api::DecodePageToken(token, deleted);
+    if (cursor.ok() && cursor->has_value()) {
+      // A token we accept must round-trip to itself.
+      Check(sv::api::EncodePageToken(**cursor, deleted) == token ||
+            sv::api::DecodePageToken(sv::api::EncodePageToken(**cursor, deleted), deleted).ok());
+    }
+  }
+  auto key = sv::api::ParseApiKey(token);
+  if (key.has_value()) Check(key->key_id.rfind("key-", 0) == 0 && key->secret.size() == 40);
+  auto page = sv::api::NormalizePageSize(gpus);
+  if (page.ok()) Check(*page >= 1 && *page <= sv::api::kPageSizeMax);
+  return 0;
+}
