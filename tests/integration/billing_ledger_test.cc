@@ -392,6 +392,42 @@ TEST_F(BillingTest, PostpaidInvoiceEqualsLedger) {
   ExpectAuditClean(billing);
 }
 
+// The auditor finds a charge for a minute the instance did not run, and the
+// database refuses a balance edited outside a transfer.
+TEST_F(BillingTest, AuditorFindsForeignCharge) {
+  Billing billing = MakeBilling();
+  auto [tenant, user] = NewTenant("audited");
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-a", 50 * kMicrosPerYuan, clock_.Now()).ok());
+  const std::string id = Run(tenant, 2);
+  clock_.Advance(absl::Minutes(5));
+  Stop(tenant, id);
+  clock_.Advance(absl::Minutes(5));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  ExpectAuditClean(billing);
+  const int64_t idle_minute = MinuteOf(clock_.Now()) - 2;  // After the stop.
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+    txn.exec_params(
+        "INSERT INTO ledger_transfers (idempotency_key, leg, content_hash, from_account_id, "
+        "to_account_id, amount_micros, kind, tenant_id, instance_id, usage_minute, at) "
+        "SELECT 'charge:' || $1 || ':' || $2, 1, 'x', w.id, r.id, 66000, 'charge', $3, $1, $2::bigint, "
+        "now() FROM ledger_accounts w, ledger_accounts r WHERE w.tenant_id = $3 "
+        "AND w.kind = 'paid_wallet' AND r.kind = 'platform_revenue'",
+        id, idle_minute, tenant);
+    return absl::OkStatus();
+  }).ok());
+  auto failures = billing.Audit();
+  ASSERT_TRUE(failures.ok());
+  ASSERT_EQ(failures->size(), 1u);
+  EXPECT_NE((*failures)[0].find("charges match RUNNING intervals"), std::string::npos)
+      << (*failures)[0];
+  absl::Status edited = db_->Transact([&](pqxx::work& txn) {
+    txn.exec("UPDATE ledger_accounts SET balance_micros = balance_micros + 1 "
+             "WHERE kind = 'paid_wallet'");
+    return absl::OkStatus();
+  });
+  EXPECT_FALSE(edited.ok());
+}
+
 // Rounding to fen is half away from zero.
 TEST(RoundToFenTest, HalfAwayFromZero) {
   EXPECT_EQ(RoundToFen(5'000), 1);
