@@ -31,9 +31,6 @@ ControlLoops::~ControlLoops() { Stop(); }
 
 void ControlLoops::Start() {
   placement_thread_ = std::thread([this] { PlacementLoop(); });
-  if (options_.simulate_fleet) {
-    fleet_thread_ = std::thread([this] { SimulatedFleetLoop(); });
-  }
 }
 
 void ControlLoops::Stop() {
@@ -43,7 +40,6 @@ void ControlLoops::Stop() {
   }
   wake_.notify_all();
   if (placement_thread_.joinable()) placement_thread_.join();
-  if (fleet_thread_.joinable()) fleet_thread_.join();
 }
 
 absl::Status ControlLoops::PlaceNow() {
@@ -77,21 +73,6 @@ void ControlLoops::PlacementLoop() {
     lock.unlock();
     absl::Status status = PlaceNow();
     if (!status.ok()) spdlog::warn("control: placement pass failed: {}", status.ToString());
-    lock.lock();
-  }
-}
-
-void ControlLoops::SimulatedFleetLoop() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (!stopping_) {
-    wake_.wait_for(lock, absl::ToChronoNanoseconds(options_.simulated_start_interval),
-                   [this] { return stopping_; });
-    if (stopping_) break;
-    lock.unlock();
-    auto moved = store_.AdvanceSimulatedStarts(clock_.Now());
-    if (!moved.ok()) {
-      spdlog::warn("control: simulated fleet step failed: {}", moved.status().ToString());
-    }
     lock.lock();
   }
 }

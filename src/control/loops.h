@@ -17,15 +17,12 @@ struct LoopOptions {
   absl::Duration placement_interval = absl::Seconds(1);
   // The scheduler's policy, default quotas and pending instances per pass.
   SchedulingOptions scheduling;
-  // When true, svd plays the agents of simulated nodes and confirms starts.
-  bool simulate_fleet = false;
-  absl::Duration simulated_start_interval = absl::Milliseconds(200);
 };
 
 // The control loops of svd: the scheduling loop (queue passes of
-// sv_scheduler, see control/scheduling.h) and, in dev mode, the simulated
-// fleet's confirmations. Passes are serialised by a PostgreSQL advisory
-// lock, so several svd replicas may run them safely.
+// sv_scheduler, see control/scheduling.h). Simulated nodes have simulated
+// agents of their own (src/sim). Passes are serialised by a PostgreSQL
+// advisory lock, so several svd replicas may run them safely.
 class ControlLoops {
  public:
   ControlLoops(store::Store& store, const Clock& clock, LoopOptions options);
@@ -44,7 +41,6 @@ class ControlLoops {
 
  private:
   void PlacementLoop();
-  void SimulatedFleetLoop();
 
   store::Store& store_;
   const Clock& clock_;
@@ -55,7 +51,6 @@ class ControlLoops {
   bool stopping_ = false;
   bool kicked_ = false;
   std::thread placement_thread_;
-  std::thread fleet_thread_;
 };
 
 }  // namespace sv::control

@@ -138,8 +138,6 @@ int RunServer(const ServerOptions& options) {
   }
 
   control::LoopOptions loop_options;
-  // Simulated nodes run simulated agents over the real protocol (below).
-  loop_options.simulate_fleet = false;
   control::ControlLoops loops(store, clock, loop_options);
   api::AgentApiOptions agent_options;
   agent_options.heartbeat_timeout = absl::Milliseconds(options.node_heartbeat_timeout_ms);

@@ -160,7 +160,9 @@ class Store {
   Database& database() { return db_; }
 
   // Plays the node agents of simulated nodes: moves their SCHEDULED
-  // instances to STARTING and their STARTING ones to RUNNING.
+  // instances to STARTING and their STARTING ones to RUNNING. svd no longer
+  // calls it (simulated nodes have simulated agents, src/sim); store-level
+  // tests use it to get instances RUNNING without a server.
   absl::StatusOr<int> AdvanceSimulatedStarts(absl::Time now);
 
  private:
