@@ -14,4 +14,4 @@ ln -sf "$BUILD_DIR/src/cli/svctl" "$BIN_DIR/svctl"
 echo "sv: svctl is at $BIN_DIR/svctl; try 'svctl create --gpus 8' in another terminal"
 
 cd "$ROOT"
-exec "$BUILD_DIR/src/server/svd" --dev "$@"
+exec "$BUILD_DIR/src/server/svd" --dev --http-listen 127.0.0.1:7080 "$@"

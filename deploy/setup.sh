@@ -12,7 +12,7 @@ PACKAGES=(
   libabsl-dev libpqxx-dev libspdlog-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libcpp-httplib-dev libssl-dev
   postgresql-15 postgresql-contrib
-  clang-14 libclang-rt-14-dev
+  clang-14 libclang-rt-14-dev prometheus
 )
 
 missing=()

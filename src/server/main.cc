@@ -57,6 +57,10 @@ int main(int argc, char** argv) {
   app.add_option("--svctl-config", o.svctl_config,
                  "Where --dev writes svctl's config (default ~/.config/svctl/config.json)");
   app.add_option("--port-file", o.port_file, "Write the bound gRPC port here");
+  app.add_option("--http-listen", o.http_listen_address,
+                 "HTTP address for /metrics, /healthz and /readyz (empty: off)")
+      ->capture_default_str();
+  app.add_option("--http-port-file", o.http_port_file, "Write the bound HTTP port here");
   app.add_option("--rate-limit-key-rps", o.rate_limit_key_rps,
                  "Requests per second per API key (0: no limit)")
       ->check(CLI::NonNegativeNumber)

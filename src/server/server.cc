@@ -6,12 +6,16 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <atomic>
 #include <fstream>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "api/agent_service.h"
+#include "api/metrics_interceptor.h"
 #include "api/services.h"
+#include "metrics/metrics.h"
+#include "server/http_server.h"
 #include "billing/billing.h"
 #include "common/clock.h"
 #include "control/loops.h"
@@ -165,6 +169,11 @@ int RunServer(const ServerOptions& options) {
   int port = 0;
   builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &port);
   builder.SetMaxReceiveMessageSize(kMessageBytesMax);
+  {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> hooks;
+    hooks.push_back(std::make_unique<api::MetricsInterceptorFactory>());
+    builder.experimental().SetInterceptorCreators(std::move(hooks));
+  }
   api.RegisterWith(builder);
   agent_api.RegisterWith(builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -174,6 +183,28 @@ int RunServer(const ServerOptions& options) {
   }
   const std::string host = options.listen_address.substr(0, options.listen_address.rfind(':'));
   const std::string endpoint = absl::StrCat(host == "0.0.0.0" ? "127.0.0.1" : host, ":", port);
+  std::atomic<bool> shutting_down{false};
+  metrics::Registry::Default().AddCollector([&db](metrics::Registry& r) {
+    const store::Database::PoolStats pool = db.Stats();
+    r.SetGauge("sv_db_pool_connections", "Open database connections.", {}, pool.open);
+    r.SetGauge("sv_db_pool_idle_connections", "Idle database connections.", {}, pool.idle);
+    r.SetGauge("sv_db_pool_connections_max", "The pool's bound.", {}, pool.max);
+  });
+  HttpServer http(options.http_listen_address, [&]() -> absl::Status {
+    if (shutting_down.load()) return absl::UnavailableError("shutting down");
+    return db.Ping();
+  });
+  if (!options.http_listen_address.empty()) {
+    if (absl::Status s = http.Start(); !s.ok()) {
+      spdlog::error("svd: {}", std::string(s.message()));
+      return kExitStartFailed;
+    }
+    if (!options.http_port_file.empty() && !WritePortFile(options.http_port_file, http.port())) {
+      spdlog::error("svd: cannot write {}", options.http_port_file);
+      return kExitStartFailed;
+    }
+  }
+  // The gRPC port file comes last: tests take it as the sign svd is up.
   if (!options.port_file.empty() && !WritePortFile(options.port_file, port)) {
     spdlog::error("svd: cannot write {}", options.port_file);
     return kExitStartFailed;
@@ -205,6 +236,7 @@ int RunServer(const ServerOptions& options) {
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   spdlog::info("svd: got signal {}, shutting down", signal_number);
+  shutting_down = true;  // /readyz turns 503 so balancers stop sending work.
   server->GetHealthCheckService()->Shutdown();
   fleet.Stop();
   agent_api.Stop();  // Agent streams would otherwise hold the grace period.
@@ -213,6 +245,7 @@ int RunServer(const ServerOptions& options) {
   billing_loop.Stop();
   loops.Stop();
   server->Wait();
+  http.Stop();
   if (postgres) {
     if (absl::Status s = postgres->Stop(); !s.ok()) {
       spdlog::warn("svd: stopping PostgreSQL: {}", std::string(s.message()));

@@ -32,6 +32,9 @@ struct ServerOptions {
   double rate_limit_key_burst = 300;
   double rate_limit_tenant_rps = 300;
   double rate_limit_tenant_burst = 1000;
+  // HTTP for /metrics, /healthz and /readyz; empty turns it off.
+  std::string http_listen_address;
+  std::string http_port_file;
   // Written with the bound port once the server listens (for tests).
   std::string port_file;
   // Billing (docs/billing.md): credit a create needs, loop period, metering

@@ -76,6 +76,11 @@ void Database::Release(std::unique_ptr<pqxx::connection> connection) {
   released_.notify_one();
 }
 
+Database::PoolStats Database::Stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {open_count_, static_cast<int>(idle_.size()), options_.connections_max};
+}
+
 absl::Status Database::Ping() {
   return Transact([](pqxx::work& txn) {
     txn.exec("SELECT 1");

@@ -51,6 +51,13 @@ class Database {
 
   const DatabaseOptions& options() const { return options_; }
 
+  struct PoolStats {
+    int open = 0;   // Connections open, in use or idle.
+    int idle = 0;
+    int max = 0;
+  };
+  PoolStats Stats();
+
  private:
   class Lease;
   absl::Status Acquire(std::unique_ptr<pqxx::connection>* out);

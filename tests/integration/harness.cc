@@ -118,6 +118,8 @@ bool SvdProcess::Start() {
                                    "--sim-nodes", std::to_string(options_.sim_nodes),
                                    "--sim-leaves", std::to_string(options_.sim_leaves),
                                    "--state-dir", work_dir_ + "/state",
+                                   "--http-listen", "127.0.0.1:0",
+                                   "--http-port-file", work_dir_ + "/http-port",
                                    "--billing-create-credit-minutes",
                                    std::to_string(options_.billing_create_credit_minutes)};
   args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
@@ -143,6 +145,8 @@ bool SvdProcess::Start() {
     std::string port = ReadFile(port_file);
     if (!port.empty() && port.back() == '\n') {
       port_ = std::stoi(port);
+      std::string http_port = ReadFile(work_dir_ + "/http-port");
+      http_port_ = http_port.empty() ? 0 : std::stoi(http_port);
       admin_key_ = ReadFile(admin_key_file_);
       while (!admin_key_.empty() && admin_key_.back() == '\n') admin_key_.pop_back();
       channel_ = grpc::CreateChannel(endpoint(), grpc::InsecureChannelCredentials());

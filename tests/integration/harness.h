@@ -50,6 +50,7 @@ class SvdProcess {
   void Kill();
 
   std::string endpoint() const;
+  int http_port() const { return http_port_; }
   const std::string& admin_key() const { return admin_key_; }
   const std::string& log_path() const { return log_path_; }
   std::shared_ptr<grpc::Channel> channel();
@@ -62,6 +63,7 @@ class SvdProcess {
   std::string admin_key_;
   pid_t pid_ = -1;
   int port_ = 0;
+  int http_port_ = 0;
   std::shared_ptr<grpc::Channel> channel_;
 };
 

@@ -1,0 +1,61 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "metrics/metrics.h"
+#include "spdlog/spdlog.h"
+
+namespace sv::server {
+namespace {
+constexpr size_t kRequestBodyBytesMax = 64 * 1024;
+}  // namespace
+
+HttpServer::HttpServer(std::string listen_address, std::function<absl::Status()> ready)
+    : listen_address_(std::move(listen_address)),
+      ready_(std::move(ready)),
+      server_(std::make_unique<httplib::Server>()) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+absl::Status HttpServer::Start() {
+  const size_t colon = listen_address_.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos ||
+      !absl::SimpleAtoi(listen_address_.substr(colon + 1), &port) || port < 0 ||
+      port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http-listen must be host:port, got '", listen_address_, "'"));
+  }
+  const std::string host = listen_address_.substr(0, colon);
+  server_->set_payload_max_length(kRequestBodyBytesMax);
+  server_->Get("/metrics", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics::Registry::Default().Render(), "text/plain; version=0.0.4");
+  });
+  server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+  server_->Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
+    absl::Status status = ready_();
+    res.status = status.ok() ? 200 : 503;
+    res.set_content(status.ok() ? "ready\n" : std::string(status.message()) + "\n",
+                    "text/plain");
+  });
+  port_ = port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
+  if (port_ <= 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", listen_address_));
+  }
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  spdlog::info("svd: serving HTTP (/metrics, /healthz, /readyz) on {}:{}", host, port_);
+  return absl::OkStatus();
+}
+
+void HttpServer::Stop() {
+  if (thread_.joinable()) {
+    server_->stop();
+    thread_.join();
+  }
+}
+
+}  // namespace sv::server

@@ -1,0 +1,40 @@
+#ifndef SV_SERVER_HTTP_SERVER_H_
+#define SV_SERVER_HTTP_SERVER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace sv::server {
+
+// svd's HTTP side: /metrics (Prometheus text), /healthz (the process is
+// alive) and /readyz (it can serve: the database answers and svd is not
+// shutting down).
+class HttpServer {
+ public:
+  HttpServer(std::string listen_address, std::function<absl::Status()> ready);
+  ~HttpServer();
+
+  // Binds (port 0 picks one) and serves on a thread of its own.
+  absl::Status Start();
+  void Stop();
+  int port() const { return port_; }
+
+ private:
+  std::string listen_address_;
+  std::function<absl::Status()> ready_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+}  // namespace sv::server
+
+#endif  // SV_SERVER_HTTP_SERVER_H_
