@@ -428,13 +428,5 @@ TEST_F(BillingTest, AuditorFindsForeignCharge) {
   EXPECT_FALSE(edited.ok());
 }
 
-// Rounding to fen is half away from zero.
-TEST(RoundToFenTest, HalfAwayFromZero) {
-  EXPECT_EQ(RoundToFen(5'000), 1);
-  EXPECT_EQ(RoundToFen(4'999), 0);
-  EXPECT_EQ(RoundToFen(-5'000), -1);
-  EXPECT_EQ(RoundToFen(123'456'789), 12'346);
-}
-
 }  // namespace
 }  // namespace sv::billing
