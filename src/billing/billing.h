@@ -151,8 +151,9 @@ class Billing {
   absl::Status EnsureTrialGrant(const std::string& user_id, absl::Time now);
   // Grants every member user that has none yet; returns how many.
   absl::StatusOr<int> GrantMissingTrials(absl::Time now);
-  // Reverses what is left of trials whose time is up; returns how many.
-  absl::StatusOr<int> ExpireTrials(absl::Time now);
+  // Reverses what is left of trials that expire at or before `until`;
+  // returns how many.
+  absl::StatusOr<int> ExpireTrials(absl::Time until, absl::Time now);
 
   // ---- Prices --------------------------------------------------------------
   absl::Status SetGpuPrice(const std::string& gpu_model, int64_t unit_price_micros,

@@ -62,14 +62,14 @@ absl::StatusOr<int> Billing::GrantMissingTrials(absl::Time now) {
   return static_cast<int>(users->size());
 }
 
-absl::StatusOr<int> Billing::ExpireTrials(absl::Time now) {
+absl::StatusOr<int> Billing::ExpireTrials(absl::Time until, absl::Time now) {
   int expired = 0;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
     expired = 0;
     auto due = txn.exec_params(
         "SELECT user_id, tenant_id FROM trial_grants WHERE NOT expired "
         "AND expires_at <= $1::timestamptz ORDER BY expires_at, user_id LIMIT 1000 FOR UPDATE",
-        SqlTime(now));
+        SqlTime(until));
     for (const auto& row : due) {
       const std::string user = row[0].as<std::string>();
       const std::string tenant = row[1].as<std::string>();

@@ -254,9 +254,27 @@ absl::Status Billing::WarnLowCredit(absl::Time now) {
 
 absl::StatusOr<MeteringResult> Billing::RunOnce(absl::Time now) {
   SV_RETURN_IF_ERROR(GrantMissingTrials(now).status());
-  SV_RETURN_IF_ERROR(ExpireTrials(now).status());
-  SV_ASSIGN_OR_RETURN(MeteringResult result,
-                      BillMinutesBefore(MinuteOf(now - options_.metering_lag), now));
+  const int64_t target = MinuteOf(now - options_.metering_lag);
+  // Trial credit pays for the minutes that start before its expiry: bill up
+  // to each due expiry first, then reverse what is left of that grant.
+  for (int round = 0; round < 1000; ++round) {
+    std::optional<absl::Time> due;
+    SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+      auto rows = txn.exec_params(
+          "SELECT (extract(epoch from min(expires_at)) * 1000000)::bigint FROM trial_grants "
+          "WHERE NOT expired AND expires_at <= $1::timestamptz",
+          SqlTime(now));
+      due.reset();
+      if (!rows[0][0].is_null()) due = absl::FromUnixMicros(rows[0][0].as<int64_t>());
+      return absl::OkStatus();
+    }));
+    if (!due) break;
+    const int64_t before = MinuteOf(*due) + (MinuteStart(MinuteOf(*due)) == *due ? 0 : 1);
+    if (before > target) break;  // Expires once metering has passed it.
+    SV_RETURN_IF_ERROR(BillMinutesBefore(before, now).status());
+    SV_RETURN_IF_ERROR(ExpireTrials(*due, now).status());
+  }
+  SV_ASSIGN_OR_RETURN(MeteringResult result, BillMinutesBefore(target, now));
   SV_RETURN_IF_ERROR(WarnLowCredit(now));
   SV_RETURN_IF_ERROR(IssueDueInvoices(now));
   return result;

@@ -392,6 +392,30 @@ TEST_F(BillingTest, PostpaidInvoiceEqualsLedger) {
   ExpectAuditClean(billing);
 }
 
+// At expiry, what is left of the trial goes back to the promotion expense;
+// a second run reverses nothing more.
+TEST_F(BillingTest, TrialExpiryReversesTheRest) {
+  BillingOptions options;
+  options.trial_validity = absl::Hours(2);
+  Billing billing = MakeBilling(options);
+  auto [tenant, user] = NewTenant("expiring");
+  ASSERT_TRUE(billing.EnsureTrialGrant(user, clock_.Now()).ok());
+  const std::string id = Run(tenant, 1);
+  clock_.Advance(absl::Minutes(10));
+  Stop(tenant, id);  // Started minute plus 9 more: 11 minutes (20 s offset).
+  clock_.Advance(absl::Hours(3));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  auto balance = billing.GetBalance(tenant, clock_.Now());
+  EXPECT_EQ(balance->trial_micros, 0);
+  EXPECT_FALSE(balance->trial_expires_at.has_value());
+  auto expiry = billing.ListTransfers(tenant, {.kind = "trial_expiry"});
+  ASSERT_EQ(expiry->size(), 1u);
+  EXPECT_EQ((*expiry)[0].amount_micros, 10 * kMicrosPerYuan - 11 * kPrice);
+  EXPECT_EQ((*expiry)[0].idempotency_key, "trial-expiry:" + user);
+  ExpectAuditClean(billing);
+}
+
 // The auditor finds a charge for a minute the instance did not run, and the
 // database refuses a balance edited outside a transfer.
 TEST_F(BillingTest, AuditorFindsForeignCharge) {
