@@ -29,9 +29,10 @@ struct BillingOptions {
   int create_credit_minutes = 10;
   // Warn when the running instances can run for fewer minutes than this.
   int low_credit_warning_minutes = 30;
-  // A minute is billed this long after it ends, so that events recorded a
-  // little late (a node's death found by a missed heartbeat) are in.
-  absl::Duration metering_lag = absl::Seconds(5);
+  // A minute is billed this long after it ends, so that events recorded
+  // late are in: a node's death ends RUNNING at its last heartbeat, found
+  // only after the heartbeat timeout (30 s by default), so keep it above.
+  absl::Duration metering_lag = absl::Seconds(60);
   // Charges written per metering transaction (instance-minutes).
   int batch_rows_max = 200'000;
   // Minutes one metering transaction may cover when catching up.
