@@ -142,6 +142,7 @@ int main(int argc, char** argv) {
   }
   auto failures = billing.Audit();
   std::printf("audit: %s\n", failures.ok() && failures->empty() ? "ok" : "FAILED");
+  // SV_BENCH_PAUSE_S keeps the cluster up that long, to EXPLAIN the batch.
   if (const char* pause = std::getenv("SV_BENCH_PAUSE_S")) {
     std::printf("url: %s\n", pg.url().c_str());
     std::fflush(stdout);
