@@ -155,7 +155,7 @@ class Agent::Session {
       }
       const absl::Time now = absl::Now();
       if (changed || now >= next_poll) {
-        if (!Reconcile(stream)) return false;
+        if (!Reconcile(stream, changed)) return false;
         next_poll = now + o_.runtime_poll_interval;
       }
       if (now >= next_heartbeat) {
@@ -197,7 +197,7 @@ class Agent::Session {
 
   // Starts what svd wants and does not run, stops what runs unwanted, and
   // reports what ended by itself.
-  bool Reconcile(Stream& stream) {
+  bool Reconcile(Stream& stream, bool desired_changed) {
     std::map<std::string, RuntimeInstance> desired;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -225,8 +225,10 @@ class Agent::Session {
             return false;
           }
         }
-      } else {
-        running_.insert(s.instance_id);
+      } else if (desired_changed) {
+        // svd may have stopped and started it again since it last heard
+        // from us; confirming what runs is idempotent.
+        if (!Report(stream, s.instance_id, v1::AGENT_STARTED, 0, "running")) return false;
       }
     }
     for (const auto& [id, instance] : desired) {
@@ -338,7 +340,6 @@ class Agent::Session {
   std::map<std::string, RuntimeInstance> desired_;
   bool desired_changed_ = false;
   std::set<std::string> ended_;    // Reported ended while still desired.
-  std::set<std::string> running_;
   absl::Duration fault_checked_ = absl::ZeroDuration();
   std::map<int, int> pending_xids_;
 };

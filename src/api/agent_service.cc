@@ -76,7 +76,10 @@ bool SameDesired(const std::vector<store::AgentAssignment>& a,
                  const std::vector<store::AgentAssignment>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].instance_id != b[i].instance_id || a[i].gpu_indices != b[i].gpu_indices) {
+    // A change of `starting` is sent too: a stop and start between two
+    // polls must reach the agent, whose answer then confirms the start.
+    if (a[i].instance_id != b[i].instance_id || a[i].gpu_indices != b[i].gpu_indices ||
+        a[i].starting != b[i].starting || a[i].run != b[i].run) {
       return false;
     }
   }

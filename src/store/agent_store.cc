@@ -171,13 +171,14 @@ absl::StatusOr<std::vector<AgentAssignment>> AgentStore::DesiredForNode(
     }
     auto rows = txn.exec_params(
         absl::StrCat("SELECT i.id, i.image, i.state, array_agg(r.gpu_index ORDER BY "
-                     "r.gpu_index)::text FROM gpu_reservations r JOIN instances i ON "
+                     "r.gpu_index)::text, i.queue_seq FROM gpu_reservations r JOIN instances i ON "
                      "i.id = r.instance_id JOIN nodes n ON n.id = r.node_id "
                      "WHERE r.node_id = $1 AND n.state <> 'down' AND i.state IN ",
-                     kHoldingStates, " GROUP BY i.id, i.image, i.state ORDER BY i.id"),
+                     kHoldingStates, " GROUP BY i.id, i.image, i.state, i.queue_seq ORDER BY i.id"),
         node_id);
     for (const auto& row : rows) {
-      AgentAssignment a{row[0].as<std::string>(), {}, row[1].as<std::string>()};
+      AgentAssignment a{row[0].as<std::string>(), {}, row[1].as<std::string>(),
+                        row[2].as<std::string>() != "RUNNING", row[4].as<int64_t>()};
       std::string gpus = row[3].as<std::string>();  // "{0,1,2}"
       for (const auto& part : absl::StrSplit(gpus.substr(1, gpus.size() - 2), ',')) {
         int gpu = 0;

@@ -31,6 +31,10 @@ struct AgentAssignment {
   std::string instance_id;
   std::vector<int> gpu_indices;
   std::string image;
+  bool starting = false;  // Not yet RUNNING: svd waits for confirmations.
+  // Changes with every start of the instance (its queue sequence), so a
+  // stop and start between two polls still changes the desired set.
+  int64_t run = 0;
 };
 
 struct InstanceEventRecord {
