@@ -19,6 +19,17 @@ const char kTransferJoins[] =
 
 namespace {
 
+// The GPU count an instance had at the start of a RUNNING interval (ev.at):
+// the size set by the last resize at or before it, else the size before the
+// first resize after it, else the instance's size. A minute is charged at
+// the size it started with, because DISTINCT ON in the minutes below keeps
+// the earliest interval of a minute.
+#define SV_GPU_COUNT_AT_EVENT                                                      \
+  "coalesce((SELECT r.to_gpu_count FROM instance_resizes r WHERE r.instance_id = " \
+  "i.id AND r.at <= ev.at ORDER BY r.at DESC, r.id DESC LIMIT 1), "                \
+  "(SELECT r.from_gpu_count FROM instance_resizes r WHERE r.instance_id = i.id "   \
+  "AND r.at > ev.at ORDER BY r.at, r.id LIMIT 1), i.gpu_count)"
+
 // Every RUNNING interval from the events: from a row with to_state RUNNING to
 // the next row of that instance (which has from_state RUNNING), or open.
 constexpr char kIntervalsFromEventsSql[] = R"sql(
@@ -34,7 +45,7 @@ WITH cand AS (
   WHERE e.to_state = 'RUNNING' OR e.from_state = 'RUNNING'
   WINDOW w AS (PARTITION BY e.instance_id ORDER BY e.at, e.id)
 )
-SELECT ev.instance_id, i.tenant_id, i.gpu_count, i.gpu_model,
+SELECT ev.instance_id, i.tenant_id, )sql" SV_GPU_COUNT_AT_EVENT R"sql( AS gpu_count, i.gpu_model,
        (extract(epoch from ev.at) * 1000000)::bigint AS start_us,
        (extract(epoch from ev.next_at) * 1000000)::bigint AS end_us
 FROM ev JOIN instances i ON i.id = ev.instance_id
@@ -68,13 +79,15 @@ WHERE i.state = 'RUNNING' AND i.running_since IS NOT NULL
   AND i.running_since < $2::timestamptz
   AND NOT EXISTS (SELECT 1 FROM recent r WHERE r.id = i.id)
 UNION ALL
-SELECT ev.instance_id, i.tenant_id, i.gpu_count, i.gpu_model,
+SELECT ev.instance_id, i.tenant_id, )sql" SV_GPU_COUNT_AT_EVENT R"sql(, i.gpu_model,
        (extract(epoch from ev.at) * 1000000)::bigint,
        (extract(epoch from ev.next_at) * 1000000)::bigint
 FROM ev JOIN instances i ON i.id = ev.instance_id
 WHERE ev.to_state = 'RUNNING' AND ev.at < $2::timestamptz
   AND (ev.next_at IS NULL OR ev.next_at > $1::timestamptz)
 )sql";
+
+#undef SV_GPU_COUNT_AT_EVENT
 
 }  // namespace
 

@@ -303,6 +303,11 @@ absl::StatusOr<int> SchedulingStore::ResizeInstance(const std::string& tenant_id
         "WHERE id = $1",
         id, new_gpu_count, reason, SqlTime(now));
     RecordEvent(txn, id, now, "RUNNING", "RUNNING", reason);
+    // Billing reads the size of each RUNNING interval from here.
+    txn.exec_params(
+        "INSERT INTO instance_resizes (instance_id, at, from_gpu_count, to_gpu_count) "
+        "VALUES ($1, $2::timestamptz, $3, $4)",
+        id, SqlTime(now), old_gpu_count, new_gpu_count);
     return absl::OkStatus();
   });
   if (!status.ok()) return status;

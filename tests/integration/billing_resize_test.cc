@@ -1,0 +1,82 @@
+// A resize keeps the instance and its billing: each minute is charged at the
+// GPU count the instance had when that minute started, never retroactively
+// at the new size. Real PostgreSQL, fake clock.
+#include "absl/strings/str_cat.h"
+#include "billing/billing.h"
+#include "control/scheduling.h"
+#include "gtest/gtest.h"
+#include "store/migrations.h"
+#include "tests/integration/harness.h"
+
+namespace sv::billing {
+namespace {
+
+constexpr int64_t kPrice = 33'000;
+
+TEST(BillingResizeTest, MinutesAreChargedAtTheSizeTheyStartedWith) {
+  store::DatabaseOptions options;
+  options.url = sv::testing::CreateTestDatabase();
+  store::Database db(options);
+  ASSERT_TRUE(store::ApplyMigrations(db).ok());
+  store::Store store(db);
+  control::Scheduling scheduling(db, control::SchedulingOptions{});
+  // On a minute boundary plus 20 s, so that every change falls mid-minute.
+  FakeClock clock(absl::FromUnixSeconds(1'790'000'000 / 60 * 60 + 20));
+  for (int n = 0; n < 4; ++n) {
+    store::NodeRecord node;
+    node.id = absl::StrCat("node-", n);
+    node.name = node.id;
+    node.zone = "z1";
+    node.pod = "p1";
+    node.leaf_switch = "leaf-0";
+    node.gpu_model = "RTX 4090";
+    node.simulated = true;
+    ASSERT_TRUE(store.UpsertNode(node, clock.Now()).ok());
+  }
+  BillingOptions billing_options;
+  billing_options.metering_lag = absl::ZeroDuration();
+  billing_options.first_run_lookback = absl::Hours(24);
+  Billing billing(db, store, clock, billing_options);
+  auto tenant = store.CreateTenant(
+      {"resizer", "resizer@example.com", store::Role::kMember, "key-resizer",
+       std::string(64, 'a')},
+      clock.Now());
+  ASSERT_TRUE(tenant.ok());
+  const std::string tenant_id = tenant->tenant.id;
+  ASSERT_TRUE(billing.TopUp(tenant_id, "pay-1", 1'000 * kMicrosPerYuan, clock.Now()).ok());
+  ASSERT_TRUE(billing.RunOnce(clock.Now()).ok());
+  const int64_t before = billing.GetBalance(tenant_id, clock.Now())->paid_micros +
+                         billing.GetBalance(tenant_id, clock.Now())->trial_micros;
+
+  auto created = store.CreateInstance(tenant_id, {"grow", 8, "RTX 4090", "ubuntu"}, "r1", "f1",
+                                      clock.Now());
+  ASSERT_TRUE(created.ok());
+  ASSERT_TRUE(scheduling.RunPass(clock.Now()).ok());
+  ASSERT_TRUE(store.AdvanceSimulatedStarts(clock.Now()).ok());
+  ASSERT_TRUE(store.AdvanceSimulatedStarts(clock.Now()).ok());
+  ASSERT_EQ(store.GetInstance(tenant_id, created->id)->state, store::InstanceState::kRunning);
+
+  // 8 GPUs for 10 minutes, then 16 for 10 more, then 8 for 5.
+  clock.Advance(absl::Minutes(10));
+  ASSERT_TRUE(scheduling.Resize(tenant_id, created->id, 16, clock.Now()).ok());
+  clock.Advance(absl::Minutes(10));
+  ASSERT_TRUE(scheduling.Resize(tenant_id, created->id, 8, clock.Now()).ok());
+  clock.Advance(absl::Minutes(5));
+  ASSERT_TRUE(store.StopInstance(tenant_id, created->id, "done", clock.Now()).ok());
+  clock.Advance(absl::Minutes(2));
+  ASSERT_TRUE(billing.RunOnce(clock.Now()).ok());
+
+  // Started at m0 + 20 s. Minutes m0..m0+10 began at 8 GPUs (11), m0+11..m0+20
+  // began at 16 (10), m0+21..m0+25 began at 8 (5): the resize minutes are
+  // charged at the size they started with.
+  const int64_t expected = (11 * 8 + 10 * 16 + 5 * 8) * kPrice;
+  auto after = billing.GetBalance(tenant_id, clock.Now());
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(before - (after->paid_micros + after->trial_micros), expected);
+  auto failures = billing.Audit();
+  ASSERT_TRUE(failures.ok());
+  for (const auto& f : *failures) ADD_FAILURE() << f;
+}
+
+}  // namespace
+}  // namespace sv::billing
