@@ -197,7 +197,8 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
   absl::Status Create(const store::Principal& who, const v1::CreateInstanceRequest& request,
                       v1::Instance* response) {
     const v1::Instance& in = request.instance();
-    store::InstanceSpec spec{in.name(), in.gpu_count(), in.gpu_model(), in.image()};
+    store::InstanceSpec spec{in.name(), in.gpu_count(), in.gpu_model(), in.image(),
+                             in.max_leaves()};
     SV_ASSIGN_OR_RETURN(spec, NormalizeInstanceSpec(spec));
     std::string request_id = request.request_id();
     if (request_id.empty()) {
@@ -218,9 +219,12 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
           who.tenant_id, spec.gpu_count, spec.gpu_model, deps_.clock->Now()));
     }
     SV_ASSIGN_OR_RETURN(auto record,
-                        deps_.store->CreateInstance(who.tenant_id, spec, request_id,
-                                                    InstanceFingerprint(spec),
-                                                    deps_.clock->Now()));
+                        deps_.store->CreateInstance(
+                            who.tenant_id, spec, request_id, InstanceFingerprint(spec),
+                            deps_.clock->Now(),
+                            deps_.loops != nullptr
+                                ? deps_.loops->scheduling().options().default_quota.pending_count_max
+                                : -1));
     if (record.state == store::InstanceState::kPending && deps_.loops != nullptr) {
       // Place at once when capacity allows, so the answer already shows the
       // placement; if the pass fails the loop retries it shortly.

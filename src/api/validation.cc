@@ -66,6 +66,14 @@ absl::StatusOr<store::InstanceSpec> NormalizeInstanceSpec(store::InstanceSpec sp
     absl::Status name = ValidateName("name", spec.name);
     if (!name.ok()) return name;
   }
+  if (spec.max_leaves < 0 || spec.max_leaves > kMaxLeavesMax) {
+    return Invalid("INVALID_MAX_LEAVES",
+                   absl::StrCat("max_leaves must be between 0 (no limit) and ", kMaxLeavesMax));
+  }
+  if (spec.max_leaves > 0 && spec.gpu_count <= kGpusPerNode) {
+    return Invalid("INVALID_MAX_LEAVES",
+                   "max_leaves applies only to gangs of more than 8 GPUs");
+  }
   if (spec.gpu_model.empty()) spec.gpu_model = kDefaultGpuModel;
   if (spec.gpu_model != kDefaultGpuModel) {
     return Invalid("UNKNOWN_GPU_MODEL",
@@ -103,8 +111,12 @@ absl::Status ValidateRequestId(const std::string& request_id) {
 }
 
 std::string InstanceFingerprint(const store::InstanceSpec& spec) {
+  // max_leaves joins the digest only when set, so digests of requests made
+  // before it existed stay valid.
   return Sha256Hex(absl::StrCat("v1\n", spec.name, "\n", spec.gpu_count, "\n",
-                                spec.gpu_model, "\n", spec.image));
+                                spec.gpu_model, "\n", spec.image,
+                                spec.max_leaves > 0 ? absl::StrCat("\nleaves ", spec.max_leaves)
+                                                    : std::string()));
 }
 
 absl::StatusOr<int> NormalizePageSize(int page_size) {

@@ -15,6 +15,7 @@ inline constexpr int kGpusPerNode = 8;
 inline constexpr int kNameLengthMax = 63;
 inline constexpr int kImageLengthMax = 256;
 inline constexpr int kRequestIdLengthMax = 128;
+inline constexpr int kMaxLeavesMax = 16;
 inline constexpr int kPageSizeDefault = 50;
 inline constexpr int kPageSizeMax = 500;
 inline constexpr char kDefaultGpuModel[] = "RTX 4090";

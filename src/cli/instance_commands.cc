@@ -44,6 +44,7 @@ grpc::Status WaitForInstance(v1::InstanceService::Stub& stub, const Session& s, 
 
 struct CreateArgs {
   int gpus = 0;
+  int max_leaves = 0;
   std::string name, image, request_id;
   bool wait = false;
   int wait_s = 300;
@@ -57,6 +58,7 @@ int RunCreate(Session& s, const CreateArgs& a) {
   request.mutable_instance()->set_gpu_count(a.gpus);
   request.mutable_instance()->set_name(a.name);
   request.mutable_instance()->set_image(a.image);
+  request.mutable_instance()->set_max_leaves(a.max_leaves);
   request.set_request_id(a.request_id.empty() ? NewUuid() : a.request_id);
   v1::Instance instance;
   // Retrying after a lost answer is safe: the request id stays the same.
@@ -147,6 +149,8 @@ void AddInstanceCommands(CLI::App& app, Action* action) {
       ->required();
   create->add_option("--name", create_args->name, "Name (lower-case letters, digits, dashes)");
   create->add_option("--image", create_args->image, "Image to run");
+  create->add_option("--max-leaves", create_args->max_leaves,
+                     "Gangs only: the most leaf switches to span (0: no limit)");
   create->add_option("--request-id", create_args->request_id,
                      "Idempotency key (default: a fresh UUID per invocation)");
   create->add_flag("--wait", create_args->wait, "Wait until the instance is RUNNING");

@@ -53,7 +53,7 @@ std::string TextArray(const std::vector<std::string>& ids) {
 const std::string kInstanceColumns = absl::StrCat(
     "id, tenant_id, name, gpu_count, gpu_model, image, state, state_reason, "
     "request_id, ", MicrosOf("created_at"), ", ", MicrosOf("updated_at"),
-    ", request_fingerprint");
+    ", request_fingerprint, max_leaves");
 
 InstanceRecord InstanceFromRow(const pqxx::row& row) {
   InstanceRecord r;
@@ -68,6 +68,7 @@ InstanceRecord InstanceFromRow(const pqxx::row& row) {
   r.request_id = row[8].as<std::string>();
   r.created_at = TimeFromMicros(row[9].as<int64_t>());
   r.updated_at = TimeFromMicros(row[10].as<int64_t>());
+  r.spec.max_leaves = row[12].as<int>();
   return r;
 }
 
@@ -260,7 +261,7 @@ absl::StatusOr<InstanceRecord> Store::CreateInstance(const std::string& tenant_i
                                                      const InstanceSpec& spec,
                                                      const std::string& request_id,
                                                      const std::string& fingerprint,
-                                                     absl::Time now) {
+                                                     absl::Time now, int pending_max_default) {
   InstanceRecord result;
   absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
     // Creates of one tenant queue behind this row lock, which keeps the
@@ -282,15 +283,28 @@ absl::StatusOr<InstanceRecord> Store::CreateInstance(const std::string& tenant_i
                      absl::StrCat("the tenant already has ", active,
                                   " unfinished instances, the most allowed"));
       }
+      if (pending_max_default >= 0) {
+        auto quota = txn.exec_params1(
+            "SELECT (SELECT count(*) FROM instances WHERE tenant_id = $1 AND state = 'PENDING'), "
+            "coalesce((SELECT pending_count_max FROM tenant_quotas WHERE tenant_id = $1), $2)",
+            tenant_id, pending_max_default);
+        const int pending = quota[0].as<int>(), pending_max = quota[1].as<int>();
+        if (pending >= pending_max) {
+          return Error(absl::StatusCode::kResourceExhausted, "QUOTA_EXCEEDED",
+                       absl::StrCat("the tenant has ", pending, " pending instances; its "
+                                    "quota allows ", pending_max));
+        }
+      }
       std::string id = NewId("ins");
       std::string name = spec.name.empty() ? id : spec.name;
       txn.exec_params(
           "INSERT INTO instances (id, tenant_id, name, gpu_count, gpu_model, image, "
-          "state, state_reason, request_id, request_fingerprint, created_at, updated_at) "
+          "state, state_reason, request_id, request_fingerprint, created_at, updated_at, "
+          "max_leaves) "
           "VALUES ($1, $2, $3, $4, $5, $6, 'PENDING', 'waiting for placement', $7, $8, "
-          "$9::timestamptz, $9::timestamptz)",
+          "$9::timestamptz, $9::timestamptz, $10)",
           id, tenant_id, name, spec.gpu_count, spec.gpu_model, spec.image, request_id,
-          fingerprint, SqlTime(now));
+          fingerprint, SqlTime(now), spec.max_leaves);
       RecordEvent(txn, id, now, std::nullopt, "PENDING", "instance accepted");
       existing = lookup();
     }

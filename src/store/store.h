@@ -91,6 +91,7 @@ struct InstanceSpec {
   int gpu_count = 0;
   std::string gpu_model;
   std::string image;
+  int max_leaves = 0;  // Gangs only; 0 = no limit.
 };
 
 struct InstanceRecord {
@@ -131,11 +132,14 @@ class Store {
 
   // Instances. `fingerprint` identifies the request's content, so a retry
   // with the same request id can be told from a different request.
+  // `pending_max_default` >= 0 enforces the tenant's pending quota (its
+  // tenant_quotas row, else this default) inside the create's transaction,
+  // exactly, however many creates race: RESOURCE_EXHAUSTED / QUOTA_EXCEEDED.
   absl::StatusOr<InstanceRecord> CreateInstance(const std::string& tenant_id,
                                                 const InstanceSpec& spec,
                                                 const std::string& request_id,
                                                 const std::string& fingerprint,
-                                                absl::Time now);
+                                                absl::Time now, int pending_max_default = -1);
   absl::StatusOr<InstanceRecord> GetInstance(const std::string& tenant_id,
                                              const std::string& id);
   absl::StatusOr<std::vector<InstanceRecord>> ListInstances(
