@@ -30,6 +30,16 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(code, std::string(status.message()), details.SerializeAsString());
 }
 
+const char* GrpcCodeName(grpc::StatusCode code) {
+  static const char* const kNames[] = {
+      "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+      "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+      "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+      "UNAUTHENTICATED"};
+  const int i = static_cast<int>(code);
+  return i >= 0 && i <= 16 ? kNames[i] : "UNKNOWN";
+}
+
 std::string ReasonOf(const grpc::Status& status) {
   sv::v1::RpcStatus details;
   if (status.error_details().empty() || !details.ParseFromString(status.error_details())) {

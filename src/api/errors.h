@@ -13,6 +13,9 @@ inline constexpr char kErrorDomain[] = "sv.dev";
 // by sv::Error() travels as an ErrorInfo in the standard status details.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
+// "INVALID_ARGUMENT", "NOT_FOUND", ... for logs, metrics and the CLI.
+const char* GrpcCodeName(grpc::StatusCode code);
+
 // Reads the ErrorInfo reason back out of a grpc::Status ("" when absent).
 std::string ReasonOf(const grpc::Status& status);
 

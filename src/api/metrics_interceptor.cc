@@ -3,22 +3,13 @@
 #include <chrono>
 #include <string>
 
+#include "api/errors.h"
 #include "metrics/metrics.h"
 
 namespace sv::api {
 namespace {
 
 using grpc::experimental::InterceptionHookPoints;
-
-const char* CodeName(grpc::StatusCode code) {
-  static const char* const kNames[] = {
-      "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-      "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-      "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-      "UNAUTHENTICATED"};
-  int i = static_cast<int>(code);
-  return i >= 0 && i <= 16 ? kNames[i] : "UNKNOWN";
-}
 
 class MetricsInterceptor final : public grpc::experimental::Interceptor {
  public:
@@ -34,7 +25,8 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
       auto& registry = metrics::Registry::Default();
       registry.IncrementCounter("sv_grpc_requests_total",
                                 "gRPC calls served, by method and status code.",
-                                {{"method", method_}, {"code", CodeName(status.error_code())}});
+                                {{"method", method_},
+                                 {"code", GrpcCodeName(status.error_code())}});
       registry.ObserveHistogram("sv_grpc_request_duration_seconds",
                                 "Time from a call's arrival to its status, by method.",
                                 {{"method", method_}}, seconds,

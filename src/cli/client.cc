@@ -22,15 +22,6 @@ std::string DefaultConfigPath() {
   return (home.empty() ? std::string(".") : home) + "/.config/svctl/config.json";
 }
 
-const char* CodeName(grpc::StatusCode code) {
-  static const char* const kNames[] = {
-      "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-      "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-      "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-      "UNAUTHENTICATED"};
-  int i = static_cast<int>(code);
-  return i >= 0 && i <= 16 ? kNames[i] : "UNKNOWN";
-}
 
 }  // namespace
 
@@ -86,7 +77,7 @@ std::string DescribeError(const grpc::Status& status, const std::string& endpoin
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE && reason.empty()) {
     message = absl::StrCat("cannot reach svd at ", endpoint, " (is it running?): ", message);
   }
-  return absl::StrCat(CodeName(status.error_code()),
+  return absl::StrCat(api::GrpcCodeName(status.error_code()),
                       reason.empty() ? "" : absl::StrCat(" (", reason, ")"), ": ", message);
 }
 

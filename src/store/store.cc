@@ -107,6 +107,22 @@ void RecordEvent(pqxx::work& txn, const std::string& instance_id, absl::Time at,
       instance_id, SqlTime(at), from, to, reason);
 }
 
+// Locks an instance row of the tenant and returns its state, or nothing
+// when the tenant has no such instance.
+std::optional<std::string> LockState(pqxx::work& txn, const std::string& tenant_id,
+                                     const std::string& id) {
+  auto rows = txn.exec_params(
+      "SELECT state FROM instances WHERE tenant_id = $1 AND id = $2 FOR UPDATE", tenant_id,
+      id);
+  if (rows.empty()) return std::nullopt;
+  return rows[0][0].as<std::string>();
+}
+
+absl::Status Finished(const std::string& id, const std::string& state, const char* verb) {
+  return Error(absl::StatusCode::kFailedPrecondition, "INSTANCE_FINISHED",
+               absl::StrCat("instance ", id, " is ", state, " and cannot be ", verb));
+}
+
 absl::Status NotFound(const std::string& id) {
   return Error(absl::StatusCode::kNotFound, "INSTANCE_NOT_FOUND",
                absl::StrCat("instance ", id, " not found"));
@@ -370,12 +386,10 @@ absl::StatusOr<InstanceRecord> Store::DeleteInstance(const std::string& tenant_i
                                                      absl::Time now) {
   bool found = false;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
-    auto rows = txn.exec_params(
-        "SELECT state FROM instances WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
-        tenant_id, id);
-    found = !rows.empty();
+    std::optional<std::string> state = LockState(txn, tenant_id, id);
+    found = state.has_value();
     if (!found) return absl::OkStatus();
-    std::string from = rows[0][0].as<std::string>();
+    const std::string from = *state;
     if (from == "DELETED") return absl::OkStatus();
     txn.exec_params("DELETE FROM gpu_reservations WHERE instance_id = $1", id);
     txn.exec_params(
@@ -395,17 +409,12 @@ absl::StatusOr<InstanceRecord> Store::StopInstance(const std::string& tenant_id,
                                                    absl::Time now) {
   bool found = false;
   absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
-    auto rows = txn.exec_params(
-        "SELECT state FROM instances WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
-        tenant_id, id);
-    found = !rows.empty();
+    std::optional<std::string> state = LockState(txn, tenant_id, id);
+    found = state.has_value();
     if (!found) return absl::OkStatus();
-    std::string from = rows[0][0].as<std::string>();
+    const std::string from = *state;
     if (from == "STOPPED") return absl::OkStatus();
-    if (from == "DELETED" || from == "FAILED") {
-      return Error(absl::StatusCode::kFailedPrecondition, "INSTANCE_FINISHED",
-                   absl::StrCat("instance ", id, " is ", from, " and cannot be stopped"));
-    }
+    if (from == "DELETED" || from == "FAILED") return Finished(id, from, "stopped");
     txn.exec_params("DELETE FROM gpu_reservations WHERE instance_id = $1", id);
     txn.exec_params(
         "UPDATE instances SET state = 'STOPPED', state_reason = $2, "
@@ -423,16 +432,11 @@ absl::StatusOr<InstanceRecord> Store::StartInstance(const std::string& tenant_id
                                                     const std::string& id, absl::Time now) {
   bool found = false;
   absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
-    auto rows = txn.exec_params(
-        "SELECT state FROM instances WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
-        tenant_id, id);
-    found = !rows.empty();
+    std::optional<std::string> state = LockState(txn, tenant_id, id);
+    found = state.has_value();
     if (!found) return absl::OkStatus();
-    std::string from = rows[0][0].as<std::string>();
-    if (from == "DELETED" || from == "FAILED") {
-      return Error(absl::StatusCode::kFailedPrecondition, "INSTANCE_FINISHED",
-                   absl::StrCat("instance ", id, " is ", from, " and cannot be started"));
-    }
+    const std::string from = *state;
+    if (from == "DELETED" || from == "FAILED") return Finished(id, from, "started");
     if (from != "STOPPED") return absl::OkStatus();
     // Back of the queue, as a new request would be.
     txn.exec_params(
