@@ -33,6 +33,7 @@ RuntimeInstance FromProto(const v1::InstanceAssignment& a) {
   for (const auto& p : a.ports()) {
     r.ports.push_back({p.host_port(), p.container_port(), p.protocol()});
   }
+  r.run = a.run();
   return r;
 }
 
@@ -197,6 +198,14 @@ class Agent::Session {
 
   // Starts what svd wants and does not run, stops what runs unwanted, and
   // reports what ended by itself.
+  bool StartedUnderOtherRun(const std::string& id,
+                            const std::map<std::string, RuntimeInstance>& desired) const {
+    auto want = desired.find(id);
+    auto have = runs_.find(id);
+    return want != desired.end() && have != runs_.end() && want->second.run != 0 &&
+           have->second != want->second.run;
+  }
+
   bool Reconcile(Stream& stream, bool desired_changed) {
     std::map<std::string, RuntimeInstance> desired;
     {
@@ -225,15 +234,27 @@ class Agent::Session {
             return false;
           }
         }
+      } else if (StartedUnderOtherRun(s.instance_id, desired)) {
+        // Stopped and started again by svd between two desired sets: the
+        // old process must go, and the loop below starts a fresh one.
+        (void)a_.driver_->Stop(s.instance_id);
+        known.erase(s.instance_id);
       } else if (desired_changed) {
         // svd may have stopped and started it again since it last heard
         // from us; confirming what runs is idempotent.
+        runs_[s.instance_id] = desired.at(s.instance_id).run;
         if (!Report(stream, s.instance_id, v1::AGENT_STARTED, 0, "running")) return false;
       }
+      if (!wanted) runs_.erase(s.instance_id);
+    }
+    // An instance that ended is started again only under a new run.
+    for (auto it = ended_.begin(); it != ended_.end();) {
+      it = StartedUnderOtherRun(*it, desired) ? ended_.erase(it) : std::next(it);
     }
     for (const auto& [id, instance] : desired) {
       if (known.count(id) || ended_.count(id)) continue;
       absl::Status started = a_.driver_->Start(instance);
+      if (started.ok()) runs_[id] = instance.run;
       if (!Report(stream, id, started.ok() ? v1::AGENT_STARTED : v1::AGENT_START_FAILED,
                   0, started.ok() ? "started" : std::string(started.message()))) {
         return false;
@@ -340,6 +361,9 @@ class Agent::Session {
   std::map<std::string, RuntimeInstance> desired_;
   bool desired_changed_ = false;
   std::set<std::string> ended_;    // Reported ended while still desired.
+  // The run each instance was started (or last confirmed) under. An agent
+  // that restarted knows none, and adopts what it finds.
+  std::map<std::string, int64_t> runs_;
   absl::Duration fault_checked_ = absl::ZeroDuration();
   std::map<int, int> pending_xids_;
 };

@@ -32,6 +32,7 @@ struct RuntimeInstance {
   std::string image;
   std::vector<VolumeMap> volumes;
   std::vector<PortMap> ports;
+  int64_t run = 0;  // svd's start number; a new one means restart.
 };
 
 // What the runtime says about an instance it knows.

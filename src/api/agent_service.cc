@@ -218,6 +218,7 @@ class AgentSession {
           auto* out = set->add_instances();
           out->set_instance_id(a.instance_id);
           out->set_image(a.image);
+          out->set_run(a.run);
           for (int g : a.gpu_indices) out->add_gpu_indices(g);
         }
         if (!Write(m)) return;

@@ -256,6 +256,31 @@ TEST_F(AgentLifecycleTest, StartStopStartDelete) {
 
 // Goal: an agent that crashes and comes back adopts the instance processes
 // that kept running, so the instance never leaves RUNNING.
+// A stop and a start that both land before the agent hears of the stop
+// still give the tenant a fresh process, not the old one confirmed again.
+TEST_F(AgentLifecycleTest, StopAndStartAtOnceRestartsTheProcess) {
+  AgentProcess& agent = StartAgent("node-a");
+  Instance created = Create(2);
+  ASSERT_TRUE(WaitForState(created.id(), v1::RUNNING)) << Slurp(svd_->log_path());
+  const pid_t first = agent.InstancePid(created.id());
+  ASSERT_TRUE(Alive(first));
+
+  v1::StopInstanceRequest stop;
+  stop.set_id(created.id());
+  v1::StartInstanceRequest start;
+  start.set_id(created.id());
+  Instance out;
+  ASSERT_TRUE(stub_->StopInstance(Context(token_).get(), stop, &out).ok());
+  ASSERT_TRUE(stub_->StartInstance(Context(token_).get(), start, &out).ok());
+  ASSERT_TRUE(WaitForState(created.id(), v1::RUNNING));
+  EXPECT_TRUE(WaitFor([&] { return !Alive(first); })) << "the old process still runs";
+  EXPECT_TRUE(WaitFor([&] {
+    pid_t now = agent.InstancePid(created.id());
+    return now > 0 && now != first && Alive(now);
+  })) << "no fresh process";
+  EXPECT_EQ(CountTransitionsTo(created.id(), v1::RUNNING), 2);
+}
+
 TEST_F(AgentLifecycleTest, AgentCrashAndReconnect) {
   auto* agent = &StartAgent("node-a");
   Instance created = Create(4);
