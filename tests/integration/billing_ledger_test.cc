@@ -373,7 +373,11 @@ TEST_F(BillingTest, PostpaidInvoiceEqualsLedger) {
   EXPECT_GT(invoice->lines[0].gpu_minutes, 0);
   EXPECT_EQ(invoice->total_fen, RoundToFen(expected));
   int64_t ledger = 0;
-  for (const auto& t : *billing.ListTransfers(tenant, {.kind = "charge", .limit = 1000})) {
+  // Hold the result: iterating *ListTransfers(...) directly would read a
+  // destroyed temporary (ASan: stack-use-after-scope).
+  auto transfers = billing.ListTransfers(tenant, {.kind = "charge", .limit = 1000});
+  ASSERT_TRUE(transfers.ok()) << transfers.status();
+  for (const auto& t : *transfers) {
     if (*t.usage_minute < MinuteOf(invoice->period_end) && t.from_kind == "receivable") {
       ledger += t.amount_micros;
     }
