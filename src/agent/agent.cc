@@ -11,6 +11,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "agent/fabric_probe.h"
 #include "google/protobuf/util/time_util.h"
 #include "spdlog/spdlog.h"
 #include "sv/v1/agent.grpc.pb.h"
@@ -309,12 +310,29 @@ class Agent::Session {
         if (!ended_.count(id)) running.push_back(id);
       }
     }
-    for (const std::string& id : running) AddProbes(batch, id, faults, now);
+    // One round of fabric probes per telemetry round; every instance on
+    // this node shares the node's fabric.
+    std::vector<int64_t> fabric;
+    if (!o_.simulated && !o_.probe_peers.empty() && !running.empty()) {
+      auto round = ProbePeers(o_.probe_peers, o_.probes_per_peer, o_.probe_timeout);
+      if (round.ok()) {
+        fabric = BucketCounts(*round);
+      } else {
+        spdlog::warn("agent: {}: fabric probes: {}", o_.node_name, round.status().ToString());
+      }
+    }
+    for (const std::string& id : running) AddProbes(batch, id, faults, now, fabric);
     return stream.Write(m);
   }
 
   void AddProbes(v1::TelemetryBatch* batch, const std::string& id, const FaultState& faults,
-                 absl::Time now) {
+                 absl::Time now, const std::vector<int64_t>& fabric) {
+    if (!fabric.empty()) {
+      auto* h = batch->add_latency();
+      h->set_instance_id(id);
+      for (double b : kLatencyBoundsUs) h->add_bound_us(b);
+      for (int64_t c : fabric) h->add_counts(c);
+    }
     if (o_.simulated) {
       // Healthy simulated storage writes 4 GB/s; slow-storage caps it.
       const int64_t rate = faults.storage_bytes_per_s > 0 ? faults.storage_bytes_per_s

@@ -39,6 +39,11 @@ struct AgentOptions {
   // under `probe_dir` (empty: no probes).
   std::string probe_dir;
   int64_t storage_probe_bytes = 8 << 20;
+  // Fabric-latency probes: "host:port" of peer agents' --probe-listen,
+  // probed each telemetry round (see fabric_probe.h).
+  std::vector<std::string> probe_peers;
+  int probes_per_peer = 20;
+  absl::Duration probe_timeout = absl::Milliseconds(200);
   // Simulated agents only: faults from a script, timed from `fault_epoch`.
   std::vector<Fault> faults;
   absl::Time fault_epoch;

@@ -9,6 +9,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_split.h"
 #include "agent/agent.h"
+#include "agent/fabric_probe.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
@@ -103,6 +104,11 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level)
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();
+  std::string probe_listen, probe_peers;
+  app.add_option("--probe-listen", probe_listen,
+                 "host:port to answer peers' fabric-latency probes on (UDP; empty: off)");
+  app.add_option("--probe-peers", probe_peers,
+                 "Comma-separated host:port of peer agents to probe each telemetry round");
   auto* probe = app.add_subcommand("nvml-probe", "Print one round of NVML samples as JSON");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::from_str(log_level));
@@ -122,6 +128,16 @@ int main(int argc, char** argv) {
   o.telemetry_interval = absl::Milliseconds(telemetry_ms);
   o.reconnect_backoff_max = absl::Milliseconds(backoff_max_ms);
   o.probe_dir = state_dir;
+  for (absl::string_view peer : absl::StrSplit(probe_peers, ',', absl::SkipEmpty())) {
+    o.probe_peers.emplace_back(peer);
+  }
+  sv::agent::ProbeResponder responder;
+  if (!probe_listen.empty()) {
+    if (absl::Status s = responder.Start(probe_listen); !s.ok()) {
+      std::cerr << "svagent: " << s.message() << "\n";
+      return kExitFailed;
+    }
+  }
 
   std::unique_ptr<sv::agent::TelemetrySource> source;
   if (telemetry == "nvml") {

@@ -18,6 +18,7 @@
 #include "api/errors.h"
 #include "sv/v1/agent.grpc.pb.h"
 #include "sv/v1/instance.grpc.pb.h"
+#include "store/embedded_postgres.h"
 #include "tests/integration/harness.h"
 
 namespace sv::testing {
@@ -421,6 +422,28 @@ TEST_F(AgentLifecycleTest, IdleAutoStop) {
   EXPECT_EQ(samples % 2, 0) << "two GPUs report in every batch";
   EXPECT_LT(row[1].as<int64_t>(), 10 * samples);
   EXPECT_GT(row[2].as<int64_t>(), 0);
+}
+
+// Goal: real agents measure the fabric between them (UDP echo probes) and
+// svd stores the latency histogram per instance and minute for the SLA.
+TEST_F(AgentLifecycleTest, RealAgentsReportFabricLatency) {
+  const std::string a = "127.0.0.1:" + std::to_string(store::PickFreePort());
+  const std::string b = "127.0.0.1:" + std::to_string(store::PickFreePort());
+  StartAgent("node-a", {"--probe-listen", a, "--probe-peers", b});
+  StartAgent("node-b", {"--probe-listen", b, "--probe-peers", a});
+  Instance created = Create(2);
+  ASSERT_TRUE(WaitForState(created.id(), v1::RUNNING));
+  pqxx::connection db(database_url_);
+  int64_t probes = 0;
+  EXPECT_TRUE(WaitFor([&] {
+    pqxx::work txn(db);
+    probes = txn.exec1("SELECT coalesce(sum(c), 0) FROM instance_telemetry_minutes, "
+                       "unnest(latency_counts) AS c WHERE instance_id = " +
+                       txn.quote(created.id()))[0]
+                 .as<int64_t>();
+    return probes > 0;
+  })) << "no fabric latency stored";
+  EXPECT_EQ(probes % 20, 0) << "20 probes per peer and telemetry round";
 }
 
 // Goal: svd rejects agents with a wrong credential or posing as another
