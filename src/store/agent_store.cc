@@ -204,20 +204,33 @@ absl::StatusOr<std::vector<AgentAssignment>> AgentStore::DesiredForNode(
   return desired;
 }
 
+namespace {
+
+// Locks an instance that holds GPUs on `node_id` and returns its state, or
+// nothing when the node holds no such instance.
+std::optional<std::string> LockHeldInstance(pqxx::work& txn, const std::string& node_id,
+                                            const std::string& instance_id) {
+  auto rows = txn.exec_params(
+      absl::StrCat("SELECT i.state FROM instances i WHERE i.id = $1 AND i.state IN ",
+                   kHoldingStates,
+                   " AND EXISTS (SELECT 1 FROM gpu_reservations r WHERE r.instance_id = "
+                   "i.id AND r.node_id = $2) FOR UPDATE"),
+      instance_id, node_id);
+  if (rows.empty()) return std::nullopt;
+  return rows[0][0].as<std::string>();
+}
+
+}  // namespace
+
 absl::StatusOr<bool> AgentStore::ConfirmStarted(const std::string& node_id,
                                                 const std::string& instance_id,
                                                 absl::Time now) {
   bool running = false;
   absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
     running = false;
-    auto rows = txn.exec_params(
-        absl::StrCat("SELECT i.state FROM instances i WHERE i.id = $1 AND i.state IN ",
-                     kHoldingStates,
-                     " AND EXISTS (SELECT 1 FROM gpu_reservations r WHERE r.instance_id = "
-                     "i.id AND r.node_id = $2) FOR UPDATE"),
-        instance_id, node_id);
-    if (rows.empty()) return UnknownInstance(node_id, instance_id);
-    const std::string from = rows[0][0].as<std::string>();
+    std::optional<std::string> held = LockHeldInstance(txn, node_id, instance_id);
+    if (!held) return UnknownInstance(node_id, instance_id);
+    const std::string from = *held;
     txn.exec_params(
         "INSERT INTO instance_node_starts (instance_id, node_id, confirmed_at) "
         "VALUES ($1, $2, $3::timestamptz) ON CONFLICT DO NOTHING",
@@ -257,14 +270,9 @@ absl::Status AgentStore::ReportEnded(const std::string& node_id,
                                      const std::string& instance_id, bool failed,
                                      const std::string& reason, absl::Time now) {
   return db_.Transact([&](pqxx::work& txn) -> absl::Status {
-    auto rows = txn.exec_params(
-        absl::StrCat("SELECT i.state FROM instances i WHERE i.id = $1 AND i.state IN ",
-                     kHoldingStates,
-                     " AND EXISTS (SELECT 1 FROM gpu_reservations r WHERE r.instance_id = "
-                     "i.id AND r.node_id = $2) FOR UPDATE"),
-        instance_id, node_id);
-    if (rows.empty()) return UnknownInstance(node_id, instance_id);
-    EndInstance(txn, instance_id, rows[0][0].as<std::string>(), failed ? "FAILED" : "STOPPED",
+    std::optional<std::string> held = LockHeldInstance(txn, node_id, instance_id);
+    if (!held) return UnknownInstance(node_id, instance_id);
+    EndInstance(txn, instance_id, *held, failed ? "FAILED" : "STOPPED",
                 reason.empty() ? std::string("the instance ended on its node") : reason, now,
                 now);
     return absl::OkStatus();
