@@ -459,25 +459,25 @@ absl::StatusOr<int> Store::AdvanceSimulatedStarts(absl::Time now) {
     const std::string only_simulated =
         " AND NOT EXISTS (SELECT 1 FROM gpu_reservations r JOIN nodes n "
         "ON n.id = r.node_id WHERE r.instance_id = i.id AND NOT n.simulated)";
-    auto running = txn.exec_params(
-        "UPDATE instances i SET state = 'RUNNING', running_since = $1::timestamptz, "
-        "updated_at = $1::timestamptz, state_reason = 'every node confirmed the start' "
-        "WHERE state = 'STARTING'" + only_simulated + " RETURNING id",
-        SqlTime(now));
-    for (const auto& row : running) {
-      RecordEvent(txn, row[0].as<std::string>(), now, "STARTING", "RUNNING",
-                  "every node confirmed the start");
-    }
-    auto starting = txn.exec_params(
-        "UPDATE instances i SET state = 'STARTING', updated_at = $1::timestamptz, "
-        "state_reason = 'the node agents were told to start it' "
-        "WHERE state = 'SCHEDULED'" + only_simulated + " RETURNING id",
-        SqlTime(now));
-    for (const auto& row : starting) {
-      RecordEvent(txn, row[0].as<std::string>(), now, "SCHEDULED", "STARTING",
-                  "the node agents were told to start it");
-    }
-    moved = static_cast<int>(running.size() + starting.size());
+    // One step of the lifecycle for every simulated instance in `from`.
+    auto advance = [&](const char* from, const char* to, const char* reason,
+                       const std::string& also_set) {
+      auto moved_rows = txn.exec_params(
+          absl::StrCat("UPDATE instances i SET state = '", to, "', ", also_set,
+                       "updated_at = $1::timestamptz, state_reason = $2 WHERE state = '", from,
+                       "'", only_simulated, " RETURNING id"),
+          SqlTime(now), reason);
+      for (const auto& row : moved_rows) {
+        RecordEvent(txn, row[0].as<std::string>(), now, std::string(from), to, reason);
+      }
+      return static_cast<int>(moved_rows.size());
+    };
+    // RUNNING first, so that each call moves an instance one step.
+    const int running = advance("STARTING", "RUNNING", "every node confirmed the start",
+                                "running_since = $1::timestamptz, ");
+    const int starting =
+        advance("SCHEDULED", "STARTING", "the node agents were told to start it", "");
+    moved = running + starting;
     return absl::OkStatus();
   }));
   return moved;
