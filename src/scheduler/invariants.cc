@@ -48,6 +48,35 @@ bool NodeRecordsConsistent(const SnapshotState& state) {
          free_gpus == state.free_gpu_count;
 }
 
+// The topology-order max-tree: a leaf per node holding its free GPU count
+// when schedulable (else 0), each inner entry the max of its children.
+bool FrontTreeConsistent(const SnapshotState& state) {
+  const size_t leaves = static_cast<size_t>(state.front_leaves);
+  if (state.front_order.size() != state.nodes.size() ||
+      state.front_rank.size() != state.nodes.size() ||
+      state.front_tree.size() != 2 * leaves || leaves < state.nodes.size()) {
+    return false;
+  }
+  for (size_t rank = 0; rank < leaves; ++rank) {
+    int expected = 0;
+    if (rank < state.front_order.size()) {
+      NodeIndex node = state.front_order[rank];
+      if (state.front_rank[node] != static_cast<int32_t>(rank)) return false;
+      if (state.Schedulable(node)) {
+        expected = internal::GpuCount(state.nodes[node].free);
+      }
+    }
+    if (state.front_tree[leaves + rank] != expected) return false;
+  }
+  for (size_t at = leaves; at-- > 1;) {
+    if (state.front_tree[at] !=
+        std::max(state.front_tree[2 * at], state.front_tree[2 * at + 1])) {
+      return false;
+    }
+  }
+  return true;
+}
+
 bool AggregatesConsistent(const SnapshotState& state) {
   size_t bucketed = 0;
   for (const auto& bucket : state.buckets) bucketed += bucket.size();
@@ -84,7 +113,8 @@ bool AggregatesConsistent(const SnapshotState& state) {
 }  // namespace
 
 bool Snapshot::CheckInvariants() const {
-  return NodeRecordsConsistent(*state_) && AggregatesConsistent(*state_);
+  return NodeRecordsConsistent(*state_) && AggregatesConsistent(*state_) &&
+         FrontTreeConsistent(*state_);
 }
 
 }  // namespace sv::scheduler

@@ -16,7 +16,7 @@ using internal::GangMode;
 using internal::SnapshotState;
 
 struct Scheduler::Plugins {
-  CandidateSource source = CandidateSource::kTightest;
+  CandidateSource source = CandidateSource::kFrontFirst;
   GangMode gang_mode = GangMode::kTree;
   bool group_aware = true;
   std::vector<std::unique_ptr<internal::FilterPlugin>> filters;
@@ -55,7 +55,10 @@ namespace {
 void ConfigurePolicy(Policy policy, Scheduler::Plugins* plugins) {
   switch (policy) {
     case Policy::kDefault:
-      plugins->source = CandidateSource::kTightest;
+      // Small requests: the first fitting node in topology order (see
+      // docs/scheduler.md, "Why front first"); the scores then only rank
+      // that single candidate, and GPU choice keeps NUMA groups whole.
+      plugins->source = CandidateSource::kFrontFirst;
       plugins->scores.push_back(Weighted<internal::MostAllocatedScore>(4));
       plugins->scores.push_back(Weighted<internal::GroupFitScore>(2));
       plugins->scores.push_back(Weighted<internal::LeafPackingScore>(1));

@@ -139,7 +139,7 @@ class Snapshot {
 // Placement policies. kDefault is ours; the others are the baselines the
 // replay benchmark compares against, built from the same plugins.
 enum class Policy {
-  kDefault,       // tight packing, NUMA-group fit, leaf packing, tree gangs
+  kDefault,       // front-first packing in topology order, NUMA-group fit, tree gangs
   kFirstFit,      // lowest-index node that fits; gangs by node index
   kBestFit,       // fewest free GPUs that still fit; gangs by node index
   kSpread,        // Kubernetes LeastAllocated; gangs by node index
@@ -150,7 +150,9 @@ absl::string_view PolicyName(Policy policy);
 
 struct SchedulerOptions {
   Policy policy = Policy::kDefault;
-  int candidates_max = 32;  // nodes scored per small request
+  // Reserved: the current policies no longer cap their candidates (ours
+  // yields one node, the baselines a whole bucket). Kept for callers.
+  int candidates_max = 32;
   uint64_t seed = 1;
 };
 

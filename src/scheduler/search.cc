@@ -19,25 +19,6 @@ uint64_t NextRandom(uint64_t& state) {
 
 namespace {
 
-void AddFromList(const std::vector<NodeIndex>& list, int candidates_max,
-                 std::vector<NodeIndex>& out) {
-  for (NodeIndex node : list) {
-    if (static_cast<int>(out.size()) >= candidates_max) return;
-    out.push_back(node);
-  }
-}
-
-// Whole free nodes, taken leaf by leaf starting from the leaf with the
-// fewest, so that breaking a whole node spares the leaves gangs need.
-void AddWholeNodesByLeaf(const SnapshotState& state, int candidates_max,
-                         std::vector<NodeIndex>& out) {
-  auto it = state.leaves_by_whole_free.lower_bound({1, -1});
-  for (; it != state.leaves_by_whole_free.end(); ++it) {
-    if (static_cast<int>(out.size()) >= candidates_max) return;
-    AddFromList(state.leaves[it->second].whole_free, candidates_max, out);
-  }
-}
-
 NodeIndex FirstByIndex(const SnapshotState& state, int gpu_count) {
   for (NodeIndex node = 0; node < static_cast<NodeIndex>(state.nodes.size());
        ++node) {
@@ -71,15 +52,13 @@ std::vector<NodeIndex> SmallCandidates(const SnapshotState& state,
   assert(gpu_count >= 1 && gpu_count <= kGpusPerNode);
   std::vector<NodeIndex> out;
   switch (source) {
-    case CandidateSource::kTightest:
-      // Strict best fit first: only the tightest non-empty bucket competes,
-      // and the scores break ties inside it. Mixing buckets let a looser
-      // node win on group fit, which fragmented the fleet in the replay.
-      out.reserve(candidates_max);
-      for (int free = gpu_count; free < kGpusPerNode && out.empty(); ++free) {
-        AddFromList(state.buckets[free], candidates_max, out);
+    case CandidateSource::kFrontFirst:
+      // One stable order for every small request: churn stays on the
+      // front of the fleet and the back drains into whole nodes and leaves.
+      if (NodeIndex node = state.FirstFitInTopologyOrder(gpu_count);
+          node >= 0) {
+        out.push_back(node);
       }
-      if (out.empty()) AddWholeNodesByLeaf(state, candidates_max, out);
       break;
     case CandidateSource::kTightestBucket:
       for (int free = gpu_count; free <= kGpusPerNode && out.empty(); ++free) {

@@ -32,6 +32,7 @@ void SnapshotState::Detach(NodeIndex node) {
   ListErase(bucket, node, record.bucket_position,
             [this](NodeIndex n) -> int32_t& { return nodes[n].bucket_position; });
   record.bucket_position = -1;
+  SetFrontValue(node, 0);
   free_gpu_count -= GpuCount(record.free);
   ready_gpu_count -= kGpusPerNode;
   if (record.leaf_free_position < 0) return;
@@ -58,6 +59,7 @@ void SnapshotState::Attach(NodeIndex node) {
   std::vector<NodeIndex>& bucket = buckets[GpuCount(record.free)];
   record.bucket_position = static_cast<int32_t>(bucket.size());
   bucket.push_back(node);
+  SetFrontValue(node, GpuCount(record.free));
   free_gpu_count += GpuCount(record.free);
   ready_gpu_count += kGpusPerNode;
   if (record.free != kAllGpus) return;
@@ -72,6 +74,25 @@ void SnapshotState::Attach(NodeIndex node) {
   pod.whole_free_count++;
   pods_by_whole_free.insert({pod.whole_free_count, leaf.pod});
   zones[pod.zone].whole_free_count++;
+}
+
+void SnapshotState::SetFrontValue(NodeIndex node, int free) {
+  size_t at = static_cast<size_t>(front_leaves + front_rank[node]);
+  front_tree[at] = static_cast<uint8_t>(free);
+  for (at /= 2; at >= 1; at /= 2) {
+    uint8_t value = std::max(front_tree[2 * at], front_tree[2 * at + 1]);
+    if (front_tree[at] == value) break;
+    front_tree[at] = value;
+  }
+}
+
+NodeIndex SnapshotState::FirstFitInTopologyOrder(int gpu_count) const {
+  if (front_tree[1] < gpu_count) return -1;
+  size_t at = 1;
+  while (at < static_cast<size_t>(front_leaves)) {
+    at = front_tree[2 * at] >= gpu_count ? 2 * at : 2 * at + 1;
+  }
+  return front_order[at - static_cast<size_t>(front_leaves)];
 }
 
 void SnapshotState::AddInstanceNode(InstanceId instance, NodeIndex node) {
@@ -256,8 +277,31 @@ absl::StatusOr<Snapshot> Snapshot::Build(std::span<const NodeSpec> specs) {
   }
   for (NodeIndex node = 0; node < static_cast<NodeIndex>(state.nodes.size());
        ++node) {
+    state.leaves[state.nodes[node].leaf].nodes.push_back(node);
+  }
+  // Topology order: zones, their pods and their leaves in order of first
+  // appearance, each leaf's nodes in input order.
+  for (const internal::ZoneRecord& zone : state.zones) {
+    for (int32_t pod : zone.pods) {
+      for (int32_t leaf : state.pods[pod].leaves) {
+        for (NodeIndex node : state.leaves[leaf].nodes) {
+          state.front_order.push_back(node);
+        }
+      }
+    }
+  }
+  assert(state.front_order.size() == state.nodes.size());
+  state.front_rank.assign(state.nodes.size(), 0);
+  for (size_t rank = 0; rank < state.front_order.size(); ++rank) {
+    state.front_rank[state.front_order[rank]] = static_cast<int32_t>(rank);
+  }
+  while (state.front_leaves < static_cast<int32_t>(state.nodes.size())) {
+    state.front_leaves *= 2;
+  }
+  state.front_tree.assign(2 * static_cast<size_t>(state.front_leaves), 0);
+  for (NodeIndex node = 0; node < static_cast<NodeIndex>(state.nodes.size());
+       ++node) {
     internal::NodeRecord& record = state.nodes[node];
-    state.leaves[record.leaf].nodes.push_back(node);
     state.node_count_by_state[static_cast<int>(record.state)]++;
     for (InstanceId holder : record.holders) {
       if (holder != kNoInstance) state.AddInstanceNode(holder, node);

@@ -11,7 +11,7 @@ namespace sv::scheduler::internal {
 
 // Where a small request's candidate nodes come from.
 enum class CandidateSource {
-  kTightest,       // free-count buckets ascending; whole nodes by leaf
+  kFrontFirst,     // the first node in topology order that fits
   kTightestBucket, // every node of the tightest bucket that fits
   kLoosest,        // free-count buckets descending
   kIndexOrder,     // the lowest-index node that fits

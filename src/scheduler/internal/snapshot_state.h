@@ -66,6 +66,14 @@ class SnapshotState {
   std::set<std::pair<int, int32_t>> pods_by_whole_free;
   absl::flat_hash_map<InstanceId, std::vector<NodeIndex>> instance_nodes;
   std::array<int, 4> node_count_by_state{};
+  // Topology order ("front first"): nodes ranked leaf by leaf (leaves in
+  // pod order, pods in zone order), and a max-tree over that order holding
+  // each schedulable node's free GPU count (0 otherwise), so the first node
+  // in topology order with at least k free GPUs is found in O(log n).
+  std::vector<int32_t> front_rank;       // node -> position
+  std::vector<NodeIndex> front_order;    // position -> node
+  std::vector<uint8_t> front_tree;       // heap layout, leaves at front_leaves
+  int32_t front_leaves = 1;
   int held_node_count = 0;
   int free_gpu_count = 0;   // on schedulable nodes
   int ready_gpu_count = 0;
@@ -79,6 +87,11 @@ class SnapshotState {
   int LeafWholeFree(int32_t leaf) const {
     return static_cast<int>(leaves[leaf].whole_free.size());
   }
+
+  // First schedulable node in topology order with at least gpu_count free
+  // GPUs, or -1.
+  NodeIndex FirstFitInTopologyOrder(int gpu_count) const;
+  void SetFrontValue(NodeIndex node, int free);
 
   // Every mutation goes through Detach, change, Attach so that the indexes
   // never drift from the node records.

@@ -24,18 +24,26 @@ std::set<std::string> LeavesOf(const Snapshot& snapshot, const Placement& p) {
   return leaves;
 }
 
-TEST(PlacementTest, SmallRequestsGoToTheTightestNode) {
-  std::vector<NodeSpec> nodes = MakeFleet(FleetShape{1, 1, 1, 4});
-  Occupy(nodes, 2, 6, 100);
-  Occupy(nodes, 3, 1, 101);
+TEST(PlacementTest, SmallRequestsTakeTheFirstNodeInTopologyOrder) {
+  // Rows interleave two leaves: l0-n0, l1-n0, l0-n1, l1-n1. Topology order
+  // is leaf by leaf (indexes 0, 2, 1, 3), whatever the row order.
+  std::vector<NodeSpec> rows = MakeFleet(FleetShape{1, 1, 2, 2});
+  std::vector<NodeSpec> nodes = {rows[0], rows[2], rows[1], rows[3]};
+  Occupy(nodes, 0, 8, 100);  // l0-n0 full
+  Occupy(nodes, 1, 6, 101);  // l1-n0: 2 free, but in the second leaf
+  Occupy(nodes, 2, 5, 102);  // l0-n1: 3 free
   Snapshot snapshot = MustBuild(nodes);
   Scheduler scheduler(SchedulerOptions{});
   absl::StatusOr<Placement> two = scheduler.Place(snapshot, Request{1, 2, 0});
   ASSERT_TRUE(two.ok()) << two.status();
-  EXPECT_EQ(two->nodes, (std::vector<NodeAssignment>{{2, 0xC0}}));
-  absl::StatusOr<Placement> one = scheduler.Place(snapshot, Request{2, 1, 0});
+  EXPECT_EQ(two->nodes[0].node, 2);
+  // l0-n1 now has one free GPU; a 2-GPU request moves on to l1-n0.
+  absl::StatusOr<Placement> again = scheduler.Place(snapshot, Request{2, 2, 0});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->nodes, (std::vector<NodeAssignment>{{1, 0xC0}}));
+  absl::StatusOr<Placement> one = scheduler.Place(snapshot, Request{3, 1, 0});
   ASSERT_TRUE(one.ok());
-  EXPECT_EQ(one->nodes[0].node, 3);
+  EXPECT_EQ(one->nodes[0].node, 2);
   EXPECT_TRUE(snapshot.CheckInvariants());
 }
 
@@ -50,16 +58,24 @@ TEST(PlacementTest, TwoGpusStayInsideOneGroup) {
   EXPECT_EQ(placement->nodes[0].gpus, 0x30);
 }
 
-TEST(PlacementTest, BreakingAWholeNodeSparesTheEmptiestLeaf) {
-  // Leaf 0: four whole free nodes. Leaf 1: one whole free node, three full.
+TEST(PlacementTest, SmallRequestsFillTheFrontAndLeaveBackLeavesWhole) {
   std::vector<NodeSpec> nodes = MakeFleet(FleetShape{1, 1, 2, 4});
-  for (int n = 5; n < 8; ++n) Occupy(nodes, n, 8, 100 + n);
   Snapshot snapshot = MustBuild(nodes);
   Scheduler scheduler(SchedulerOptions{});
-  absl::StatusOr<Placement> placement = scheduler.Place(snapshot, Request{1, 1, 0});
-  ASSERT_TRUE(placement.ok());
-  EXPECT_EQ(placement->nodes[0].node, 4);
-  EXPECT_EQ(snapshot.state().LeafWholeFree(0), 4);
+  for (InstanceId id = 1; id <= 33; ++id) {
+    ASSERT_TRUE(scheduler.Place(snapshot, Request{id, 1, 0}).ok());
+  }
+  // Leaf 0 is full; the 33rd request broke one node of leaf 1.
+  EXPECT_EQ(snapshot.state().LeafWholeFree(0), 0);
+  EXPECT_EQ(snapshot.state().LeafWholeFree(1), 3);
+  EXPECT_EQ(snapshot.InstanceNodes(33)[0].node, 4);
+  // A GPU freed at the front is used before the back is touched again.
+  snapshot.Release(9);  // on node 1
+  absl::StatusOr<Placement> next = scheduler.Place(snapshot, Request{34, 1, 0});
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->nodes[0].node, 1);
+  EXPECT_EQ(snapshot.state().LeafWholeFree(1), 3);
+  EXPECT_TRUE(snapshot.CheckInvariants());
 }
 
 TEST(PlacementTest, GangTakesTheSmallestLeafThatHoldsIt) {
@@ -207,7 +223,7 @@ TEST(PlacementTest, BaselinePoliciesBehaveAsNamed) {
       {Policy::kFirstFit, 0},
       {Policy::kBestFit, 1},
       {Policy::kTopologyTree, 1},
-      {Policy::kDefault, 1},
+      {Policy::kDefault, 0},  // first in topology order
       {Policy::kSpread, 0},
   };
   for (const Case& c : cases) {
