@@ -233,11 +233,15 @@ class BillingLoop {
  public:
   BillingLoop(Billing& billing, const Clock& clock);
   ~BillingLoop();
+  // With a gate, runs bill only while this replica leads, fenced with its
+  // epoch (control/leadership.h). Set before Start().
+  void SetLeaderGate(const store::LeaderGate* gate);
   void Start();
   void Stop();
 
  private:
   struct State;
+  void RunTurn();
   Billing& billing_;
   const Clock& clock_;
   std::unique_ptr<State> state_;

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "metrics/metrics.h"
 #include "spdlog/spdlog.h"
 
 namespace sv::control {
@@ -43,13 +44,31 @@ void ControlLoops::Stop() {
 }
 
 absl::Status ControlLoops::PlaceNow() {
+  store::LeaderTurn turn(gate_);
+  if (!turn.ok()) return absl::OkStatus();
   const absl::Time start = clock_.Now();
-  auto placed = scheduling_.RunPass(start);
-  if (!placed.ok()) return placed.status();
-  if (*placed > 0) {
+  auto outcome = scheduling_.RunPass(start);
+  auto& registry = metrics::Registry::Default();
+  const double seconds = absl::ToDoubleSeconds(clock_.Now() - start);
+  registry.IncrementCounter("sv_scheduler_passes_total", "Queue passes run, by result.",
+                            {{"result", outcome.ok() ? "ok" : "error"}});
+  registry.ObserveHistogram("sv_scheduler_pass_seconds",
+                            "Wall time of a queue pass (read, decide, write, commit).", {},
+                            seconds, metrics::LatencyBoundsSeconds());
+  if (!outcome.ok()) return outcome.status();
+  registry.IncrementCounter("sv_scheduler_decisions_total",
+                            "Queue verdicts written, by decision.", {{"decision", "placed"}},
+                            outcome->placed);
+  registry.IncrementCounter("sv_scheduler_decisions_total",
+                            "Queue verdicts written, by decision.", {{"decision", "waiting"}},
+                            outcome->waiting);
+  registry.SetGauge("sv_scheduler_last_pass_waiting",
+                    "Instances left waiting by the last queue pass of this replica.", {},
+                    outcome->waiting);
+  if (outcome->placed > 0) {
     // The pass's wall time (read, decide, write, commit) is the figure an
     // operator needs when the queue or the fleet grows.
-    spdlog::info("control: placed {} instance(s); pass took {} ms", *placed,
+    spdlog::info("control: placed {} instance(s); pass took {} ms", outcome->placed,
                  absl::ToInt64Milliseconds(clock_.Now() - start));
   }
   return absl::OkStatus();

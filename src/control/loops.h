@@ -22,7 +22,8 @@ struct LoopOptions {
 // The control loops of svd: the scheduling loop (queue passes of
 // sv_scheduler, see control/scheduling.h). Simulated nodes have simulated
 // agents of their own (src/sim). Passes are serialised by a PostgreSQL
-// advisory lock, so several svd replicas may run them safely.
+// advisory lock; with a leader gate set they run only on the leader, fenced
+// with its epoch (control/leadership.h).
 class ControlLoops {
  public:
   ControlLoops(store::Store& store, const Clock& clock, LoopOptions options);
@@ -31,7 +32,15 @@ class ControlLoops {
   void Start();
   void Stop();
 
-  // Runs one placement pass now, in the caller's thread.
+  // Leader-only work (queue passes here; the node monitor and billing loop
+  // ask the same gate) runs only while `gate` says this replica leads. Set
+  // before Start(); null (the default) runs every pass unfenced.
+  void SetLeaderGate(const store::LeaderGate* gate) { gate_ = gate; }
+  const store::LeaderGate* leader_gate() const { return gate_; }
+
+  // Runs one placement pass now, in the caller's thread; on a replica that
+  // does not lead it does nothing (the leader's loop places within
+  // placement_interval).
   absl::Status PlaceNow();
   // Resize, admission and operator calls of the API share the loop's
   // scheduler settings.
@@ -46,6 +55,7 @@ class ControlLoops {
   const Clock& clock_;
   LoopOptions options_;
   Scheduling scheduling_;
+  const store::LeaderGate* gate_ = nullptr;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;

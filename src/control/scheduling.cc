@@ -264,7 +264,7 @@ absl::Status CheckAdmission(const store::AdmissionView& view, const std::string&
 Scheduling::Scheduling(store::Database& db, SchedulingOptions options)
     : store_(db), options_(options) {}
 
-absl::StatusOr<int> Scheduling::RunPass(absl::Time now) {
+absl::StatusOr<store::PassOutcome> Scheduling::RunPass(absl::Time now) {
   store::BeforeCommitHook hook;
   if (options_.crash_after_decide) {
     hook = [] {
@@ -276,8 +276,7 @@ absl::StatusOr<int> Scheduling::RunPass(absl::Time now) {
   auto outcome = store_.RunQueuePass(
       [this](const store::FleetView& view) { return DecideQueue(view, options_); },
       options_.queue_max, now, hook);
-  if (!outcome.ok()) return outcome.status();
-  return outcome->placed;
+  return outcome;
 }
 
 absl::StatusOr<int> Scheduling::Resize(const std::string& tenant_id, const std::string& id,

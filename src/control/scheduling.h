@@ -58,8 +58,9 @@ class Scheduling {
  public:
   Scheduling(store::Database& db, SchedulingOptions options);
 
-  // One queue pass; returns how many instances were placed.
-  absl::StatusOr<int> RunPass(absl::Time now);
+  // One queue pass; returns how many instances were placed and how many
+  // stay waiting.
+  absl::StatusOr<store::PassOutcome> RunPass(absl::Time now);
   // Returns the GPU count before the resize.
   absl::StatusOr<int> Resize(const std::string& tenant_id, const std::string& id,
                              int new_gpu_count, absl::Time now);

@@ -14,6 +14,27 @@ bool IsRetryable(const std::string& sqlstate) {
   return sqlstate == "40001" || sqlstate == "40P01";
 }
 
+// The epoch of the leader whose work the current thread does (FenceScope).
+thread_local std::optional<int64_t> t_fence_epoch;
+
+// The shared lock makes a new leader's epoch bump wait for this transaction.
+absl::Status CheckFence(pqxx::work& txn, int64_t epoch) {
+  auto rows = txn.exec("SELECT epoch FROM leader_fence WHERE name = 'control' FOR SHARE");
+  const int64_t current = rows.empty() ? -1 : rows[0][0].as<int64_t>();
+  if (current == epoch) return absl::OkStatus();
+  return Error(absl::StatusCode::kFailedPrecondition, "NOT_LEADER",
+               absl::StrCat("this replica's leadership (epoch ", epoch,
+                            ") ended; the leader epoch is now ", current,
+                            "; the write was rejected"));
+}
+
+// A connection that failed this way is useless even if libpq still calls it
+// open (a server shutting down, a read-only standby after a failover).
+bool ConnectionUnusable(const absl::Status& status) {
+  const std::string reason = ReasonOf(status);
+  return reason == "DATABASE_UNAVAILABLE" || reason == "DATABASE_READ_ONLY";
+}
+
 }  // namespace
 
 Database::Database(DatabaseOptions options) : options_(std::move(options)) {}
@@ -90,35 +111,114 @@ absl::Status Database::Ping() {
 
 absl::Status Database::Transact(
     const std::function<absl::Status(pqxx::work&)>& body) {
+  const std::optional<int64_t> fence = FenceScope::Current();
+  const absl::Time reconnect_deadline = absl::Now() + options_.reconnect_window;
+  absl::Duration backoff = absl::Milliseconds(50);
   absl::Status last;
-  for (int attempt = 0; attempt < options_.transaction_retries_max; ++attempt) {
+  int conflicts = 0;
+  for (;;) {
     std::unique_ptr<pqxx::connection> connection;
-    SV_RETURN_IF_ERROR(Acquire(&connection));
-    bool retry = false;
-    try {
-      pqxx::work txn(*connection);
-      absl::Status status = body(txn);
-      if (status.ok()) {
-        txn.commit();
-      } else {
-        txn.abort();
+    bool lost = false;
+    absl::Status acquired = Acquire(&connection);
+    if (!acquired.ok()) {
+      // BUSY is the pool's own bound; anything else means no server answers
+      // (restart, failover in progress): wait for it within the window.
+      if (acquired.code() != absl::StatusCode::kUnavailable ||
+          ReasonOf(acquired) == "DATABASE_BUSY") {
+        return acquired;
+      }
+      last = acquired;
+      lost = true;
+    } else {
+      bool committing = false;
+      try {
+        pqxx::work txn(*connection);
+        absl::Status status = absl::OkStatus();
+        if (fence.has_value()) status = CheckFence(txn, *fence);
+        if (status.ok()) status = body(txn);
+        if (status.ok()) {
+          committing = true;
+          txn.commit();
+        } else {
+          txn.abort();
+        }
+        Release(std::move(connection));
+        return status;
+      } catch (...) {
+        last = StatusFromCurrentException();
+        const bool open = connection != nullptr && connection->is_open();
+        if (committing && (!open || ReasonOf(last) == "COMMIT_IN_DOUBT")) {
+          // COMMIT was sent and no answer came: it may or may not have
+          // happened. Never report success, never retry blindly; callers
+          // retry with their idempotency key.
+          broken_connections_.fetch_add(1);
+          connection.reset();
+          Release(nullptr);
+          DropIdle();
+          return Error(absl::StatusCode::kUnavailable, "COMMIT_IN_DOUBT",
+                       "the database connection was lost during COMMIT, so the outcome "
+                       "is unknown; retry with the same request_id");
+        }
+        // A read-only server is a standby or a demoted primary after a
+        // failover: drop the connection so the next one finds the primary.
+        if (!open || ConnectionUnusable(last)) {
+          broken_connections_.fetch_add(1);
+          connection.reset();
+          lost = true;
+        }
       }
       Release(std::move(connection));
-      return status;
-    } catch (const pqxx::broken_connection&) {
-      last = StatusFromCurrentException();
-      connection.reset();
-      retry = attempt == 0;  // A stale pooled connection: try one fresh one.
-    } catch (...) {
-      last = StatusFromCurrentException();
-      retry = last.code() == absl::StatusCode::kAborted;
     }
-    Release(std::move(connection));
-    if (!retry) return last;
+    if (lost) {
+      DropIdle();
+      if (absl::Now() + backoff > reconnect_deadline) {
+        if (last.code() != absl::StatusCode::kUnavailable) {
+          return Error(absl::StatusCode::kUnavailable, "DATABASE_UNAVAILABLE",
+                       absl::StrCat("database connection lost: ", last.message()));
+        }
+        return last;
+      }
+      reconnect_retries_.fetch_add(1);
+      spdlog::debug("store: reconnecting after: {}", last.ToString());
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, absl::Milliseconds(500));
+      continue;
+    }
+    if (last.code() != absl::StatusCode::kAborted) return last;
+    if (++conflicts >= options_.transaction_retries_max) {
+      return Error(absl::StatusCode::kAborted, "TRANSACTION_CONFLICT",
+                   absl::StrCat("transaction kept conflicting: ", last.message()));
+    }
     spdlog::debug("store: retrying transaction after: {}", last.ToString());
   }
-  return Error(absl::StatusCode::kAborted, "TRANSACTION_CONFLICT",
-               absl::StrCat("transaction kept conflicting: ", last.message()));
+}
+
+void Database::DropIdle() {
+  std::vector<std::unique_ptr<pqxx::connection>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    dropped.swap(idle_);
+    open_count_ -= static_cast<int>(dropped.size());
+    released_.notify_all();
+  }
+  // Closing happens outside the lock; a broken socket closes at once.
+}
+
+FenceScope::FenceScope(int64_t epoch) : previous_(t_fence_epoch) { t_fence_epoch = epoch; }
+
+FenceScope::~FenceScope() { t_fence_epoch = previous_; }
+
+std::optional<int64_t> FenceScope::Current() { return t_fence_epoch; }
+
+LeaderTurn::LeaderTurn(const LeaderGate* gate) {
+  if (gate == nullptr) {
+    ok_ = true;
+    return;
+  }
+  std::optional<int64_t> epoch = gate->LeaderEpoch();
+  if (!epoch.has_value()) return;
+  fence_.emplace(*epoch);
+  ok_ = true;
 }
 
 absl::Status Database::WithConnection(
@@ -161,7 +261,12 @@ absl::Status StatusFromCurrentException() {
       return Error(absl::StatusCode::kDeadlineExceeded, "DATABASE_TIMEOUT",
                    "a database statement timed out");
     }
-    if (state.rfind("08", 0) == 0 || state == "57P01" || state == "57P03") {
+    if (state == "25006") {
+      return Error(absl::StatusCode::kUnavailable, "DATABASE_READ_ONLY",
+                   "the database server is read-only (a standby, or failing over)");
+    }
+    if (state.rfind("08", 0) == 0 || state == "57P01" || state == "57P02" ||
+        state == "57P03") {
       return Error(absl::StatusCode::kUnavailable, "DATABASE_UNAVAILABLE", e.what());
     }
     spdlog::error("store: SQL error {}: {}", state, e.what());
