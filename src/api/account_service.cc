@@ -23,6 +23,9 @@ class AccountServiceImpl final : public v1::AccountService::Service {
     response->set_tenant_name(who->tenant_name);
     response->set_api_key_id(who->api_key_id);
     response->set_role(who->role == store::Role::kOperator ? v1::OPERATOR : v1::MEMBER);
+    response->set_tenant_role(static_cast<v1::TenantRole>(static_cast<int>(who->tenant_role) + 1));
+    response->set_key_scope(who->scope == store::KeyScope::kReadOnly ? v1::KEY_SCOPE_READ_ONLY
+                                                                      : v1::KEY_SCOPE_FULL);
     return Finish("GetCurrentAccount", &*who, "", absl::OkStatus());
   }
 

@@ -16,11 +16,22 @@ bool IsBase32(const std::string& s) {
 }
 }  // namespace
 
+std::string SaltedSecretHash(const std::string& salt, const std::string& secret) {
+  return Sha256Hex(absl::StrCat(salt, ":", Sha256Hex(secret)));
+}
+
+void HashKey(const std::string& secret, std::string* salt, std::string* secret_hash) {
+  *salt = RandomToken(32);
+  *secret_hash = SaltedSecretHash(*salt, secret);
+}
+
 GeneratedKey NewApiKey() {
   std::string id_part = RandomToken(kIdPartLength);
   std::string secret = RandomToken(kSecretLength);
-  return {absl::StrCat("key-", id_part), absl::StrCat("sv_", id_part, "_", secret),
-          Sha256Hex(secret)};
+  GeneratedKey key{absl::StrCat("key-", id_part), absl::StrCat("sv_", id_part, "_", secret),
+                   "", ""};
+  HashKey(secret, &key.salt, &key.secret_hash);
+  return key;
 }
 
 std::optional<ParsedKey> ParseApiKey(const std::string& plaintext) {

@@ -1,7 +1,10 @@
 #include "api/auth.h"
 
 #include "api/api_keys.h"
+#include "api/authz.h"
+#include "api/authz_interceptor.h"
 #include "common/ids.h"
+#include "common/log_context.h"
 #include "common/status.h"
 
 namespace sv::api {
@@ -21,12 +24,22 @@ absl::Status RateLimited(const std::string& what, absl::Duration wait) {
 
 Authenticator::Authenticator(store::Store& store, const Clock& clock, AuthOptions options)
     : store_(store),
+      clock_(clock),
       per_key_(clock, options.per_key),
       per_tenant_(clock, options.per_tenant),
       failures_per_peer_(clock, options.failures_per_peer) {}
 
 absl::StatusOr<store::Principal> Authenticator::Authenticate(
-    const grpc::ServerContext& context) const {
+    const grpc::ServerContextBase& context) const {
+  auto call = CallRegistry::Default().Find(&context);
+  if (!call.has_value()) {
+    return Error(absl::StatusCode::kInternal, "NO_AUTHZ_CONTEXT",
+                 "the call did not pass through the authorization interceptor");
+  }
+  if (call->rule == nullptr || call->rule->permission == Permission::kNodeAgent) {
+    return Error(absl::StatusCode::kPermissionDenied, "NO_AUTHZ_RULE",
+                 "the method " + call->method + " has no authorization rule");
+  }
   auto who = Identify(context);
   if (!who.ok()) {
     if (who.status().code() != absl::StatusCode::kUnauthenticated) return who.status();
@@ -37,15 +50,18 @@ absl::StatusOr<store::Principal> Authenticator::Authenticate(
     if (wait > absl::ZeroDuration()) return RateLimited("failed authentications", wait);
     return who.status();
   }
+  logging::SetTenant(who->tenant_id);  // Log lines of this call name the tenant.
   absl::Duration wait = per_key_.Take(who->api_key_id);
   if (wait > absl::ZeroDuration()) return RateLimited("this API key", wait);
   wait = per_tenant_.Take(who->tenant_id);
   if (wait > absl::ZeroDuration()) return RateLimited("this tenant", wait);
+  CallRegistry::Default().SetPrincipal(&context, *who);
+  SV_RETURN_IF_ERROR(Authorize(*who, *call->rule));
   return who;
 }
 
 absl::StatusOr<store::Principal> Authenticator::Identify(
-    const grpc::ServerContext& context) const {
+    const grpc::ServerContextBase& context) const {
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");
   if (it == metadata.end()) {
@@ -66,10 +82,13 @@ absl::StatusOr<store::Principal> Authenticator::Identify(
   if (!record.ok()) return record.status();
   // Compare digests in constant time; an unknown key id and a wrong secret
   // give the same answer so neither can be probed.
-  if (!ConstantTimeEquals(Sha256Hex(key->secret), record->secret_sha256)) {
+  if (!ConstantTimeEquals(SaltedSecretHash(record->salt, key->secret), record->secret_hash)) {
     return Unauthenticated("API_KEY_UNKNOWN", "the API key is not known");
   }
   if (record->revoked) return Unauthenticated("API_KEY_REVOKED", "the API key was revoked");
+  if (record->expires_at.has_value() && clock_.Now() >= *record->expires_at) {
+    return Unauthenticated("API_KEY_EXPIRED", "the API key has expired");
+  }
   return record->principal;
 }
 

@@ -12,7 +12,13 @@ namespace sv::api {
 
 // Resolves the caller of an RPC from its `authorization: Bearer <key>`
 // header. Fails with UNAUTHENTICATED (and a reason) for a missing, malformed,
-// unknown, wrong or revoked key.
+// unknown, wrong, expired or revoked key.
+//
+// It is also the single authorization point: the call's method comes from
+// the AuthzInterceptor (authz_interceptor.h), its rule from the table of
+// authz.h, and a caller without the permission gets PERMISSION_DENIED. A call
+// that did not pass through the interceptor, or whose method has no rule,
+// is refused (fail closed). Every service calls Authenticate first.
 //
 // Authenticated calls are then rate limited per key and per tenant (token
 // buckets); over a limit the answer is RESOURCE_EXHAUSTED / RATE_LIMITED
@@ -27,12 +33,13 @@ struct AuthOptions {
 class Authenticator {
  public:
   Authenticator(store::Store& store, const Clock& clock, AuthOptions options = {});
-  absl::StatusOr<store::Principal> Authenticate(const grpc::ServerContext& context) const;
+  absl::StatusOr<store::Principal> Authenticate(const grpc::ServerContextBase& context) const;
 
  private:
-  absl::StatusOr<store::Principal> Identify(const grpc::ServerContext& context) const;
+  absl::StatusOr<store::Principal> Identify(const grpc::ServerContextBase& context) const;
 
   store::Store& store_;
+  const Clock& clock_;
   mutable RateLimiter per_key_;
   mutable RateLimiter per_tenant_;
   mutable RateLimiter failures_per_peer_;

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "api/auth.h"
+#include "api/internal/security_util.h"
 #include "api/internal/service_util.h"
 
 namespace sv::api {
@@ -15,6 +16,10 @@ struct ApiServices::Impl {
     services.push_back(internal::NewSchedulerAdminService(deps, auth));
     services.push_back(internal::NewBillingService(deps, auth));
     services.push_back(internal::NewBillingAdminService(deps, auth));
+    services.push_back(internal::NewApiKeyService(deps, auth));
+    services.push_back(internal::NewUserService(deps, auth));
+    services.push_back(internal::NewAuditService(deps, auth));
+    services.push_back(internal::NewBudgetService(deps, auth));
   }
   Authenticator auth;
   std::vector<std::unique_ptr<grpc::Service>> services;

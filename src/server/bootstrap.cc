@@ -49,8 +49,10 @@ absl::StatusOr<std::string> EnsureKeyFromFile(store::Store& store, const Clock& 
     return Error(absl::StatusCode::kFailedPrecondition, "BAD_KEY_FILE",
                  absl::StrCat(path, " does not hold an sv API key"));
   }
+  std::string salt, secret_hash;
+  api::HashKey(parsed->secret, &salt, &secret_hash);
   SV_RETURN_IF_ERROR(store.EnsureTenantWithKey(
-      {tenant_name, email, role, parsed->key_id, Sha256Hex(parsed->secret)}, clock.Now()));
+      {tenant_name, email, role, parsed->key_id, salt, secret_hash}, clock.Now()));
   return plaintext;
 }
 

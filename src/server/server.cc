@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "api/agent_service.h"
+#include "api/authz_interceptor.h"
 #include "api/metrics_interceptor.h"
 #include "api/services.h"
 #include "metrics/metrics.h"
@@ -172,6 +173,9 @@ int RunServer(const ServerOptions& options) {
   {
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> hooks;
     hooks.push_back(std::make_unique<api::MetricsInterceptorFactory>());
+    // Authorization context and the audit log of every call (docs/security.md).
+    hooks.push_back(
+        std::make_unique<api::AuthzInterceptorFactory>(api::DatabaseAuditSink(db, clock)));
     builder.experimental().SetInterceptorCreators(std::move(hooks));
   }
   api.RegisterWith(builder);

@@ -136,27 +136,62 @@ std::string InstanceStateName(InstanceState state) {
 
 // ---- Tenancy ---------------------------------------------------------------
 
+const char* TenantRoleName(TenantRole role) {
+  switch (role) {
+    case TenantRole::kViewer: return "viewer";
+    case TenantRole::kBilling: return "billing";
+    case TenantRole::kMember: return "member";
+    case TenantRole::kOwner: return "owner";
+  }
+  return "viewer";
+}
+
+std::optional<TenantRole> ParseTenantRole(const std::string& name) {
+  for (TenantRole r : {TenantRole::kViewer, TenantRole::kBilling, TenantRole::kMember,
+                       TenantRole::kOwner}) {
+    if (name == TenantRoleName(r)) return r;
+  }
+  return std::nullopt;
+}
+
+const char* KeyScopeName(KeyScope scope) {
+  return scope == KeyScope::kReadOnly ? "read_only" : "full";
+}
+
 absl::StatusOr<ApiKeyRecord> Store::LookupApiKey(const std::string& key_id) {
   ApiKeyRecord record;
   bool found = false;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    // A key without a membership (its user was removed from the tenant)
+    // reads as unknown, except the platform admin's.
     auto rows = txn.exec_params(
-        "SELECT k.secret_sha256, k.revoked_at IS NOT NULL, u.id, u.email, u.role, "
-        "t.id, t.name FROM api_keys k JOIN users u ON u.id = k.user_id "
-        "JOIN tenants t ON t.id = k.tenant_id WHERE k.id = $1",
+        "SELECT k.salt, k.secret_hash, k.revoked_at IS NOT NULL, u.id, u.email, u.role, "
+        "t.id, t.name, coalesce(m.role, 'viewer'), k.scope, "
+        + MicrosOf("k.expires_at") + ", m.role IS NOT NULL "
+        "FROM api_keys k JOIN users u ON u.id = k.user_id "
+        "JOIN tenants t ON t.id = k.tenant_id "
+        "LEFT JOIN memberships m ON m.tenant_id = k.tenant_id AND m.user_id = k.user_id "
+        "WHERE k.id = $1",
         key_id);
     if (rows.empty()) return absl::OkStatus();
-    found = true;
     const auto& row = rows[0];
-    record.secret_sha256 = row[0].as<std::string>();
-    record.revoked = row[1].as<bool>();
+    const bool operator_user = row[5].as<std::string>() == "operator";
+    if (!row[11].as<bool>() && !operator_user) return absl::OkStatus();
+    found = true;
+    record.salt = row[0].as<std::string>();
+    record.secret_hash = row[1].as<std::string>();
+    record.revoked = row[2].as<bool>();
     record.principal = {key_id,
-                        row[2].as<std::string>(),
                         row[3].as<std::string>(),
-                        row[5].as<std::string>(),
+                        row[4].as<std::string>(),
                         row[6].as<std::string>(),
-                        row[4].as<std::string>() == "operator" ? Role::kOperator
-                                                               : Role::kMember};
+                        row[7].as<std::string>(),
+                        operator_user ? Role::kOperator : Role::kMember};
+    record.principal.tenant_role =
+        ParseTenantRole(row[8].as<std::string>()).value_or(TenantRole::kViewer);
+    record.principal.scope =
+        row[9].as<std::string>() == "read_only" ? KeyScope::kReadOnly : KeyScope::kFull;
+    if (!row[10].is_null()) record.expires_at = TimeFromMicros(row[10].as<int64_t>());
     return absl::OkStatus();
   }));
   if (!found) {
@@ -192,10 +227,14 @@ absl::StatusOr<CreatedTenant> Store::CreateTenant(const NewTenant& tenant, absl:
                                 "' already exists"));
     }
     txn.exec_params(
-        "INSERT INTO api_keys (id, user_id, tenant_id, secret_sha256, created_at) "
-        "VALUES ($1, $2, $3, $4, $5::timestamptz)",
-        tenant.api_key_id, created.user_id, created.tenant.id,
-        tenant.api_key_secret_sha256, SqlTime(now));
+        "INSERT INTO memberships (tenant_id, user_id, role, created_at) "
+        "VALUES ($1, $2, 'owner', $3::timestamptz)",
+        created.tenant.id, created.user_id, SqlTime(now));
+    txn.exec_params(
+        "INSERT INTO api_keys (id, user_id, tenant_id, salt, secret_hash, created_at, name) "
+        "VALUES ($1, $2, $3, $4, $5, $6::timestamptz, 'initial')",
+        tenant.api_key_id, created.user_id, created.tenant.id, tenant.api_key_salt,
+        tenant.api_key_secret_hash, SqlTime(now));
     return absl::OkStatus();
   });
   if (!status.ok()) return status;
@@ -224,12 +263,18 @@ absl::Status Store::EnsureTenantWithKey(const NewTenant& tenant, absl::Time now)
                                 " belongs to another tenant"));
     }
     txn.exec_params(
-        "INSERT INTO api_keys (id, user_id, tenant_id, secret_sha256, created_at) "
-        "VALUES ($1, $2, $3, $4, $5::timestamptz) ON CONFLICT (id) DO UPDATE SET "
-        "secret_sha256 = EXCLUDED.secret_sha256, revoked_at = NULL "
+        "INSERT INTO memberships (tenant_id, user_id, role, created_at) "
+        "VALUES ($1, $2, 'owner', $3::timestamptz) ON CONFLICT DO NOTHING",
+        tenant_id, user[0].as<std::string>(), SqlTime(now));
+    // The key file is the truth: its key is (re)enabled with a fresh salt.
+    txn.exec_params(
+        "INSERT INTO api_keys (id, user_id, tenant_id, salt, secret_hash, created_at, name) "
+        "VALUES ($1, $2, $3, $4, $5, $6::timestamptz, 'bootstrap') "
+        "ON CONFLICT (id) DO UPDATE SET salt = EXCLUDED.salt, "
+        "secret_hash = EXCLUDED.secret_hash, revoked_at = NULL, expires_at = NULL "
         "WHERE api_keys.user_id = EXCLUDED.user_id",
-        tenant.api_key_id, user[0].as<std::string>(), tenant_id,
-        tenant.api_key_secret_sha256, SqlTime(now));
+        tenant.api_key_id, user[0].as<std::string>(), tenant_id, tenant.api_key_salt,
+        tenant.api_key_secret_hash, SqlTime(now));
     return absl::OkStatus();
   });
 }

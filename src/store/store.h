@@ -17,22 +17,39 @@ namespace sv::store {
 // ---- Tenancy ---------------------------------------------------------------
 
 enum class Role { kMember, kOperator };
+// kOperator marks the platform admin (users.role = 'operator'); every other
+// user is kMember here and has a TenantRole in the tenant of its key.
 
 // Who is behind an API key.
+// A user's role in an organisation (memberships.role). See docs/security.md.
+enum class TenantRole { kViewer, kBilling, kMember, kOwner };
+
+// What an API key may do: read-only keys reach only read methods.
+enum class KeyScope { kFull, kReadOnly };
+
+const char* TenantRoleName(TenantRole role);
+std::optional<TenantRole> ParseTenantRole(const std::string& name);
+const char* KeyScopeName(KeyScope scope);
+
 struct Principal {
   std::string api_key_id;
   std::string user_id;
   std::string user_email;
   std::string tenant_id;
   std::string tenant_name;
-  Role role = Role::kMember;
+  Role role = Role::kMember;  // kOperator: the platform admin.
+  TenantRole tenant_role = TenantRole::kViewer;
+  KeyScope scope = KeyScope::kFull;
+  bool platform_admin() const { return role == Role::kOperator; }
 };
 
 struct ApiKeyRecord {
   Principal principal;
-  std::string secret_sha256;
+  std::string salt;
+  std::string secret_hash;  // See api/api_keys.h for how it is computed.
   bool revoked = false;
 };
+  std::optional<absl::Time> expires_at;
 
 struct TenantRecord {
   std::string id;
@@ -44,9 +61,10 @@ struct NewTenant {
   std::string name;
   std::string owner_email;
   Role owner_role = Role::kMember;
-  // The key to register for the owner: its public id and secret hash.
+  // The key to register for the owner: its public id, salt and salted hash.
   std::string api_key_id;
-  std::string api_key_secret_sha256;
+  std::string api_key_salt;
+  std::string api_key_secret_hash;
 };
 
 struct CreatedTenant {

@@ -1,0 +1,375 @@
+#include "store/security_store.h"
+
+#include <pqxx/pqxx>
+
+#include "absl/strings/str_cat.h"
+#include "common/ids.h"
+#include "common/status.h"
+
+namespace sv::store {
+namespace {
+
+const std::string kKeyColumns = absl::StrCat(
+    "k.id, k.user_id, u.email, k.tenant_id, k.name, k.scope, ", MicrosOf("k.created_at"), ", ",
+    MicrosOf("k.expires_at"), ", ", MicrosOf("k.revoked_at"), ", coalesce(k.replaced_by, '')");
+
+ApiKeyRow KeyFromRow(const pqxx::row& row) {
+  ApiKeyRow k;
+  k.id = row[0].as<std::string>();
+  k.user_id = row[1].as<std::string>();
+  k.user_email = row[2].as<std::string>();
+  k.tenant_id = row[3].as<std::string>();
+  k.name = row[4].as<std::string>();
+  k.scope = row[5].as<std::string>() == "read_only" ? KeyScope::kReadOnly : KeyScope::kFull;
+  k.created_at = TimeFromMicros(row[6].as<int64_t>());
+  if (!row[7].is_null()) k.expires_at = TimeFromMicros(row[7].as<int64_t>());
+  if (!row[8].is_null()) k.revoked_at = TimeFromMicros(row[8].as<int64_t>());
+  k.replaced_by = row[9].as<std::string>();
+  return k;
+}
+
+std::optional<std::string> OptionalTime(const std::optional<absl::Time>& t) {
+  if (!t.has_value()) return std::nullopt;
+  return SqlTime(*t);
+}
+
+void InsertKey(pqxx::work& txn, const NewApiKeyRow& key, absl::Time now) {
+  txn.exec_params(
+      "INSERT INTO api_keys (id, user_id, tenant_id, salt, secret_hash, created_at, name, "
+      "scope, expires_at) VALUES ($1, $2, $3, $4, $5, $6::timestamptz, $7, $8, "
+      "$9::timestamptz)",
+      key.id, key.user_id, key.tenant_id, key.salt, key.secret_hash, SqlTime(now), key.name,
+      KeyScopeName(key.scope), OptionalTime(key.expires_at));
+}
+
+std::optional<ApiKeyRow> LockKey(pqxx::work& txn, const std::string& tenant_id,
+                                 const std::string& user_id, const std::string& key_id) {
+  auto rows = txn.exec_params(
+      "SELECT " + kKeyColumns +
+          " FROM api_keys k JOIN users u ON u.id = k.user_id "
+          "WHERE k.tenant_id = $1 AND k.id = $2 AND ($3 = '' OR k.user_id = $3) "
+          "FOR UPDATE OF k",
+      tenant_id, key_id, user_id);
+  if (rows.empty()) return std::nullopt;
+  return KeyFromRow(rows[0]);
+}
+
+absl::Status KeyNotFound(const std::string& key_id) {
+  return Error(absl::StatusCode::kNotFound, "API_KEY_NOT_FOUND",
+               absl::StrCat("API key ", key_id.substr(0, 64), " not found"));
+}
+
+absl::Status MemberNotFound(const std::string& user_id) {
+  return Error(absl::StatusCode::kNotFound, "USER_NOT_FOUND",
+               absl::StrCat("user ", user_id.substr(0, 64), " is not a member of the tenant"));
+}
+
+MemberRow MemberFromRow(const pqxx::row& row) {
+  return {row[0].as<std::string>(), row[1].as<std::string>(),
+          ParseTenantRole(row[2].as<std::string>()).value_or(TenantRole::kViewer),
+          TimeFromMicros(row[3].as<int64_t>())};
+}
+
+const std::string kMemberColumns =
+    absl::StrCat("m.user_id, u.email, m.role, ", MicrosOf("m.created_at"));
+
+}  // namespace
+
+// ---- Keys ---------------------------------------------------------------------
+
+absl::Status SecurityStore::CreateApiKey(const NewApiKeyRow& key, absl::Time now) {
+  return db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    InsertKey(txn, key, now);
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::vector<ApiKeyRow>> SecurityStore::ListApiKeys(const std::string& tenant_id,
+                                                                  const std::string& user_id) {
+  std::vector<ApiKeyRow> keys;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    keys.clear();
+    auto rows = txn.exec_params("SELECT " + kKeyColumns +
+                                    " FROM api_keys k JOIN users u ON u.id = k.user_id "
+                                    "WHERE k.tenant_id = $1 AND ($2 = '' OR k.user_id = $2) "
+                                    "ORDER BY k.created_at DESC, k.id LIMIT 1000",
+                                tenant_id, user_id);
+    for (const auto& row : rows) keys.push_back(KeyFromRow(row));
+    return absl::OkStatus();
+  }));
+  return keys;
+}
+
+absl::StatusOr<ApiKeyRow> SecurityStore::RevokeApiKey(const std::string& tenant_id,
+                                                      const std::string& user_id,
+                                                      const std::string& key_id,
+                                                      absl::Time now) {
+  ApiKeyRow result;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    auto key = LockKey(txn, tenant_id, user_id, key_id);
+    if (!key.has_value()) return KeyNotFound(key_id);
+    txn.exec_params(
+        "UPDATE api_keys SET revoked_at = $2::timestamptz WHERE id = $1 AND revoked_at IS NULL",
+        key_id, SqlTime(now));
+    result = *LockKey(txn, tenant_id, user_id, key_id);
+    return absl::OkStatus();
+  }));
+  return result;
+}
+
+absl::StatusOr<ApiKeyRow> SecurityStore::RotateApiKey(const std::string& tenant_id,
+                                                      const std::string& user_id,
+                                                      const std::string& key_id,
+                                                      NewApiKeyRow replacement,
+                                                      absl::Duration overlap, absl::Time now) {
+  ApiKeyRow result;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    auto old = LockKey(txn, tenant_id, user_id, key_id);
+    if (!old.has_value()) return KeyNotFound(key_id);
+    if (old->revoked_at.has_value() || !old->replaced_by.empty() ||
+        (old->expires_at.has_value() && *old->expires_at <= now)) {
+      return Error(absl::StatusCode::kFailedPrecondition, "API_KEY_NOT_ACTIVE",
+                   absl::StrCat("API key ", key_id, " is revoked, expired or already rotated"));
+    }
+    replacement.user_id = old->user_id;
+    replacement.tenant_id = old->tenant_id;
+    replacement.scope = old->scope;
+    if (replacement.name.empty()) replacement.name = old->name;
+    if (!replacement.expires_at.has_value()) replacement.expires_at = old->expires_at;
+    InsertKey(txn, replacement, now);
+    if (overlap <= absl::ZeroDuration()) {
+      txn.exec_params(
+          "UPDATE api_keys SET revoked_at = $2::timestamptz, replaced_by = $3 WHERE id = $1",
+          key_id, SqlTime(now), replacement.id);
+    } else {
+      txn.exec_params(
+          "UPDATE api_keys SET replaced_by = $3, expires_at = "
+          "least(coalesce(expires_at, 'infinity'), $2::timestamptz) WHERE id = $1",
+          key_id, SqlTime(now + overlap), replacement.id);
+    }
+    auto rows = txn.exec_params("SELECT " + kKeyColumns +
+                                    " FROM api_keys k JOIN users u ON u.id = k.user_id "
+                                    "WHERE k.id = $1",
+                                replacement.id);
+    result = KeyFromRow(rows[0]);
+    return absl::OkStatus();
+  }));
+  return result;
+}
+
+// ---- Members ------------------------------------------------------------------
+
+absl::StatusOr<std::vector<MemberRow>> SecurityStore::ListMembers(const std::string& tenant_id) {
+  std::vector<MemberRow> members;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    members.clear();
+    auto rows = txn.exec_params("SELECT " + kMemberColumns +
+                                    " FROM memberships m JOIN users u ON u.id = m.user_id "
+                                    "WHERE m.tenant_id = $1 ORDER BY m.created_at, u.email "
+                                    "LIMIT 1000",
+                                tenant_id);
+    for (const auto& row : rows) members.push_back(MemberFromRow(row));
+    return absl::OkStatus();
+  }));
+  return members;
+}
+
+absl::StatusOr<MemberRow> SecurityStore::AddMember(const std::string& tenant_id,
+                                                   const std::string& email, TenantRole role,
+                                                   NewApiKeyRow first_key, absl::Time now) {
+  MemberRow result;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    txn.exec_params(
+        "INSERT INTO users (id, tenant_id, email, role, created_at) "
+        "VALUES ($1, $2, $3, 'member', $4::timestamptz) ON CONFLICT (email) DO NOTHING",
+        NewId("usr"), tenant_id, email, SqlTime(now));
+    const std::string user_id =
+        txn.exec_params1("SELECT id FROM users WHERE email = $1", email)[0].as<std::string>();
+    auto inserted = txn.exec_params(
+        "INSERT INTO memberships (tenant_id, user_id, role, created_at) "
+        "VALUES ($1, $2, $3, $4::timestamptz) ON CONFLICT DO NOTHING RETURNING 1",
+        tenant_id, user_id, TenantRoleName(role), SqlTime(now));
+    if (inserted.empty()) {
+      return Error(absl::StatusCode::kAlreadyExists, "ALREADY_A_MEMBER",
+                   absl::StrCat(email, " is already a member of the tenant"));
+    }
+    first_key.user_id = user_id;
+    first_key.tenant_id = tenant_id;
+    InsertKey(txn, first_key, now);
+    result = {user_id, email, role, now};
+    return absl::OkStatus();
+  }));
+  return result;
+}
+
+absl::StatusOr<MemberRow> SecurityStore::SetMemberRole(const std::string& tenant_id,
+                                                       const std::string& user_id,
+                                                       TenantRole role) {
+  MemberRow result;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    // Lock every owner row of the tenant so two demotions cannot race past
+    // the last-owner check.
+    auto owners = txn.exec_params(
+        "SELECT user_id FROM memberships WHERE tenant_id = $1 AND role = 'owner' FOR UPDATE",
+        tenant_id);
+    auto current = txn.exec_params(
+        "SELECT role FROM memberships WHERE tenant_id = $1 AND user_id = $2 FOR UPDATE",
+        tenant_id, user_id);
+    if (current.empty()) return MemberNotFound(user_id);
+    if (current[0][0].as<std::string>() == "owner" && role != TenantRole::kOwner &&
+        owners.size() <= 1) {
+      return Error(absl::StatusCode::kFailedPrecondition, "LAST_OWNER",
+                   "the tenant must keep at least one owner");
+    }
+    txn.exec_params("UPDATE memberships SET role = $3 WHERE tenant_id = $1 AND user_id = $2",
+                    tenant_id, user_id, TenantRoleName(role));
+    auto rows = txn.exec_params("SELECT " + kMemberColumns +
+                                    " FROM memberships m JOIN users u ON u.id = m.user_id "
+                                    "WHERE m.tenant_id = $1 AND m.user_id = $2",
+                                tenant_id, user_id);
+    result = MemberFromRow(rows[0]);
+    return absl::OkStatus();
+  }));
+  return result;
+}
+
+absl::Status SecurityStore::RemoveMember(const std::string& tenant_id,
+                                         const std::string& user_id, absl::Time now) {
+  return db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    auto owners = txn.exec_params(
+        "SELECT user_id FROM memberships WHERE tenant_id = $1 AND role = 'owner' FOR UPDATE",
+        tenant_id);
+    auto current = txn.exec_params(
+        "SELECT role FROM memberships WHERE tenant_id = $1 AND user_id = $2 FOR UPDATE",
+        tenant_id, user_id);
+    if (current.empty()) return MemberNotFound(user_id);
+    if (current[0][0].as<std::string>() == "owner" && owners.size() <= 1) {
+      return Error(absl::StatusCode::kFailedPrecondition, "LAST_OWNER",
+                   "the tenant must keep at least one owner");
+    }
+    txn.exec_params("DELETE FROM memberships WHERE tenant_id = $1 AND user_id = $2", tenant_id,
+                    user_id);
+    txn.exec_params(
+        "UPDATE api_keys SET revoked_at = $3::timestamptz "
+        "WHERE tenant_id = $1 AND user_id = $2 AND revoked_at IS NULL",
+        tenant_id, user_id, SqlTime(now));
+    return absl::OkStatus();
+  });
+}
+
+// ---- Audit --------------------------------------------------------------------
+
+absl::Status SecurityStore::AppendAudit(const AuditRow& row) {
+  return db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    txn.exec_params(
+        "INSERT INTO audit_log (at, tenant_id, user_id, user_email, api_key_id, method, "
+        "request_id, code, reason, peer) VALUES ($1::timestamptz, $2, $3, $4, $5, $6, $7, $8, "
+        "$9, $10)",
+        SqlTime(row.at), row.tenant_id, row.user_id, row.user_email, row.api_key_id,
+        row.method, row.request_id, row.code, row.reason, row.peer);
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::vector<AuditRow>> SecurityStore::ListAudit(const AuditFilter& filter) {
+  std::vector<AuditRow> out;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    out.clear();
+    auto rows = txn.exec_params(
+        "SELECT id, " + MicrosOf("at") +
+            ", tenant_id, user_id, user_email, api_key_id, method, request_id, code, reason, "
+            "peer FROM audit_log WHERE ($1 = '' OR tenant_id = $1) AND ($2 = 0 OR id < $2) "
+            "ORDER BY id DESC LIMIT $3",
+        filter.tenant_id, filter.before_id, filter.limit);
+    for (const auto& r : rows) {
+      out.push_back({r[0].as<int64_t>(), TimeFromMicros(r[1].as<int64_t>()),
+                     r[2].as<std::string>(), r[3].as<std::string>(), r[4].as<std::string>(),
+                     r[5].as<std::string>(), r[6].as<std::string>(), r[7].as<std::string>(),
+                     r[8].as<std::string>(), r[9].as<std::string>(), r[10].as<std::string>()});
+    }
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+// ---- Spend cap ------------------------------------------------------------------
+
+absl::StatusOr<std::optional<int64_t>> SecurityStore::GetSpendCap(const std::string& tenant_id) {
+  std::optional<int64_t> cap;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    cap.reset();
+    auto rows = txn.exec_params(
+        "SELECT monthly_spend_cap_micros FROM tenant_budgets WHERE tenant_id = $1", tenant_id);
+    if (!rows.empty()) cap = rows[0][0].as<int64_t>();
+    return absl::OkStatus();
+  }));
+  return cap;
+}
+
+absl::Status SecurityStore::SetSpendCap(const std::string& tenant_id,
+                                        std::optional<int64_t> cap_micros, absl::Time now) {
+  return db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    if (txn.exec_params("SELECT 1 FROM tenants WHERE id = $1", tenant_id).empty()) {
+      return Error(absl::StatusCode::kNotFound, "TENANT_NOT_FOUND", "tenant not found");
+    }
+    if (!cap_micros.has_value()) {
+      txn.exec_params("DELETE FROM tenant_budgets WHERE tenant_id = $1", tenant_id);
+      return absl::OkStatus();
+    }
+    txn.exec_params(
+        "INSERT INTO tenant_budgets (tenant_id, monthly_spend_cap_micros, updated_at) "
+        "VALUES ($1, $2, $3::timestamptz) ON CONFLICT (tenant_id) DO UPDATE SET "
+        "monthly_spend_cap_micros = EXCLUDED.monthly_spend_cap_micros, "
+        "updated_at = EXCLUDED.updated_at",
+        tenant_id, *cap_micros, SqlTime(now));
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<int64_t> SecurityStore::SpentSince(const std::string& tenant_id,
+                                                  absl::Time since) {
+  int64_t spent = 0;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    spent = txn.exec_params1(
+                   "SELECT coalesce(sum(amount_micros), 0)::bigint FROM ledger_transfers "
+                   "WHERE tenant_id = $1 AND kind = 'charge' AND usage_minute >= $2",
+                   tenant_id, absl::ToUnixSeconds(since) / 60)[0]
+                .as<int64_t>();
+    return absl::OkStatus();
+  }));
+  return spent;
+}
+
+absl::StatusOr<std::vector<std::string>> SecurityStore::TenantsOverSpendCap(
+    absl::Time month_start) {
+  std::vector<std::string> tenants;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    tenants.clear();
+    auto rows = txn.exec_params(
+        "SELECT b.tenant_id FROM tenant_budgets b WHERE b.monthly_spend_cap_micros <= "
+        "(SELECT coalesce(sum(t.amount_micros), 0) FROM ledger_transfers t "
+        " WHERE t.tenant_id = b.tenant_id AND t.kind = 'charge' AND t.usage_minute >= $1) "
+        "ORDER BY b.tenant_id",
+        absl::ToUnixSeconds(month_start) / 60);
+    for (const auto& row : rows) tenants.push_back(row[0].as<std::string>());
+    return absl::OkStatus();
+  }));
+  return tenants;
+}
+
+absl::StatusOr<std::vector<std::string>> SecurityStore::ActiveInstanceIds(
+    const std::string& tenant_id) {
+  std::vector<std::string> ids;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    ids.clear();
+    auto rows = txn.exec_params(
+        "SELECT id FROM instances WHERE tenant_id = $1 "
+        "AND state IN ('PENDING', 'SCHEDULED', 'STARTING', 'RUNNING') ORDER BY id LIMIT 1000",
+        tenant_id);
+    for (const auto& row : rows) ids.push_back(row[0].as<std::string>());
+    return absl::OkStatus();
+  }));
+  return ids;
+}
+
+}  // namespace sv::store

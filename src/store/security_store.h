@@ -1,0 +1,136 @@
+#ifndef SV_STORE_SECURITY_STORE_H_
+#define SV_STORE_SECURITY_STORE_H_
+
+// PostgreSQL side of tenancy and security: organisation members and their
+// roles, API keys (salted hashes only), the audit log and per-tenant spend
+// caps. Every method is one transaction scoped by tenant; times come from
+// the caller. See docs/security.md.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "store/database.h"
+#include "store/store.h"
+
+namespace sv::store {
+
+struct ApiKeyRow {
+  std::string id;
+  std::string user_id;
+  std::string user_email;
+  std::string tenant_id;
+  std::string name;
+  KeyScope scope = KeyScope::kFull;
+  absl::Time created_at;
+  std::optional<absl::Time> expires_at;
+  std::optional<absl::Time> revoked_at;
+  std::string replaced_by;
+};
+
+// A key to insert: its public id and salted hash (never the secret).
+struct NewApiKeyRow {
+  std::string id;
+  std::string user_id;
+  std::string tenant_id;
+  std::string salt;
+  std::string secret_hash;
+  std::string name;
+  KeyScope scope = KeyScope::kFull;
+  std::optional<absl::Time> expires_at;
+};
+
+struct MemberRow {
+  std::string user_id;
+  std::string email;
+  TenantRole role = TenantRole::kViewer;
+  absl::Time created_at;
+};
+
+struct AuditRow {
+  int64_t id = 0;
+  absl::Time at;
+  std::string tenant_id;
+  std::string user_id;
+  std::string user_email;
+  std::string api_key_id;
+  std::string method;
+  std::string request_id;
+  std::string code;
+  std::string reason;
+  std::string peer;
+};
+
+struct AuditFilter {
+  std::string tenant_id;  // Empty: every tenant (platform admin only).
+  int64_t before_id = 0;  // Keyset paging, newest first; 0: from the newest.
+  int limit = 100;
+};
+
+class SecurityStore {
+ public:
+  explicit SecurityStore(Database& db) : db_(db) {}
+
+  // ---- Keys ----
+  absl::Status CreateApiKey(const NewApiKeyRow& key, absl::Time now);
+  // The tenant's keys, or only those of `user_id` when it is not empty;
+  // newest first, revoked ones included.
+  absl::StatusOr<std::vector<ApiKeyRow>> ListApiKeys(const std::string& tenant_id,
+                                                     const std::string& user_id);
+  // NOT_FOUND unless the tenant has the key (and, when `user_id` is not
+  // empty, it belongs to that user). Revoking twice is a no-op.
+  absl::StatusOr<ApiKeyRow> RevokeApiKey(const std::string& tenant_id,
+                                         const std::string& user_id,
+                                         const std::string& key_id, absl::Time now);
+  // Inserts `replacement` (same user, tenant, scope, name as the old key)
+  // and ends the old key: revoked now when `overlap` is zero, else it
+  // expires at now + overlap (or earlier if it expired earlier).
+  absl::StatusOr<ApiKeyRow> RotateApiKey(const std::string& tenant_id,
+                                         const std::string& user_id,
+                                         const std::string& key_id,
+                                         NewApiKeyRow replacement, absl::Duration overlap,
+                                         absl::Time now);
+
+  // ---- Members ----
+  absl::StatusOr<std::vector<MemberRow>> ListMembers(const std::string& tenant_id);
+  // Adds the user with this email to the tenant (creating the user when
+  // new) and registers `first_key` for it. ALREADY_EXISTS when a member.
+  absl::StatusOr<MemberRow> AddMember(const std::string& tenant_id, const std::string& email,
+                                      TenantRole role, NewApiKeyRow first_key,
+                                      absl::Time now);
+  // FAILED_PRECONDITION / LAST_OWNER when the change would leave no owner.
+  absl::StatusOr<MemberRow> SetMemberRole(const std::string& tenant_id,
+                                          const std::string& user_id, TenantRole role);
+  // Removes the membership and revokes the user's keys of the tenant.
+  absl::Status RemoveMember(const std::string& tenant_id, const std::string& user_id,
+                            absl::Time now);
+
+  // ---- Audit ----
+  absl::Status AppendAudit(const AuditRow& row);
+  absl::StatusOr<std::vector<AuditRow>> ListAudit(const AuditFilter& filter);
+
+  // ---- Spend cap ----
+  // Empty: no cap.
+  absl::StatusOr<std::optional<int64_t>> GetSpendCap(const std::string& tenant_id);
+  // `cap_micros` empty removes the cap. NOT_FOUND for an unknown tenant.
+  absl::Status SetSpendCap(const std::string& tenant_id, std::optional<int64_t> cap_micros,
+                           absl::Time now);
+  // What the tenant was charged since `since` (usage charges net of
+  // reversals), from the ledger.
+  absl::StatusOr<int64_t> SpentSince(const std::string& tenant_id, absl::Time since);
+  // Tenants whose cap is reached for the month starting at `month_start`.
+  absl::StatusOr<std::vector<std::string>> TenantsOverSpendCap(absl::Time month_start);
+  // Ids of the tenant's instances that hold or wait for GPUs.
+  absl::StatusOr<std::vector<std::string>> ActiveInstanceIds(const std::string& tenant_id);
+
+ private:
+  Database& db_;
+};
+
+}  // namespace sv::store
+
+#endif  // SV_STORE_SECURITY_STORE_H_
