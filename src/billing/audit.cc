@@ -19,8 +19,12 @@ struct Check {
 std::vector<Check> Checks() {
   const std::string expected = absl::StrCat(
       "WITH ", internal::PricedMinutesCtes(internal::IntervalSource::kEventsOnly),
+      // Charges, plus adjustments net of refunds (billing/adjustments.cc).
       ", charged AS (SELECT instance_id, usage_minute AS minute, "
-      "  sum(amount_micros)::bigint AS amount FROM ledger_transfers WHERE kind = 'charge' "
+      "  sum(CASE WHEN kind = 'charge' OR to_account_id = (SELECT id FROM ledger_accounts "
+      "    WHERE tenant_id IS NULL AND kind = 'platform_revenue' AND owner = '') "
+      "    THEN amount_micros ELSE -amount_micros END)::bigint AS amount "
+      "  FROM ledger_transfers WHERE kind IN ('charge', 'adjustment') "
       "  GROUP BY 1, 2), "
       "owed AS (SELECT p.instance_id, p.minute, p.gross FROM priced p WHERE p.gross > 0) ");
   return {

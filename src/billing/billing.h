@@ -41,6 +41,11 @@ struct BillingOptions {
   // The first minute billed on an empty ledger is the one `now` falls in,
   // less this; older running time is not billed.
   absl::Duration first_run_lookback = absl::Hours(1);
+  // Late events: every run rechecks the instances with a RUNNING boundary
+  // in an instance_events row it has not seen yet, and also those with one
+  // this close before the metering cursor (an event whose transaction
+  // committed out of id order is still caught).
+  absl::Duration late_event_recent_window = absl::Minutes(10);
 };
 
 enum class BillingMode { kPrepaid, kPostpaid };
@@ -140,6 +145,8 @@ struct MeteringResult {
   int64_t postings = 0;  // Transfer legs written.
   int64_t stopped_instances = 0;
   std::optional<int64_t> billed_before_minute;
+  int64_t adjustment_legs = 0;  // RecheckLateEvents.
+
 };
 
 class Billing {
@@ -182,6 +189,11 @@ class Billing {
   absl::StatusOr<MeteringResult> RunOnce(absl::Time now);
   // Only the metering part of RunOnce, up to (not including) `before_minute`.
   absl::StatusOr<MeteringResult> BillMinutesBefore(int64_t before_minute, absl::Time now);
+  // Late events (part of RunOnce): rechecks the billed minutes of instances
+  // whose RUNNING events arrived after billing and posts `adjustment`
+  // transfers (key adjust:{instance}:{minute}:{n}) for any difference;
+  // returns the legs written.
+  absl::StatusOr<int64_t> RecheckLateEvents(absl::Time now);
 
   // ---- Reading -------------------------------------------------------------
   absl::StatusOr<Balance> GetBalance(const std::string& tenant_id, absl::Time now);

@@ -44,7 +44,8 @@ Invoice ReadInvoice(pqxx::work& txn, const pqxx::row& r) {
 }
 
 // Usage lines per instance and GPU model (what the receivable was charged;
-// trial credit is not invoiced), then SLA refunds as negative lines.
+// trial credit is not invoiced), then SLA refunds as negative lines, then
+// late-event adjustments of the receivable (billing/adjustments.cc).
 constexpr char kLinesSql[] = R"sql(
 SELECT 'usage', t.instance_id, t.gpu_model,
        (count(DISTINCT t.usage_minute) * max(i.gpu_count))::bigint,
@@ -60,6 +61,18 @@ FROM ledger_transfers t
 WHERE t.tenant_id = $1 AND t.kind = 'sla_refund' AND t.usage_minute >= $2
   AND t.usage_minute < $3
 GROUP BY 2, 3
+UNION ALL
+SELECT 'adjustment', t.instance_id, coalesce(t.gpu_model, ''), 0,
+       sum(CASE WHEN fa.kind = 'receivable' THEN t.amount_micros
+                ELSE -t.amount_micros END)::bigint
+FROM ledger_transfers t
+JOIN ledger_accounts fa ON fa.id = t.from_account_id
+JOIN ledger_accounts ta ON ta.id = t.to_account_id
+WHERE t.tenant_id = $1 AND t.kind = 'adjustment' AND t.usage_minute >= $2
+  AND t.usage_minute < $3 AND 'receivable' IN (fa.kind, ta.kind)
+GROUP BY 2, 3
+HAVING sum(CASE WHEN fa.kind = 'receivable' THEN t.amount_micros
+                ELSE -t.amount_micros END) <> 0
 ORDER BY 1 DESC, 2, 3
 )sql";
 

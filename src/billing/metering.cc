@@ -275,6 +275,7 @@ absl::StatusOr<MeteringResult> Billing::RunOnce(absl::Time now) {
     SV_RETURN_IF_ERROR(ExpireTrials(*due, now).status());
   }
   SV_ASSIGN_OR_RETURN(MeteringResult result, BillMinutesBefore(target, now));
+  SV_ASSIGN_OR_RETURN(result.adjustment_legs, RecheckLateEvents(now));
   SV_RETURN_IF_ERROR(WarnLowCredit(now));
   SV_RETURN_IF_ERROR(IssueDueInvoices(now));
   return result;

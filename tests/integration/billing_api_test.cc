@@ -170,7 +170,8 @@ TEST(BillingApiTest, KillNineDuringBillingLosesAndDoublesNothing) {
       ASSERT_TRUE(store.UpsertNode(node, start).ok());
     }
     auto tenant = store.CreateTenant({"history", "h@example.com", store::Role::kMember,
-                                      "key-history", std::string(64, 'b')},
+                                      "key-history", "salt-history",
+                                      std::string(64, 'b')},
                                      start);
     ASSERT_TRUE(tenant.ok());
     FakeClock clock(start);

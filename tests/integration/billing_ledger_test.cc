@@ -52,7 +52,7 @@ class BillingTest : public ::testing::Test {
   std::pair<std::string, std::string> NewTenant(const std::string& name) {
     auto created = store_->CreateTenant(
         {name, name + "@example.com", store::Role::kMember, "key-" + name,
-         std::string(64, 'a')},
+         "salt-" + name, std::string(64, 'a')},
         clock_.Now());
     EXPECT_TRUE(created.ok()) << created.status();
     return {created->tenant.id, created->user_id};
@@ -454,6 +454,65 @@ TEST_F(BillingTest, AuditorFindsForeignCharge) {
     return absl::OkStatus();
   });
   EXPECT_FALSE(edited.ok());
+}
+
+// A RUNNING end recorded after its minutes were billed (a node's death
+// found late): the next run refunds exactly the minutes charged beyond the
+// true end with `adjustment` transfers, paid credit back first, and the
+// auditor passes again. A second run changes nothing.
+TEST_F(BillingTest, LateEndIsRefundedByAdjustments) {
+  Billing billing = MakeBilling();
+  auto [tenant, user] = NewTenant("late");
+  ASSERT_TRUE(billing.EnsureTrialGrant(user, clock_.Now()).ok());
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-late", 50 * kMicrosPerYuan, clock_.Now()).ok());
+  const absl::Time t0 = clock_.Now();  // 20 s into minute m0.
+  const int64_t m0 = MinuteOf(t0);
+  const std::string id = Run(tenant, 8);  // 264,000 per minute.
+  clock_.Advance(absl::Minutes(60));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  // Minutes m0 .. m0+59 are charged: 10 CNY of trial, then paid credit.
+  auto before = billing.GetBalance(tenant, clock_.Now());
+  EXPECT_EQ(before->trial_micros, 0);
+  EXPECT_EQ(before->paid_micros, 60 * kMicrosPerYuan - 60 * 264'000);
+  ExpectAuditClean(billing);
+
+  // The end arrives now, dated 45 min 10 s after the start: minutes
+  // m0 .. m0+45 were owed (46 started minutes), m0+46 .. m0+59 were not.
+  ASSERT_TRUE(store_->StopInstance(tenant, id, "node lost", t0 + absl::Minutes(45) +
+                                                                absl::Seconds(10)).ok());
+  auto failures = billing.Audit();
+  ASSERT_TRUE(failures.ok());
+  EXPECT_EQ(failures->size(), 14u);  // One per minute charged beyond the end.
+
+  clock_.Advance(absl::Minutes(1));
+  auto result = billing.RunOnce(clock_.Now());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->adjustment_legs, 14);
+  auto after = billing.GetBalance(tenant, clock_.Now());
+  EXPECT_EQ(after->trial_micros, 0);  // Minutes paid from trial stay paid.
+  EXPECT_EQ(after->paid_micros, 60 * kMicrosPerYuan - 46 * 264'000);
+  auto adjustments = billing.ListTransfers(tenant, {.kind = "adjustment", .limit = 1000});
+  ASSERT_TRUE(adjustments.ok());
+  ASSERT_EQ(adjustments->size(), 14u);
+  for (const auto& t : *adjustments) {
+    EXPECT_EQ(t.amount_micros, 264'000);
+    EXPECT_EQ(t.tenant_delta_micros, 264'000);
+    EXPECT_EQ(t.to_kind, "paid_wallet");
+    EXPECT_GE(*t.usage_minute, m0 + 46);
+    EXPECT_LE(*t.usage_minute, m0 + 59);
+    EXPECT_EQ(t.idempotency_key, absl::StrCat("adjust:", id, ":", *t.usage_minute, ":1"));
+  }
+  ExpectAuditClean(billing);
+
+  // Nothing more on later runs, and the revenue is what was owed.
+  clock_.Advance(absl::Minutes(5));
+  auto again = billing.RunOnce(clock_.Now());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->adjustment_legs, 0);
+  EXPECT_EQ(billing.ListTransfers(tenant, {.kind = "adjustment", .limit = 1000})->size(), 14u);
+  auto summary = billing.GetRevenueSummary(absl::InfinitePast(), absl::InfiniteFuture());
+  EXPECT_EQ(summary->platform_revenue_balance_micros, 46 * 264'000);
+  ExpectAuditClean(billing);
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ TEST(BillingResizeTest, MinutesAreChargedAtTheSizeTheyStartedWith) {
   Billing billing(db, store, clock, billing_options);
   auto tenant = store.CreateTenant(
       {"resizer", "resizer@example.com", store::Role::kMember, "key-resizer",
-       std::string(64, 'a')},
+       "salt-resizer", std::string(64, 'a')},
       clock.Now());
   ASSERT_TRUE(tenant.ok());
   const std::string tenant_id = tenant->tenant.id;

@@ -49,6 +49,7 @@ absl::StatusOr<TransferRecord> FindTransfer(store::Database& db, const std::stri
 enum class IntervalSource {
   kEventsOnly,        // Every interval from instance_events (the auditor).
   kRunningSinceFast,  // Open intervals from instances.running_since (metering).
+  kEventsOfRecheck,   // From the events, only instances in billing_recheck.
 };
 
 // CTEs iv, mins, prices, priced: every instance-minute of [$3, $4) (Unix

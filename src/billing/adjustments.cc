@@ -1,0 +1,208 @@
+// Late events: a RUNNING boundary recorded after its minutes were billed
+// (a node's death found late, an agent that reports a stop after a
+// partition). The loop rechecks the instances such events touch, from the
+// events alone (as the auditor does), and posts `adjustment` transfers for
+// the difference: a refund of minutes charged beyond the true RUNNING end,
+// a charge of minutes missed. See docs/billing.md, "Late events".
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "billing/billing.h"
+#include "billing/internal/ledger_sql.h"
+#include "common/status.h"
+#include "spdlog/spdlog.h"
+
+namespace sv::billing {
+namespace {
+
+using store::SqlTime;
+
+// Instances with a RUNNING boundary the recheck has not seen ($1: the
+// cursor of seen events) or one in the recent window ($2: an event
+// committed out of id order is still caught), before the metering cursor
+// ($3); from_minute is the earliest minute such an event can change.
+constexpr char kRecheckSetSql[] = R"sql(
+CREATE TEMP TABLE billing_recheck ON COMMIT DROP AS
+SELECT e.instance_id, i.tenant_id,
+       greatest(min((extract(epoch from e.at))::bigint / 60), $4::bigint) AS from_minute
+FROM instance_events e JOIN instances i ON i.id = e.instance_id
+WHERE (e.id > $1 OR e.at >= $2::timestamptz) AND e.at < $3::timestamptz
+  AND (e.to_state = 'RUNNING' OR e.from_state = 'RUNNING')
+GROUP BY e.instance_id, i.tenant_id
+)sql";
+
+// Every billed minute of those instances whose owed amount (from the
+// events) differs from what the ledger holds for it: charges, earlier
+// adjustments (net of refunds) and the recorded shortfall. $5 is the
+// platform revenue account.
+std::string DiffSql() {
+  return absl::StrCat("WITH ", internal::PricedMinutesCtes(internal::IntervalSource::kEventsOfRecheck),
+                      R"sql(,
+grid AS (
+  SELECT r.instance_id, r.tenant_id, m AS minute
+  FROM billing_recheck r, generate_series(r.from_minute, $4::bigint - 1) AS m
+)
+SELECT g.instance_id, g.tenant_id, g.minute, coalesce(p.gross, 0) AS owed,
+       coalesce(c.net, 0) + coalesce(a.net, 0) AS net,
+       coalesce(c.trial, 0) + coalesce(a.trial, 0) AS net_trial,
+       coalesce(s.shortfall_micros, 0) AS shortfall,
+       coalesce(a.n, 0) AS adjustments, c.main_id, coalesce(p.gpu_model, c.gpu_model) AS gpu_model
+FROM grid g
+LEFT JOIN priced p ON p.instance_id = g.instance_id AND p.minute = g.minute
+LEFT JOIN LATERAL (
+  SELECT sum(t.amount_micros)::bigint AS net,
+         sum(t.amount_micros) FILTER (WHERE fa.kind = 'trial_wallet')::bigint AS trial,
+         max(t.from_account_id) FILTER (WHERE fa.kind <> 'trial_wallet') AS main_id,
+         max(t.gpu_model) AS gpu_model
+  FROM ledger_transfers t JOIN ledger_accounts fa ON fa.id = t.from_account_id
+  WHERE t.idempotency_key = 'charge:' || g.instance_id || ':' || g.minute) c ON true
+LEFT JOIN LATERAL (
+  SELECT sum(CASE WHEN t.to_account_id = $5 THEN t.amount_micros
+                  ELSE -t.amount_micros END)::bigint AS net,
+         sum(CASE WHEN fa.kind = 'trial_wallet' THEN t.amount_micros
+                  WHEN ta.kind IN ('trial_wallet', 'promotion_expense') THEN -t.amount_micros
+                  ELSE 0 END)::bigint AS trial,
+         count(DISTINCT t.idempotency_key) AS n
+  FROM ledger_transfers t
+  JOIN ledger_accounts fa ON fa.id = t.from_account_id
+  JOIN ledger_accounts ta ON ta.id = t.to_account_id
+  WHERE t.kind = 'adjustment' AND t.instance_id = g.instance_id
+    AND t.usage_minute = g.minute) a ON true
+LEFT JOIN billing_shortfalls s ON s.instance_id = g.instance_id AND s.usage_minute = g.minute
+WHERE coalesce(p.gross, 0) <> coalesce(c.net, 0) + coalesce(a.net, 0)
+                              + coalesce(s.shortfall_micros, 0)
+ORDER BY g.instance_id, g.minute
+)sql");
+}
+
+struct Leg {
+  int64_t from = 0;
+  int64_t to = 0;
+  int64_t amount = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<int64_t> Billing::RecheckLateEvents(absl::Time now) {
+  int64_t postings = 0;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    postings = 0;
+    // Under the metering lock: the cursor and the charges cannot move.
+    txn.exec_params("SELECT pg_advisory_xact_lock($1)", internal::kMeteringLockKey);
+    txn.exec("SET LOCAL jit = off");
+    auto cursor = txn.exec("SELECT first_minute, billed_before_minute FROM billing_cursor");
+    auto seen = txn.exec("SELECT events_seen_through FROM billing_recheck_cursor FOR UPDATE");
+    auto last_event = txn.exec("SELECT coalesce(max(id), 0) FROM instance_events");
+    if (cursor[0][1].is_null() || seen.empty()) return absl::OkStatus();
+    const int64_t first = cursor[0][0].is_null() ? cursor[0][1].as<int64_t>()
+                                                 : cursor[0][0].as<int64_t>();
+    const int64_t billed_before = cursor[0][1].as<int64_t>();
+    txn.exec_params(kRecheckSetSql, seen[0][0].as<int64_t>(),
+                    SqlTime(MinuteStart(billed_before) - options_.late_event_recent_window),
+                    SqlTime(MinuteStart(billed_before)), first);
+    auto lowest = txn.exec("SELECT min(from_minute) FROM billing_recheck");
+    if (!lowest[0][0].is_null() && lowest[0][0].as<int64_t>() < billed_before) {
+      const int64_t from = lowest[0][0].as<int64_t>();
+      const int64_t revenue = internal::PlatformAccount(txn, "platform_revenue");
+      const int64_t promotion = internal::PlatformAccount(txn, "promotion_expense");
+      auto diffs = txn.exec_params(DiffSql(), SqlTime(MinuteStart(from)),
+                                   SqlTime(MinuteStart(billed_before)), from, billed_before,
+                                   revenue);
+      for (const auto& row : diffs) {
+        const std::string instance = row["instance_id"].as<std::string>();
+        const std::string tenant = row["tenant_id"].as<std::string>();
+        const int64_t minute = row["minute"].as<int64_t>();
+        const int64_t owed = row["owed"].as<int64_t>();
+        const int64_t net = row["net"].as<int64_t>();
+        const int64_t net_trial = row["net_trial"].as<int64_t>();
+        const int64_t shortfall = row["shortfall"].as<int64_t>();
+        const int64_t diff = owed - net - shortfall;
+        auto accounts = txn.exec_params(
+            "SELECT max(a.id) FILTER (WHERE a.kind = 'trial_wallet'), "
+            "max(a.balance_micros) FILTER (WHERE a.kind = 'trial_wallet'), "
+            "max(CASE WHEN t.billing_mode = 'postpaid' THEN r.id ELSE a.id END) "
+            "  FILTER (WHERE a.kind = 'paid_wallet'), "
+            "max(CASE WHEN t.billing_mode = 'postpaid' "
+            "  THEN r.balance_micros + r.credit_limit_micros ELSE a.balance_micros END) "
+            "  FILTER (WHERE a.kind = 'paid_wallet'), "
+            "bool_or(EXISTS (SELECT 1 FROM trial_grants g WHERE g.tenant_id = t.id "
+            "  AND NOT g.expired)) "
+            "FROM tenants t JOIN ledger_accounts a ON a.tenant_id = t.id "
+            "JOIN ledger_accounts r ON r.tenant_id = t.id AND r.kind = 'receivable' "
+            "WHERE t.id = $1 GROUP BY t.id",
+            tenant);
+        if (accounts.empty()) continue;
+        const int64_t trial_id = accounts[0][0].as<int64_t>();
+        const int64_t trial_avail = accounts[0][1].as<int64_t>();
+        const int64_t main_now = accounts[0][2].as<int64_t>();
+        const int64_t main_avail = accounts[0][3].as<int64_t>();
+        const bool trial_valid = accounts[0][4].as<bool>();
+        std::vector<Leg> legs;
+        int64_t uncollected = 0;
+        if (diff < 0) {
+          // Charged beyond the true RUNNING intervals: give back what was
+          // paid, the paid part first (trial credit is spent first, so it
+          // is the last to come back). Trial credit whose grants have all
+          // expired goes back to the promotion expense, as expiry would
+          // have moved it.
+          const int64_t refund = std::min(-diff, net);
+          const int64_t main_back = std::clamp<int64_t>(net - net_trial, 0, refund);
+          const int64_t trial_back = refund - main_back;
+          const int64_t main_id = row["main_id"].is_null() ? main_now
+                                                           : row["main_id"].as<int64_t>();
+          if (main_back > 0) legs.push_back({revenue, main_id, main_back});
+          if (trial_back > 0) legs.push_back({revenue, trial_valid ? trial_id : promotion,
+                                              trial_back});
+        } else {
+          // A minute owed but not charged (a RUNNING interval recorded
+          // late): charge it now, trial first, capped at what is left.
+          const int64_t from_trial = std::min(diff, trial_avail);
+          const int64_t from_main = std::clamp<int64_t>(diff - from_trial, 0,
+                                                        std::max<int64_t>(0, main_avail));
+          if (from_trial > 0) legs.push_back({trial_id, revenue, from_trial});
+          if (from_main > 0) legs.push_back({main_now, revenue, from_main});
+          uncollected = diff - from_trial - from_main;
+        }
+        if (legs.empty()) continue;
+        const std::string key = absl::StrCat("adjust:", instance, ":", minute, ":",
+                                             row["adjustments"].as<int64_t>() + 1);
+        std::string content = absl::StrCat(instance, "|", minute, "|", owed, "|", net);
+        for (const Leg& leg : legs) {
+          absl::StrAppend(&content, "|", leg.from, ">", leg.to, ":", leg.amount);
+        }
+        for (size_t i = 0; i < legs.size(); ++i) {
+          // A plain INSERT: under the lock a key can only exist if the
+          // recheck is wrong, and then the transaction must fail loudly.
+          txn.exec_params(
+              "INSERT INTO ledger_transfers (idempotency_key, leg, content_hash, "
+              "from_account_id, to_account_id, amount_micros, kind, tenant_id, instance_id, "
+              "usage_minute, gpu_model, at) VALUES ($1, $2, md5($3), $4, $5, $6, "
+              "'adjustment', $7, $8, $9, nullif($10, ''), $11::timestamptz)",
+              key, static_cast<int>(i), content, legs[i].from, legs[i].to, legs[i].amount,
+              tenant, instance, minute,
+              row["gpu_model"].is_null() ? std::string() : row["gpu_model"].as<std::string>(),
+              SqlTime(now));
+          postings++;
+        }
+        if (uncollected > 0) {
+          txn.exec_params(
+              "INSERT INTO billing_shortfalls (instance_id, usage_minute, tenant_id, "
+              "gross_micros, charged_micros, shortfall_micros, at) "
+              "VALUES ($1, $2, $3, $4, $5, $6, $7::timestamptz) ON CONFLICT DO NOTHING",
+              instance, minute, tenant, owed, owed - uncollected, uncollected, SqlTime(now));
+        }
+        spdlog::info("billing: adjusted {} minute {} tenant={}: owed {}, had {} (+{} shortfall)",
+                     instance, minute, tenant, owed, net, shortfall);
+      }
+    }
+    txn.exec_params("UPDATE billing_recheck_cursor SET events_seen_through = "
+                    "greatest(events_seen_through, $1)",
+                    last_event[0][0].as<int64_t>());
+    return absl::OkStatus();
+  }));
+  return postings;
+}
+
+}  // namespace sv::billing
