@@ -13,7 +13,13 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libcpp-httplib-dev libssl-dev
   postgresql-15 postgresql-contrib
   clang-14 libclang-rt-14-dev prometheus
+  chromium
 )
+# node and npm run the browser test (tests/e2e); a machine may already have
+# another build of node (e.g. nodesource's, which bundles npm).
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  PACKAGES+=(nodejs npm)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -33,6 +39,12 @@ if ((${#missing[@]})); then
   # The server package must not leave a system cluster running: sv starts
   # its own private clusters.
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The e2e test's npm packages, pinned by tests/e2e/package-lock.json; never
+# a browser download (playwright-core drives Debian's chromium).
+if [[ ! -d "$ROOT/tests/e2e/node_modules" ]]; then
+  (cd "$ROOT/tests/e2e" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error)
 fi
 
 JOBS="${SV_BUILD_JOBS:-$(nproc)}"

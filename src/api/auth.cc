@@ -46,6 +46,14 @@ absl::StatusOr<store::Principal> Authenticator::Authenticate(
     // The peer is "ipv4:127.0.0.1:port"; limit by address, not by port.
     std::string peer = context.peer();
     peer = peer.substr(0, peer.rfind(':'));
+    // REST calls come over svd's in-process channel (no network peer), which
+    // names the HTTP client's address; nobody else can reach that channel.
+    if (context.peer().rfind("inproc", 0) == 0) {
+      auto client = context.client_metadata().find("x-sv-rest-client");
+      if (client != context.client_metadata().end()) {
+        peer = "rest:" + std::string(client->second.data(), client->second.size());
+      }
+    }
     absl::Duration wait = failures_per_peer_.Take(peer);
     if (wait > absl::ZeroDuration()) return RateLimited("failed authentications", wait);
     return who.status();

@@ -4,6 +4,7 @@
 
 #include "api/auth.h"
 #include "api/internal/security_util.h"
+#include "api/internal/dashboard_service.h"
 #include "api/internal/service_util.h"
 
 namespace sv::api {
@@ -16,6 +17,7 @@ struct ApiServices::Impl {
     services.push_back(internal::NewSchedulerAdminService(deps, auth));
     services.push_back(internal::NewBillingService(deps, auth));
     services.push_back(internal::NewBillingAdminService(deps, auth));
+    services.push_back(internal::NewDashboardAdminService(deps, auth));
     services.push_back(internal::NewApiKeyService(deps, auth));
     services.push_back(internal::NewUserService(deps, auth));
     services.push_back(internal::NewAuditService(deps, auth));

@@ -5,11 +5,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "metrics/metrics.h"
+#include "server/rest_gateway.h"
 #include "spdlog/spdlog.h"
 
 namespace sv::server {
 namespace {
-constexpr size_t kRequestBodyBytesMax = 64 * 1024;
+// REST bodies (rest_gateway.h); larger ones get 413.
+constexpr size_t kRequestBodyBytesMax = kRestBodyBytesMax;
 }  // namespace
 
 HttpServer::HttpServer(std::string listen_address, std::function<absl::Status()> ready)
@@ -47,7 +49,7 @@ absl::Status HttpServer::Start() {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", listen_address_));
   }
   thread_ = std::thread([this] { server_->listen_after_bind(); });
-  spdlog::info("svd: serving HTTP (/metrics, /healthz, /readyz) on {}:{}", host, port_);
+  spdlog::info("svd: serving HTTP (REST, console, /metrics, /healthz, /readyz) on {}:{}", host, port_);
   return absl::OkStatus();
 }
 

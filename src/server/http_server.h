@@ -16,7 +16,7 @@ namespace sv::server {
 
 // svd's HTTP side: /metrics (Prometheus text), /healthz (the process is
 // alive) and /readyz (it can serve: the database answers and svd is not
-// shutting down).
+// shutting down). svd also mounts the REST API and the web console on it.
 class HttpServer {
  public:
   HttpServer(std::string listen_address, std::function<absl::Status()> ready);
@@ -25,6 +25,8 @@ class HttpServer {
   // Binds (port 0 picks one) and serves on a thread of its own.
   absl::Status Start();
   void Stop();
+  // For mounting more routes (REST, the web console) before Start().
+  httplib::Server& raw() { return *server_; }
   int port() const { return port_; }
 
  private:

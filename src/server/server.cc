@@ -17,6 +17,8 @@
 #include "api/services.h"
 #include "metrics/metrics.h"
 #include "server/http_server.h"
+#include "server/rest_gateway.h"
+#include "server/web_assets.h"
 #include "billing/billing.h"
 #include "common/clock.h"
 #include "control/loops.h"
@@ -198,7 +200,19 @@ int RunServer(const ServerOptions& options) {
     if (shutting_down.load()) return absl::UnavailableError("shutting down");
     return db.Ping();
   });
+  std::unique_ptr<RestGateway> rest;
   if (!options.http_listen_address.empty()) {
+    // REST goes through this very gRPC server (rest_gateway.h).
+    auto gateway = RestGateway::Create(
+        RestRoutes(), server->InProcessChannel(grpc::ChannelArguments()),
+        /*require_all_methods=*/false);
+    if (!gateway.ok()) {
+      spdlog::error("svd: REST routes: {}", std::string(gateway.status().message()));
+      return kExitStartFailed;
+    }
+    rest = *std::move(gateway);
+    rest->Mount(http.raw());
+    MountWebConsole(http.raw());
     if (absl::Status s = http.Start(); !s.ok()) {
       spdlog::error("svd: {}", std::string(s.message()));
       return kExitStartFailed;

@@ -1,0 +1,163 @@
+// End to end in Debian's headless Chromium (never a downloaded browser):
+// sign in, create an 8-GPU instance and see it RUNNING, see the balance fall
+// after a (simulated) minute, stop the instance, and see the revenue on the
+// admin dashboard. Screenshots go to --out. Run by console_e2e_test (ctest
+// label e2e), which starts PostgreSQL and svd; see docs/web.md.
+'use strict';
+
+const { chromium } = require('playwright-core');
+const fs = require('fs');
+const path = require('path');
+
+function args() {
+  const out = {};
+  const argv = process.argv.slice(2);
+  for (let i = 0; i < argv.length; i += 2) out[argv[i].replace(/^--/, '')] = argv[i + 1];
+  for (const k of ['base', 'key', 'admin-key', 'out']) {
+    if (!out[k]) throw new Error(`missing --${k}`);
+  }
+  return out;
+}
+
+const opts = args();
+const results = [];
+fs.mkdirSync(opts.out, { recursive: true });
+
+async function step(name, fn) {
+  const started = Date.now();
+  try {
+    await fn();
+    results.push({ name, ok: true, ms: Date.now() - started });
+    console.log(`ok   ${name} (${Date.now() - started} ms)`);
+  } catch (e) {
+    results.push({ name, ok: false, ms: Date.now() - started });
+    console.log(`FAIL ${name}: ${e.stack || e}`);
+    throw e;
+  }
+}
+
+async function rest(method, urlPath, key, body) {
+  const res = await fetch(opts.base + urlPath, {
+    method,
+    headers: { Authorization: 'Bearer ' + key, 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  return { status: res.status, body: await res.json().catch(() => null) };
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: path.join(opts.out, name + '.png'), fullPage: true });
+}
+
+async function signIn(page, key) {
+  await page.getByLabel(/API key/).fill(key);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.locator('#whoami').filter({ hasText: '@' }).waitFor({ timeout: 10000 });
+}
+
+async function availableMicros(page) {
+  const value = await page.locator('#available').getAttribute('data-micros');
+  return value === null ? null : BigInt(value);
+}
+
+(async () => {
+  const browser = await chromium.launch({
+    executablePath: process.env.SV_CHROMIUM || '/usr/bin/chromium',
+    headless: true,
+    args: ['--no-sandbox', '--disable-dev-shm-usage', '--disable-gpu'],
+  });
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  const consoleErrors = [];
+  // Script errors fail the test; an HTTP error answer the page handles
+  // itself ("Failed to load resource") does not.
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !m.text().startsWith('Failed to load resource')) consoleErrors.push(m.text());
+  });
+  page.on('pageerror', (e) => consoleErrors.push(String(e)));
+  let exitCode = 0;
+  try {
+    await step('sign in with an API key', async () => {
+      await page.goto(opts.base + '/');
+      // Every form control has a label (accessibility smoke check).
+      const unlabeled = await page.evaluate(() => [...document.querySelectorAll('input, select')]
+        .filter((e) => !e.labels || e.labels.length === 0).map((e) => e.id || e.name));
+      if (unlabeled.length) throw new Error('controls without a label: ' + unlabeled.join(', '));
+      await signIn(page, opts.key);
+      await shot(page, '01-signed-in');
+    });
+
+    await step('create an 8-GPU instance and see it RUNNING', async () => {
+      await page.getByLabel('Name').fill('e2e-train');
+      await page.getByLabel('GPUs').selectOption('8');
+      await page.getByRole('button', { name: 'Create instance' }).click();
+      await page.getByRole('status').filter({ hasText: 'Created' }).waitFor({ timeout: 10000 });
+      const row = page.locator('#instances-table tbody tr', { hasText: 'e2e-train' });
+      await row.locator('[data-state="RUNNING"]').waitFor({ timeout: 30000 });
+      await page.locator('#burn').filter({ hasNotText: '¥0.00' }).waitFor({ timeout: 10000 });
+      await shot(page, '02-running');
+    });
+
+    await step('see the balance fall after a simulated minute', async () => {
+      await page.locator('#available[data-micros]').waitFor();
+      const before = await availableMicros(page);
+      const clock = await rest('GET', '/v1/admin/clock', opts['admin-key']);
+      const simulated = clock.status === 200;
+      if (simulated) {
+        // In steps, so that agents' heartbeats keep up with the clock.
+        for (let i = 0; i < 7; i++) {
+          const advanced = await rest('POST', '/v1/admin/clock:advance', opts['admin-key'], { by: '10s' });
+          if (advanced.status !== 200) throw new Error('advance clock: ' + JSON.stringify(advanced.body));
+          await page.waitForTimeout(400);
+        }
+      }
+      console.log(`     minute: ${simulated ? 'fake clock advanced 70 s' : 'real time (no fake clock in this svd)'}`);
+      const deadline = Date.now() + (simulated ? 20000 : 75000);
+      let after = before;
+      while (Date.now() < deadline) {
+        after = await availableMicros(page);
+        if (after < before) break;
+        await page.waitForTimeout(250);
+      }
+      if (!(after < before)) throw new Error(`available stayed ${before}`);
+      // 8 GPUs x 33,000 µ¥ per GPU-minute for each minute charged.
+      if ((before - after) % 264000n !== 0n) throw new Error(`fell by ${before - after}, not whole minutes`);
+      console.log(`     available ${before} -> ${after} µ¥`);
+      await page.locator('#transfers-table tbody tr', { hasText: 'charge' }).first()
+        .waitFor({ timeout: 15000 });
+      await shot(page, '03-balance-fell');
+    });
+
+    await step('stop the instance', async () => {
+      await page.getByRole('button', { name: 'Stop e2e-train' }).click();
+      const row = page.locator('#instances-table tbody tr', { hasText: 'e2e-train' });
+      await row.locator('[data-state="STOPPED"]').waitFor({ timeout: 30000 });
+      await page.getByRole('button', { name: 'Start e2e-train' }).waitFor();
+      await shot(page, '04-stopped');
+    });
+
+    await step('open the admin dashboard and see the revenue', async () => {
+      const admin = await context.newPage();
+      await admin.goto(opts.base + '/admin');
+      await signIn(admin, opts['admin-key']);
+      await admin.locator('#kpi-charged[data-micros]').waitFor({ timeout: 15000 });
+      const charged = BigInt(await admin.locator('#kpi-charged').getAttribute('data-micros'));
+      if (charged <= 0n) throw new Error('no revenue shown');
+      await admin.locator('#revenue-day-chart svg rect.bar').first().waitFor();
+      await admin.locator('#fleet-heatmap svg rect.cell').first().waitFor();
+      await admin.locator('#balances-table tbody tr', { hasText: 'e2e' }).first().waitFor();
+      console.log(`     dashboard shows ${charged} µ¥ charged`);
+      await shot(admin, '05-admin');
+    });
+    if (consoleErrors.length) throw new Error('browser console errors: ' + consoleErrors.join(' | '));
+  } catch (e) {
+    exitCode = 1;
+    await shot(page, '99-failure').catch(() => {});
+  } finally {
+    await browser.close();
+  }
+  const passed = results.filter((r) => r.ok).length;
+  console.log(`${passed} passed, ${results.length - passed + (exitCode && passed === results.length ? 1 : 0)} failed`);
+  fs.writeFileSync(path.join(opts.out, 'results.json'), JSON.stringify(results, null, 1));
+  process.exit(exitCode);
+})();

@@ -1,0 +1,143 @@
+// The operator's billing dashboard: revenue, SLA refunds, the fleet, and
+// every tenant's balance, trial credit and top-ups. Refreshes every 5 s.
+'use strict';
+
+let stopAdmin = null;
+
+const COLORS = { paid: '#2f7d4f', trial: '#a7c957', refund: '#c0392b' };
+
+function showError(e) {
+  document.getElementById('admin-error').textContent =
+    e ? (e.status === 403 ? 'This key is not an operator key.' : `Could not load: ${e.message}`) : '';
+}
+
+async function refreshRevenue() {
+  const [days, months] = await Promise.all([
+    api('GET', '/v1/admin/dashboard/revenue?granularity=REVENUE_GRANULARITY_DAY'),
+    api('GET', '/v1/admin/dashboard/revenue?granularity=REVENUE_GRANULARITY_MONTH'),
+  ]);
+  const draw = (id, points) => barChart(document.getElementById(id), {
+    title: 'Revenue', unit: 'CNY', labels: points.map((p) => p.period),
+    series: [
+      { label: 'Paid charges', color: COLORS.paid,
+        values: points.map((p) => microsToNumber(BigInt(p.chargedMicros) - BigInt(p.trialChargedMicros))) },
+      { label: 'Trial credit used', color: COLORS.trial, values: points.map((p) => microsToNumber(p.trialChargedMicros)) },
+    ],
+  });
+  const dayPoints = days.points || [];
+  draw('revenue-day-chart', dayPoints);
+  draw('revenue-month-chart', months.points || []);
+  let charged = 0n, net = 0n, refunds = 0n;
+  for (const p of dayPoints) {
+    charged += BigInt(p.chargedMicros);
+    net += BigInt(p.netRevenueMicros);
+    refunds += BigInt(p.slaRefundsMicros);
+  }
+  const kpi = document.getElementById('kpi-charged');
+  kpi.textContent = formatMoney(charged);
+  kpi.dataset.micros = charged.toString();
+  document.getElementById('kpi-net').textContent = formatMoney(net);
+  document.getElementById('kpi-refunds').textContent = formatMoney(refunds);
+  fillTable(document.querySelector('#revenue-table tbody'), dayPoints.slice().reverse(), (p) => [
+    p.period, formatMoney(p.chargedMicros), formatMoney(p.trialChargedMicros),
+    formatMoney(p.slaRefundsMicros), formatMoney(p.topupsMicros), formatMoney(p.netRevenueMicros)]);
+}
+
+async function refreshRefunds() {
+  const data = await api('GET', '/v1/admin/dashboard/slaRefunds');
+  const metrics = data.metrics || [];
+  const box = document.getElementById('refunds-chart');
+  if (!metrics.length) {
+    box.replaceChildren(el('p', { class: 'help', text: 'No SLA refunds in the last 30 days.' }));
+    return;
+  }
+  barChart(box, {
+    title: 'SLA refunds by metric', unit: 'CNY', labels: metrics.map((m) => `${m.metric} (${m.refundCount})`),
+    series: [{ label: 'Refunded', color: COLORS.refund, values: metrics.map((m) => microsToNumber(m.amountMicros)) }],
+  });
+}
+
+// Green to red by allocation; grey for down nodes.
+function cellColor(node) {
+  if (node.state === 'down') return '#8a8a8a';
+  const share = node.gpuCount ? node.allocatedGpuCount / node.gpuCount : 0;
+  const hue = 210 - Math.round(share * 170);
+  return `hsl(${hue}, 65%, ${88 - Math.round(share * 40)}%)`;
+}
+
+async function refreshFleet() {
+  const data = await api('GET', '/v1/admin/dashboard/fleet');
+  const nodes = data.nodes || [];
+  const leaves = data.leaves || [];
+  const byLeaf = new Map();
+  for (const n of nodes) {
+    const key = `${n.pod} / ${n.leafSwitch}`;
+    if (!byLeaf.has(key)) byLeaf.set(key, []);
+    byLeaf.get(key).push(n);
+  }
+  const cell = 34, labelW = 150;
+  const cols = Math.max(1, ...[...byLeaf.values()].map((l) => l.length));
+  const height = byLeaf.size * (cell + 4) + 4;
+  const width = labelW + cols * (cell + 4);
+  let allocated = 0, total = 0;
+  const svg = svgEl('svg', { viewBox: `0 0 ${width} ${height}`, role: 'img', class: 'chart heat',
+    'aria-label': 'Fleet heatmap: ' + leaves.map((l) =>
+      `${l.leafSwitch} ${l.allocatedGpuCount} of ${l.gpuCount} GPUs allocated`).join('; ') });
+  [...byLeaf.entries()].forEach(([key, list], row) => {
+    const y = 4 + row * (cell + 4);
+    svg.append(svgEl('text', { x: 0, y: y + cell / 2 + 4, class: 'axis' }, document.createTextNode(key)));
+    list.forEach((n, col) => {
+      allocated += n.allocatedGpuCount;
+      total += n.gpuCount;
+      const x = labelW + col * (cell + 4);
+      const rect = svgEl('rect', { x, y, width: cell, height: cell, rx: 4, fill: cellColor(n), class: 'cell' });
+      rect.append(svgEl('title', {}, document.createTextNode(
+        `${n.nodeName} (${n.state}): ${n.allocatedGpuCount}/${n.gpuCount} GPUs allocated, ${n.instanceCount} instances`)));
+      svg.append(rect);
+      svg.append(svgEl('text', { x: x + cell / 2, y: y + cell / 2 + 4, 'text-anchor': 'middle', class: 'cell-text' },
+        document.createTextNode(`${n.allocatedGpuCount}/${n.gpuCount}`)));
+    });
+  });
+  document.getElementById('fleet-heatmap').replaceChildren(svg);
+  document.getElementById('kpi-gpus').textContent = `${allocated} / ${total}`;
+  fillTable(document.querySelector('#leaves-table tbody'), leaves, (l) => [
+    l.pod, l.leafSwitch, String(l.nodeCount), String(l.downNodeCount),
+    `${l.allocatedGpuCount} / ${l.gpuCount}`, `${l.allocatedPct}%`]);
+}
+
+async function refreshTenants() {
+  const [balances, trials, topups] = await Promise.all([
+    api('GET', '/v1/admin/balances?pageSize=500'),
+    api('GET', '/v1/admin/dashboard/trialGrants?pageSize=500'),
+    api('GET', '/v1/admin/dashboard/topups?pageSize=100'),
+  ]);
+  fillTable(document.querySelector('#balances-table tbody'), balances.balances || [], (t) => [
+    t.tenantName, t.balance.mode, formatMoney(t.balance.paidMicros), formatMoney(t.balance.trialMicros),
+    formatMoney(t.balance.receivableMicros), formatMoney(t.balance.burnMicrosPerMinute)]);
+  document.getElementById('trial-totals').textContent =
+    `${trials.grantCount} grants: ${formatMoney(trials.grantedMicros)} issued, ${formatMoney(trials.burnedMicros)} burned, ` +
+    `${formatMoney(trials.expiredMicros)} expired, ${formatMoney(trials.remainingMicros)} left.`;
+  fillTable(document.querySelector('#trials-table tbody'), trials.tenants || [], (t) => [
+    t.tenantName, formatMoney(t.grantedMicros), formatMoney(t.burnedMicros), formatMoney(t.expiredMicros),
+    formatMoney(t.remainingMicros), formatTime(t.expireTime)]);
+  document.getElementById('topup-totals').textContent =
+    `${topups.totalCount} top-ups, ${formatMoney(topups.totalMicros)} in all.`;
+  fillTable(document.querySelector('#topups-table tbody'), topups.topups || [], (t) => [
+    formatTime(t.createTime), t.tenantName, t.paymentId, formatMoney(t.amountMicros)], 'No top-ups yet.');
+}
+
+async function refreshAll() {
+  try {
+    await Promise.all([refreshRevenue(), refreshRefunds(), refreshFleet(), refreshTenants()]);
+    showError(null);
+  } catch (e) {
+    showError(e);
+  }
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  setupSignIn({
+    onSignedIn: async () => { if (stopAdmin) stopAdmin(); stopAdmin = poll(refreshAll, 5000); },
+    onSignedOut: () => { if (stopAdmin) stopAdmin(); stopAdmin = null; },
+  });
+});

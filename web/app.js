@@ -1,0 +1,189 @@
+// The tenant console: instances with live state, money, SLA windows.
+'use strict';
+
+const ACTIVE = new Set(['PENDING', 'SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING']);
+let stopPolling = [];
+let knownInstances = [];
+
+function stateBadge(instance) {
+  const badge = el('span', { class: `state state-${instance.state}`, 'data-state': instance.state,
+    text: instance.state });
+  return instance.stateReason
+    ? el('span', {}, badge, el('span', { class: 'reason', text: ' ' + instance.stateReason }))
+    : badge;
+}
+
+function actionButtons(instance) {
+  const box = el('div', { class: 'actions' });
+  const act = async (verb, label) => {
+    try {
+      if (verb === 'delete') {
+        if (!confirm(`Delete ${instance.name || instance.id}? This releases its GPUs.`)) return;
+        await api('DELETE', `/v1/instances/${encodeURIComponent(instance.id)}`);
+      } else {
+        await api('POST', `/v1/instances/${encodeURIComponent(instance.id)}:${verb}`, {});
+      }
+      setStatus(`${label}: ${instance.name || instance.id}`);
+      await refreshInstances();
+    } catch (e) {
+      setStatus(`${label} failed: ${e.message} (${e.reason || e.code})`, true);
+    }
+  };
+  const name = instance.name || instance.id;
+  if (instance.state === 'RUNNING' || instance.state === 'PENDING' || instance.state === 'SCHEDULED' ||
+      instance.state === 'STARTING') {
+    box.append(el('button', { type: 'button', 'aria-label': `Stop ${name}`, onclick: () => act('stop', 'Stop') }, 'Stop'));
+  }
+  if (instance.state === 'STOPPED') {
+    box.append(el('button', { type: 'button', 'aria-label': `Start ${name}`, onclick: () => act('start', 'Start') }, 'Start'));
+  }
+  if (instance.state !== 'DELETED') {
+    box.append(el('button', { type: 'button', class: 'danger', 'aria-label': `Delete ${name}`,
+      onclick: () => act('delete', 'Delete') }, 'Delete'));
+  }
+  return box;
+}
+
+function setStatus(text, isError) {
+  const line = document.getElementById('create-status');
+  line.textContent = text;
+  line.classList.toggle('error', !!isError);
+}
+
+async function refreshInstances() {
+  const data = await api('GET', '/v1/instances?pageSize=200');
+  knownInstances = data.instances || [];
+  const tbody = document.querySelector('#instances-table tbody');
+  fillTable(tbody, knownInstances, (i) => [
+    i.name || '—',
+    el('code', { text: i.id }),
+    String(i.gpuCount),
+    stateBadge(i),
+    (i.placement || []).map((p) => `${p.nodeName} (${p.leafSwitch})`).join(', ') || '—',
+    formatTime(i.createTime),
+    actionButtons(i),
+  ], 'No instances yet. Create one above.');
+  tbody.querySelectorAll('tr').forEach((tr, idx) => {
+    if (knownInstances[idx]) tr.dataset.instanceId = knownInstances[idx].id;
+  });
+  const select = document.getElementById('sla-instance');
+  const chosen = select.value;
+  select.replaceChildren(el('option', { value: '', text: 'Choose an instance' }),
+    ...knownInstances.map((i) => el('option', { value: i.id, text: `${i.name || i.id} (${i.state})` })));
+  select.value = chosen;
+}
+
+async function refreshBalance() {
+  const b = await api('GET', '/v1/balance');
+  document.getElementById('paid').textContent = formatMoney(b.paidMicros);
+  document.getElementById('trial').textContent = formatMoney(b.trialMicros);
+  document.getElementById('available').textContent = formatMoney(b.availableMicros);
+  document.getElementById('available').dataset.micros = b.availableMicros;
+  document.getElementById('burn').textContent = formatMoney(b.burnMicrosPerMinute);
+  document.getElementById('trial-expiry').textContent =
+    b.trialExpireTime ? `expires ${formatTime(b.trialExpireTime)}` : '';
+  const notices = document.getElementById('notices');
+  notices.replaceChildren(...(b.notices || []).slice(0, 5).map((n) =>
+    el('li', { class: `notice notice-${n.kind}`, text: `${formatTime(n.createTime)} — ${n.message}` })));
+}
+
+async function refreshMoneyTables() {
+  const [usage, transfers, invoices] = await Promise.all([
+    api('GET', '/v1/usage'), api('GET', '/v1/transfers?pageSize=50'), api('GET', '/v1/invoices')]);
+  const rows = usage.rows || [];
+  const byDay = new Map();
+  for (const r of rows) byDay.set(r.day, (byDay.get(r.day) || 0) + microsToNumber(r.amountMicros));
+  const days = [...byDay.keys()].sort();
+  barChart(document.getElementById('usage-chart'), {
+    title: 'Usage per day', unit: 'CNY', labels: days,
+    series: [{ label: 'Usage', color: '#3b6fd8', values: days.map((d) => byDay.get(d)) }],
+  });
+  fillTable(document.querySelector('#usage-table tbody'), rows, (r) => [
+    r.day, el('code', { text: r.instanceId }), String(r.gpuMinutes), formatMoney(r.amountMicros)]);
+  // Transfers come oldest first; show the newest first.
+  const list = (transfers.transfers || []).slice().reverse();
+  fillTable(document.querySelector('#transfers-table tbody'), list, (t) => [
+    formatTime(t.createTime), t.kind, t.instanceId ? el('code', { text: t.instanceId }) : '—',
+    t.usageMinuteTime ? formatTime(t.usageMinuteTime) : '—', formatMoney(t.tenantDeltaMicros)]);
+  fillTable(document.querySelector('#invoices-table tbody'), invoices.invoices || [], (inv) => [
+    inv.period, el('code', { text: inv.id }), formatTime(inv.issueTime), formatMoney(inv.totalMicros)],
+  'No invoices (postpaid tenants get one a month).');
+}
+
+function verdictText(v) {
+  const metric = (v.definition && v.definition.metric) || 'metric';
+  const parts = [metric, v.missingTelemetry ? 'no telemetry' : `observed ${v.observed}`,
+    v.breached ? 'BREACHED' : 'met'];
+  if (v.refundMicros && v.refundMicros !== '0') parts.push(`refund ${formatMoney(v.refundMicros)}`);
+  if (v.explanation) parts.push(v.explanation);
+  return parts.join(' · ');
+}
+
+async function refreshSla() {
+  const id = document.getElementById('sla-instance').value;
+  const box = document.getElementById('sla-windows');
+  if (!id) { box.replaceChildren(el('p', { class: 'help', text: 'Choose an instance to see its hours.' })); return; }
+  let data;
+  try {
+    data = await api('GET', `/v1/sla/windows?instanceId=${encodeURIComponent(id)}&pageSize=48`);
+  } catch (e) {
+    box.replaceChildren(el('p', { class: 'error', text: `SLA windows: ${e.message}` }));
+    return;
+  }
+  const windows = data.windows || [];
+  if (!windows.length) { box.replaceChildren(el('p', { class: 'help', text: 'No hours judged yet.' })); return; }
+  box.replaceChildren(...windows.map((w) => {
+    const evidence = el('dl', { class: 'evidence' });
+    const add = (k, v) => { evidence.append(el('dt', { text: k }), el('dd', { text: v })); };
+    add('State', w.state);
+    add('Rent', formatMoney(w.rentMicros));
+    add('GPU slots usable', `${w.slotsUsable} of ${w.slots} (reported ${w.slotsReported})`);
+    add('Storage probes', `${w.storageProbeCount}, mean ${(Number(w.storageMeanBytesPerSecond) / 1e9).toFixed(2)} GB/s, min ${(Number(w.storageMinBytesPerSecond) / 1e9).toFixed(2)} GB/s`);
+    add('Latency', `${w.latencySampleCount} samples, p99 ${(Number(w.latencyP99Ns) / 1000).toFixed(2)} µs`);
+    add('Nodes', (w.nodeNames || []).join(', ') || '—');
+    const verdicts = el('ul', { class: 'verdicts' }, ...(w.verdicts || []).map((v) =>
+      el('li', { class: v.breached ? 'breached' : 'met', text: verdictText(v) })));
+    return el('details', { class: 'window' },
+      el('summary', {}, `${formatTime(w.hourStartTime)} — ${w.state}`,
+        w.refundMicrosTotal && w.refundMicrosTotal !== '0' ? ` — refund ${formatMoney(w.refundMicrosTotal)}` : ''),
+      verdicts, evidence);
+  }));
+}
+
+function start() {
+  stopPolling.forEach((s) => s());
+  stopPolling = [
+    poll(refreshInstances, 2000),
+    poll(refreshBalance, 2000),
+    poll(refreshMoneyTables, 10000),
+    poll(refreshSla, 30000),
+  ];
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  document.getElementById('create-form').addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const button = document.getElementById('create-button');
+    button.disabled = true;
+    const instance = {
+      name: document.getElementById('create-name').value.trim(),
+      gpuCount: Number(document.getElementById('create-gpus').value),
+      image: document.getElementById('create-image').value.trim(),
+    };
+    try {
+      const created = await api('POST', '/v1/instances',
+        { instance, requestId: 'web-' + crypto.randomUUID() });
+      setStatus(`Created ${created.name || created.id} (${created.state}).`);
+      await refreshInstances();
+    } catch (e) {
+      setStatus(`Create failed: ${e.message} (${e.reason || e.code})`, true);
+    } finally {
+      button.disabled = false;
+    }
+  });
+  document.getElementById('sla-instance').addEventListener('change', refreshSla);
+  setupSignIn({
+    onSignedIn: async () => start(),
+    onSignedOut: () => { stopPolling.forEach((s) => s()); stopPolling = []; },
+  });
+});

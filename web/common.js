@@ -1,0 +1,180 @@
+// Shared by the console (/) and the admin dashboard (/admin): the API
+// client, money formatting, small DOM helpers and SVG charts. Plain ES2020,
+// no framework; svd serves these files from its binary.
+'use strict';
+
+const KEY_STORAGE = 'sv.apiKey';
+
+// Thrown for a non-2xx answer; carries the REST error body (docs/rest.md).
+class ApiError extends Error {
+  constructor(status, body) {
+    super((body && body.message) || `HTTP ${status}`);
+    this.status = status;
+    this.code = body && body.code;
+    this.reason = body && body.reason;
+  }
+}
+
+async function api(method, path, body) {
+  const headers = { 'Accept': 'application/json' };
+  const key = sessionStorage.getItem(KEY_STORAGE);
+  if (key) headers['Authorization'] = 'Bearer ' + key;
+  const init = { method, headers };
+  if (body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  const res = await fetch(path, init);
+  let data = null;
+  try { data = await res.json(); } catch (e) { data = null; }
+  if (!res.ok) throw new ApiError(res.status, data);
+  return data;
+}
+
+// Micro-yuan (canonical JSON sends int64 as a string) to "¥1,234.57":
+// rounded to fen half away from zero, as invoices are (docs/billing.md).
+function formatMoney(micros) {
+  let v = BigInt(micros || 0);
+  const negative = v < 0n;
+  if (negative) v = -v;
+  const fen = (v + 5000n) / 10000n;
+  const yuan = (fen / 100n).toString().replace(/\B(?=(\d{3})+(?!\d))/g, ',');
+  const cents = (fen % 100n).toString().padStart(2, '0');
+  return (negative ? '-' : '') + '¥' + yuan + '.' + cents;
+}
+
+function microsToNumber(micros) { return Number(BigInt(micros || 0)) / 1e6; }
+
+function formatTime(iso) {
+  if (!iso) return '—';
+  const d = new Date(iso);
+  return isNaN(d) ? iso : d.toLocaleString();
+}
+
+// el('td', {class: 'x', text: 'y'}, child...) builds an element.
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === 'text') node.textContent = v;
+    else if (k.startsWith('on')) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? '' : v);
+  }
+  for (const c of children) if (c !== null && c !== undefined) node.append(c);
+  return node;
+}
+
+function svgEl(tag, attrs, ...children) {
+  const node = document.createElementNS('http://www.w3.org/2000/svg', tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+  for (const c of children) node.append(c);
+  return node;
+}
+
+// Replaces a table body's rows; `cells` maps an item to a list of cell
+// contents (text or nodes).
+function fillTable(tbody, items, cells, emptyText) {
+  tbody.replaceChildren();
+  if (!items.length) {
+    const cols = tbody.closest('table').querySelectorAll('thead th').length || 1;
+    tbody.append(el('tr', {}, el('td', { colspan: cols, class: 'empty', text: emptyText || 'Nothing yet.' })));
+    return;
+  }
+  for (const item of items) {
+    const tr = el('tr');
+    for (const c of cells(item)) tr.append(el('td', {}, c));
+    tbody.append(tr);
+  }
+}
+
+// A bar chart in SVG. series: [{label, values: [numbers], color}] stacked;
+// labels: x labels. The figure also gets a text summary for screen readers.
+function barChart(container, { labels, series, unit, title }) {
+  const width = 640, height = 220, left = 64, bottom = 36, top = 12;
+  const totals = labels.map((_, i) => series.reduce((s, x) => s + Math.max(0, x.values[i] || 0), 0));
+  const max = Math.max(1e-9, ...totals);
+  const plotW = width - left - 8, plotH = height - top - bottom;
+  const band = plotW / Math.max(1, labels.length);
+  const svg = svgEl('svg', { viewBox: `0 0 ${width} ${height}`, role: 'img', class: 'chart',
+    'aria-label': `${title}: ` + labels.map((l, i) => `${l} ${totals[i].toFixed(2)} ${unit}`).join(', ') });
+  for (let g = 0; g <= 4; g++) {
+    const y = top + plotH - (plotH * g) / 4;
+    svg.append(svgEl('line', { x1: left, x2: width - 8, y1: y, y2: y, class: 'grid' }));
+    svg.append(svgEl('text', { x: left - 6, y: y + 4, 'text-anchor': 'end', class: 'axis' },
+      document.createTextNode(((max * g) / 4).toFixed(max < 10 ? 2 : 0))));
+  }
+  labels.forEach((label, i) => {
+    let y = top + plotH;
+    const x = left + i * band + band * 0.15, w = Math.max(1, band * 0.7);
+    for (const s of series) {
+      const v = Math.max(0, s.values[i] || 0);
+      const h = (plotH * v) / max;
+      y -= h;
+      const rect = svgEl('rect', { x, y, width: w, height: Math.max(0, h), fill: s.color, class: 'bar' });
+      rect.append(svgEl('title', {}, document.createTextNode(`${label} · ${s.label}: ${v.toFixed(2)} ${unit}`)));
+      svg.append(rect);
+    }
+    if (labels.length <= 16 || i % Math.ceil(labels.length / 12) === 0) {
+      svg.append(svgEl('text', { x: x + w / 2, y: height - bottom + 16, 'text-anchor': 'middle', class: 'axis' },
+        document.createTextNode(label)));
+    }
+  });
+  container.replaceChildren(svg);
+  if (series.length > 1) {
+    const legend = el('ul', { class: 'legend' });
+    for (const s of series) {
+      const swatch = svgEl('svg', { width: 12, height: 12, 'aria-hidden': 'true' },
+        svgEl('rect', { width: 12, height: 12, fill: s.color }));
+      legend.append(el('li', {}, swatch, ' ' + s.label));
+    }
+    container.append(legend);
+  }
+}
+
+// Sign-in flow shared by both pages: a form with #api-key, a status line,
+// and the callback run with the account once the key works.
+function setupSignIn({ onSignedIn, onSignedOut }) {
+  const form = document.getElementById('signin-form');
+  const errorLine = document.getElementById('signin-error');
+  const signOut = document.getElementById('signout');
+  async function tryKey() {
+    try {
+      const account = await api('GET', '/v1/account');
+      document.body.classList.add('signed-in');
+      document.getElementById('whoami').textContent =
+        `${account.userEmail} · ${account.tenantName} (${account.role})`;
+      errorLine.textContent = '';
+      await onSignedIn(account);
+    } catch (e) {
+      sessionStorage.removeItem(KEY_STORAGE);
+      document.body.classList.remove('signed-in');
+      errorLine.textContent = e.status === 401 ? 'That API key was not accepted.' : `Sign-in failed: ${e.message}`;
+    }
+  }
+  form.addEventListener('submit', (event) => {
+    event.preventDefault();
+    const input = document.getElementById('api-key');
+    sessionStorage.setItem(KEY_STORAGE, input.value.trim());
+    input.value = '';
+    tryKey();
+  });
+  signOut.addEventListener('click', () => {
+    sessionStorage.removeItem(KEY_STORAGE);
+    document.body.classList.remove('signed-in');
+    onSignedOut();
+    document.getElementById('api-key').focus();
+  });
+  if (sessionStorage.getItem(KEY_STORAGE)) tryKey();
+}
+
+// Runs fn now and every `ms` while the page is visible; returns a stopper.
+function poll(fn, ms) {
+  let timer = null, stopped = false;
+  const tick = async () => {
+    if (stopped) return;
+    if (!document.hidden) { try { await fn(); } catch (e) { console.warn(e); } }
+    if (!stopped) timer = setTimeout(tick, ms);
+  };
+  tick();
+  return () => { stopped = true; clearTimeout(timer); };
+}
