@@ -11,10 +11,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
-#include "agent/fabric_probe.h"
+#include "agent/telemetry_collector.h"
 #include "google/protobuf/util/time_util.h"
 #include "spdlog/spdlog.h"
 #include "sv/v1/agent.grpc.pb.h"
+#include "sv/v1/sla.grpc.pb.h"
 
 namespace sv::agent {
 namespace {
@@ -38,21 +39,6 @@ RuntimeInstance FromProto(const v1::InstanceAssignment& a) {
   return r;
 }
 
-// Writes `bytes` to a file and fsyncs it; returns the time taken.
-absl::Duration WriteProbe(const std::string& path, int64_t bytes) {
-  const absl::Time start = absl::Now();
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return absl::ZeroDuration();
-  std::string block(1 << 20, 'x');
-  for (int64_t left = bytes; left > 0; left -= static_cast<int64_t>(block.size())) {
-    if (write(fd, block.data(), std::min<int64_t>(left, block.size())) < 0) break;
-  }
-  fsync(fd);
-  close(fd);
-  unlink(path.c_str());
-  return absl::Now() - start;
-}
-
 }  // namespace
 
 // One connection to svd: registers, then loops sending heartbeats, reports
@@ -62,7 +48,8 @@ class Agent::Session {
   Session(Agent& agent) : a_(agent), o_(agent.options_) {}
 
   // Returns true when the agent should stop for good (a scripted death).
-  bool Run(v1::AgentService::Stub& stub, bool* registered) {
+  bool Run(v1::AgentService::Stub& stub, v1::SlaTelemetryService::Stub& telemetry_stub,
+           bool* registered) {
     grpc::ClientContext context;
     context.AddMetadata("authorization", "Bearer " + o_.credential);
     auto stream = stub.Connect(&context);
@@ -73,10 +60,22 @@ class Agent::Session {
     ApplyIntervals(first.registered());
     spdlog::info("agent: {} registered as {} with svd at {}", o_.node_name,
                  first.registered().node_id(), o_.endpoint);
+    // Telemetry has its own client stream (SlaTelemetryService).
+    grpc::ClientContext telemetry_context;
+    telemetry_context.AddMetadata("authorization", "Bearer " + o_.credential);
+    v1::StreamTelemetryResponse telemetry_summary;
+    telemetry_writer_ = telemetry_stub.StreamTelemetry(&telemetry_context, &telemetry_summary);
     std::thread reader([&] { ReadLoop(*stream); });
     bool dead = Loop(context, *stream);
     context.TryCancel();
+    telemetry_context.TryCancel();
     reader.join();
+    grpc::Status telemetry_status = telemetry_writer_->Finish();
+    if (!telemetry_status.ok() && telemetry_status.error_code() != grpc::StatusCode::CANCELLED) {
+      spdlog::warn("agent: {}: telemetry stream ended: {} {}", o_.node_name,
+                   static_cast<int>(telemetry_status.error_code()),
+                   telemetry_status.error_message());
+    }
     Finish(context, *stream, dead);
     return dead;
   }
@@ -167,8 +166,9 @@ class Agent::Session {
         if (!stream.Write(m)) return false;
         next_heartbeat = now + heartbeat_;
       }
-      if (now >= next_telemetry) {
-        if (!SendTelemetry(stream, faults)) return false;
+      collector_.Sample(a_.clock_.Now(), RunningInstances());
+      if (now >= next_telemetry || collector_.full()) {
+        if (!SendTelemetry()) return false;
         next_telemetry = now + telemetry_;
       }
     }
@@ -179,7 +179,6 @@ class Agent::Session {
     const absl::Duration since = a_.clock_.Now() - o_.fault_epoch;
     FaultState s = FaultsAt(o_.faults, o_.node_name, o_.gpu_count, fault_checked_, since);
     fault_checked_ = since;
-    for (int g = 0; g < o_.gpu_count; ++g) pending_xids_[g] += s.xid_errors[g];
     return s;
   }
 
@@ -273,102 +272,36 @@ class Agent::Session {
     return true;
   }
 
-  bool SendTelemetry(Stream& stream, const FaultState& faults) {
-    v1::AgentMessage m;
-    auto* batch = m.mutable_telemetry();
-    if (auto* sim = dynamic_cast<SimulatedTelemetry*>(a_.telemetry_.get())) {
-      std::vector<SimulatedGpuFaults> gpu_faults(o_.gpu_count);
-      for (int g = 0; g < o_.gpu_count; ++g) {
-        gpu_faults[g] = {faults.throttle_reasons[g], pending_xids_[g]};
-      }
-      pending_xids_.clear();
-      sim->SetFaults(gpu_faults);
-    }
-    const absl::Time now = a_.clock_.Now();
-    if (a_.telemetry_ != nullptr) {
-      auto readings = a_.telemetry_->Sample();
-      if (readings.ok()) {
-        for (const GpuReading& r : *readings) {
-          auto* s = batch->add_gpu_samples();
-          s->set_gpu_index(r.gpu_index);
-          *s->mutable_sample_time() = ToProto(now);
-          s->set_utilization_pct(r.utilization_pct);
-          s->set_memory_used_bytes(r.memory_used_bytes);
-          s->set_memory_total_bytes(r.memory_total_bytes);
-          s->set_temperature_c(r.temperature_c);
-          s->set_power_mw(r.power_mw);
-          s->set_throttle_reasons(r.throttle_reasons);
-          s->set_xid_errors(r.xid_errors);
-          s->set_ecc_uncorrected_errors(r.ecc_uncorrected_errors);
-        }
-      }
-    }
+  // Instances svd wants here that have not ended.
+  std::vector<std::string> RunningInstances() {
     std::vector<std::string> running;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      for (const auto& [id, instance] : desired_) {
-        if (!ended_.count(id)) running.push_back(id);
-      }
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [id, instance] : desired_) {
+      if (!ended_.count(id)) running.push_back(id);
     }
-    // One round of fabric probes per telemetry round; every instance on
-    // this node shares the node's fabric.
-    std::vector<int64_t> fabric;
-    if (!o_.simulated && !o_.probe_peers.empty() && !running.empty()) {
-      auto round = ProbePeers(o_.probe_peers, o_.probes_per_peer, o_.probe_timeout);
-      if (round.ok()) {
-        fabric = BucketCounts(*round);
-      } else {
-        spdlog::warn("agent: {}: fabric probes: {}", o_.node_name, round.status().ToString());
-      }
-    }
-    for (const std::string& id : running) AddProbes(batch, id, faults, now, fabric);
-    return stream.Write(m);
+    return running;
   }
 
-  void AddProbes(v1::TelemetryBatch* batch, const std::string& id, const FaultState& faults,
-                 absl::Time now, const std::vector<int64_t>& fabric) {
-    if (!fabric.empty()) {
-      auto* h = batch->add_latency();
-      h->set_instance_id(id);
-      for (double b : kLatencyBoundsUs) h->add_bound_us(b);
-      for (int64_t c : fabric) h->add_counts(c);
-    }
-    if (o_.simulated) {
-      // Healthy simulated storage writes 4 GB/s; slow-storage caps it.
-      const int64_t rate = faults.storage_bytes_per_s > 0 ? faults.storage_bytes_per_s
-                                                          : 4'000'000'000;
-      auto* p = batch->add_storage_probes();
-      p->set_instance_id(id);
-      *p->mutable_probe_time() = ToProto(now);
-      p->set_bytes_written(o_.storage_probe_bytes);
-      p->set_duration_us(std::max<int64_t>(1, o_.storage_probe_bytes * 1'000'000 / rate));
-      auto* h = batch->add_latency();
-      h->set_instance_id(id);
-      for (double b : kLatencyBoundsUs) h->add_bound_us(b);
-      std::vector<int64_t> counts(kLatencyBucketCount, 0);
-      counts[2] = 95;  // 2..3 µs: a healthy fabric.
-      counts[3] = 5;
-      if (faults.latency_spike_us > 0) {
-        int bucket = kLatencyBucketCount - 1;
-        for (int i = 0; i < kLatencyBucketCount - 1; ++i) {
-          if (faults.latency_spike_us < kLatencyBoundsUs[i]) {
-            bucket = i;
-            break;
-          }
-        }
-        counts[bucket] += 20;
-      }
-      for (int64_t c : counts) h->add_counts(c);
-      return;
-    }
-    if (o_.probe_dir.empty() || o_.storage_probe_bytes <= 0) return;
-    absl::Duration took = WriteProbe(o_.probe_dir + "/.sv-probe-" + id, o_.storage_probe_bytes);
-    if (took <= absl::ZeroDuration()) return;
-    auto* p = batch->add_storage_probes();
-    p->set_instance_id(id);
-    *p->mutable_probe_time() = ToProto(now);
-    p->set_bytes_written(o_.storage_probe_bytes);
-    p->set_duration_us(std::max<int64_t>(1, absl::ToInt64Microseconds(took)));
+  bool SendTelemetry() {
+    collector_.Probe(a_.clock_.Now(), RunningInstances());
+    if (collector_.empty()) return true;
+    return telemetry_writer_->Write(collector_.Take());
+  }
+
+  static CollectorOptions CollectorOptionsOf(const AgentOptions& o) {
+    CollectorOptions c;
+    c.node_name = o.node_name;
+    c.gpu_count = o.gpu_count;
+    c.simulated = o.simulated;
+    c.sample_interval = o.sample_interval;
+    c.probe_dir = o.probe_dir;
+    c.storage_probe_bytes = o.storage_probe_bytes;
+    c.probe_peers = o.probe_peers;
+    c.probes_per_peer = o.probes_per_peer;
+    c.probe_timeout = o.probe_timeout;
+    c.faults = o.faults;
+    c.fault_epoch = o.fault_epoch;
+    return c;
   }
 
   Agent& a_;
@@ -383,7 +316,8 @@ class Agent::Session {
   // that restarted knows none, and adopts what it finds.
   std::map<std::string, int64_t> runs_;
   absl::Duration fault_checked_ = absl::ZeroDuration();
-  std::map<int, int> pending_xids_;
+  std::unique_ptr<grpc::ClientWriter<v1::SlaTelemetryBatch>> telemetry_writer_;
+  TelemetryCollector collector_{CollectorOptionsOf(o_), a_.telemetry_.get(), a_.clock_.Now()};
 };
 
 Agent::Agent(AgentOptions options, std::unique_ptr<RuntimeDriver> driver,
@@ -422,6 +356,7 @@ void Agent::Run() {
   auto channel = grpc::CreateCustomChannel(options_.endpoint, grpc::InsecureChannelCredentials(),
                                            args);
   auto stub = v1::AgentService::NewStub(channel);
+  auto telemetry_stub = v1::SlaTelemetryService::NewStub(channel);
   std::mt19937 random(std::random_device{}());
   absl::Duration backoff = options_.reconnect_backoff_min;
   while (Sleep(absl::ZeroDuration())) {
@@ -430,7 +365,7 @@ void Agent::Run() {
         std::chrono::system_clock::now() +
         absl::ToChronoNanoseconds(options_.rpc_connect_timeout));
     Session session(*this);
-    if (connected && session.Run(*stub, &registered)) return;  // Scripted death.
+    if (connected && session.Run(*stub, *telemetry_stub, &registered)) return;  // Scripted death.
     if (registered) {
       ++sessions_;
       backoff = options_.reconnect_backoff_min;

@@ -31,6 +31,8 @@ struct AgentOptions {
   bool simulated = false;  // Registers the node as simulated.
   absl::Duration heartbeat_interval = absl::Seconds(5);
   absl::Duration telemetry_interval = absl::Seconds(10);
+  // GPUs are sampled this often (agent clock); the SLA judges 10 s slots.
+  absl::Duration sample_interval = absl::Seconds(5);
   absl::Duration runtime_poll_interval = absl::Seconds(1);
   absl::Duration reconnect_backoff_min = absl::Milliseconds(200);
   absl::Duration reconnect_backoff_max = absl::Seconds(10);

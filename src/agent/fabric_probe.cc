@@ -131,21 +131,11 @@ absl::StatusOr<ProbeRound> ProbePeers(const std::vector<std::string>& peers,
   return round;
 }
 
-std::vector<int64_t> BucketCounts(const ProbeRound& round) {
-  std::vector<int64_t> counts(kLatencyBucketCount, 0);
-  for (int64_t ns : round.one_way_ns) {
-    const double us = static_cast<double>(ns) / 1000.0;
-    int bucket = kLatencyBucketCount - 1;
-    for (int i = 0; i < kLatencyBucketCount - 1; ++i) {
-      if (us < kLatencyBoundsUs[i]) {
-        bucket = i;
-        break;
-      }
-    }
-    ++counts[bucket];
-  }
-  counts[kLatencyBucketCount - 1] += round.lost;
-  return counts;
+sla::LatencyHistogram FabricHistogram(const ProbeRound& round, absl::Duration lost_as) {
+  sla::LatencyHistogram h;
+  for (int64_t ns : round.one_way_ns) h.Record(ns);
+  h.Record(absl::ToInt64Nanoseconds(lost_as), round.lost);
+  return h;
 }
 
 }  // namespace sv::agent

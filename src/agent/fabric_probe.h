@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "sla/latency_histogram.h"
 
 namespace sv::agent {
 
@@ -44,10 +45,10 @@ struct ProbeRound {
 absl::StatusOr<ProbeRound> ProbePeers(const std::vector<std::string>& peers,
                                       int probes_per_peer, absl::Duration timeout);
 
-// Counts per bucket of kLatencyBoundsUs (telemetry.h); lost probes count in
-// the last bucket, "slower than everything": a dropped probe is as bad as a
-// very slow one for the tenant.
-std::vector<int64_t> BucketCounts(const ProbeRound& round);
+// The round as a mergeable histogram (sla::LatencyHistogram, 1% relative
+// error). Lost probes count as `lost_as` (the probe timeout): a dropped
+// probe is as bad as a very slow one for the tenant.
+sla::LatencyHistogram FabricHistogram(const ProbeRound& round, absl::Duration lost_as);
 
 }  // namespace sv::agent
 

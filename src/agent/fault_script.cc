@@ -22,7 +22,9 @@ const std::map<std::string, FaultKind>& Kinds() {
       {"thermal-throttle", FaultKind::kThermalThrottle},
       {"power-throttle", FaultKind::kPowerThrottle},
       {"slow-storage", FaultKind::kSlowStorage},
-      {"latency-spike", FaultKind::kLatencySpike}};
+      {"latency-spike", FaultKind::kLatencySpike},
+      {"telemetry-loss", FaultKind::kTelemetryLoss},
+      {"gpu-idle", FaultKind::kGpuIdle}};
   return *kinds;
 }
 
@@ -113,6 +115,7 @@ FaultState FaultsAt(const std::vector<Fault>& faults, const std::string& node, i
   FaultState state;
   state.throttle_reasons.assign(gpu_count, 0);
   state.xid_errors.assign(gpu_count, 0);
+  state.gpu_idle.assign(gpu_count, false);
   for (const Fault& f : faults) {
     if (f.node != "*" && f.node != node) continue;
     auto for_gpus = [&](auto apply) {
@@ -143,6 +146,12 @@ FaultState FaultsAt(const std::vector<Fault>& faults, const std::string& node, i
         break;
       case FaultKind::kLatencySpike:
         if (Active(f, now)) state.latency_spike_us = std::max(state.latency_spike_us, f.value);
+        break;
+      case FaultKind::kTelemetryLoss:
+        state.telemetry_lost = state.telemetry_lost || Active(f, now);
+        break;
+      case FaultKind::kGpuIdle:
+        if (Active(f, now)) for_gpus([&](int g) { state.gpu_idle[g] = true; });
         break;
     }
   }

@@ -13,6 +13,8 @@
 //   5s   sim-node-004 power-throttle gpu=1 for=60s
 //   0s   sim-node-005 slow-storage bytes_per_s=500000000 for=120s
 //   0s   sim-node-006 latency-spike us=40 for=30s
+//   60s  sim-node-007 telemetry-loss for=3600s # heartbeats, but no telemetry
+//   0s   sim-node-008 gpu-idle for=3600s   # the tenant idles its GPUs (not a fault of ours)
 //
 // Times count from the start of the simulated fleet.
 
@@ -26,7 +28,8 @@
 namespace sv::agent {
 
 enum class FaultKind {
-  kDie, kHeartbeatLoss, kXid, kThermalThrottle, kPowerThrottle, kSlowStorage, kLatencySpike
+  kDie, kHeartbeatLoss, kXid, kThermalThrottle, kPowerThrottle, kSlowStorage, kLatencySpike,
+  kTelemetryLoss, kGpuIdle
 };
 
 struct Fault {
@@ -42,8 +45,10 @@ struct Fault {
 struct FaultState {
   bool dead = false;
   bool heartbeats_lost = false;
+  bool telemetry_lost = false;            // Heartbeats go on; samples do not.
   std::vector<int64_t> throttle_reasons;  // Per GPU.
   std::vector<int> xid_errors;            // Per GPU, fired in (previous, now].
+  std::vector<bool> gpu_idle;             // Per GPU: the tenant idles it.
   int64_t storage_bytes_per_s = 0;        // 0: healthy.
   int64_t latency_spike_us = 0;           // 0: none.
 };

@@ -21,6 +21,10 @@ absl::StatusOr<std::vector<GpuReading>> SimulatedTelemetry::Sample() {
       r.throttle_reasons = faults_[i].throttle_reasons;
       r.xid_errors = faults_[i].xid_errors;
       faults_[i].xid_errors = 0;  // An XID is an event, reported once.
+      if (faults_[i].idle) {
+        r.utilization_pct = 0;
+        r.throttle_reasons |= kThrottleGpuIdle;
+      }
     }
     readings.push_back(r);
   }

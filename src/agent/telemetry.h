@@ -18,6 +18,8 @@ namespace sv::agent {
 // NVML clocks-throttle-reason bits that mean the GPU ran below full clocks
 // for reasons other than being idle or an application clock setting:
 // SW power cap, HW slowdown, SW thermal, HW thermal, HW power brake.
+inline constexpr int64_t kThrottleGpuIdle = 0x1;            // The tenant's own doing.
+inline constexpr int64_t kThrottleApplicationClocks = 0x2;  // Likewise.
 inline constexpr int64_t kThrottleSwPowerCap = 0x4;
 inline constexpr int64_t kThrottleHwSlowdown = 0x8;
 inline constexpr int64_t kThrottleSwThermal = 0x20;
@@ -26,11 +28,6 @@ inline constexpr int64_t kThrottleHwPowerBrake = 0x80;
 inline constexpr int64_t kThrottleUnhealthyMask = kThrottleSwPowerCap | kThrottleHwSlowdown |
                                                   kThrottleSwThermal | kThrottleHwThermal |
                                                   kThrottleHwPowerBrake;
-
-// Upper bounds (µs) of the fabric-latency histogram buckets; a last bucket
-// counts everything slower. Fixed, so histograms merge by adding counts.
-inline constexpr double kLatencyBoundsUs[] = {1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 50, 100, 1000};
-inline constexpr int kLatencyBucketCount = 14;
 
 struct GpuReading {
   int gpu_index = 0;
@@ -62,6 +59,7 @@ absl::StatusOr<std::unique_ptr<TelemetrySource>> OpenNvml(
 struct SimulatedGpuFaults {
   int64_t throttle_reasons = 0;
   int xid_errors = 0;
+  bool idle = false;  // The tenant leaves the GPU idle: 0% and the idle throttle bit.
 };
 
 // Simulated GPUs: busy GPUs report high utilization, idle ones zero; seeded.

@@ -10,7 +10,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "agent/telemetry.h"
 #include "api/auth.h"
 #include "api/errors.h"
 #include "common/ids.h"
@@ -23,13 +22,9 @@
 namespace sv::api {
 namespace {
 
-using google::protobuf::util::TimeUtil;
 using AgentStream = grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>;
 
 // Limits on what one agent message may carry.
-constexpr int kGpuSamplesPerBatchMax = 8 * 360;
-constexpr int kProbesPerBatchMax = 4096;
-constexpr int kLatencyBucketsMax = 64;
 constexpr int kRunningIdsMax = 64;
 constexpr size_t kLabelLengthMax = 63;
 constexpr int kCredentialIdLength = 14;
@@ -84,11 +79,6 @@ bool SameDesired(const std::vector<store::AgentAssignment>& a,
     }
   }
   return true;
-}
-
-absl::Time FromProto(const google::protobuf::Timestamp& t, absl::Time fallback) {
-  if (t.seconds() == 0 && t.nanos() == 0) return fallback;
-  return absl::FromUnixMicros(TimeUtil::TimestampToMicroseconds(t));
 }
 
 }  // namespace
@@ -251,7 +241,7 @@ class AgentSession {
       case v1::AgentMessage::kReport:
         return HandleReport(m.report(), now);
       case v1::AgentMessage::kTelemetry:
-        return HandleTelemetry(m.telemetry(), now);
+        return HandleTelemetry();
       case v1::AgentMessage::kRegister:
         return SendError(Error(absl::StatusCode::kFailedPrecondition, "ALREADY_REGISTERED",
                                "register is only the first message of a stream"));
@@ -292,34 +282,11 @@ class AgentSession {
     if (!status.ok()) SendError(status);
   }
 
-  void HandleTelemetry(const v1::TelemetryBatch& batch, absl::Time now) {
-    if (batch.gpu_samples_size() > kGpuSamplesPerBatchMax ||
-        batch.storage_probes_size() > kProbesPerBatchMax ||
-        batch.latency_size() > kProbesPerBatchMax) {
-      return SendError(Error(absl::StatusCode::kInvalidArgument, "TELEMETRY_TOO_LARGE",
-                             "a telemetry batch exceeds its limits"));
-    }
-    store::TelemetryIn in;
-    for (const auto& s : batch.gpu_samples()) {
-      const bool healthy = s.xid_errors() == 0 && s.ecc_uncorrected_errors() == 0 &&
-                           (s.throttle_reasons() & agent::kThrottleUnhealthyMask) == 0;
-      in.gpu_samples.push_back({s.gpu_index(), FromProto(s.sample_time(), now),
-                                std::clamp(s.utilization_pct(), 0, 100), healthy,
-                                std::max(0, s.xid_errors())});
-    }
-    for (const auto& p : batch.storage_probes()) {
-      if (p.bytes_written() <= 0 || p.duration_us() <= 0) continue;
-      in.storage_probes.push_back({p.instance_id(), FromProto(p.probe_time(), now),
-                                   p.bytes_written(), p.duration_us()});
-    }
-    for (const auto& l : batch.latency()) {
-      if (l.counts_size() > kLatencyBucketsMax) continue;
-      in.latency.push_back({l.instance_id(), {l.counts().begin(), l.counts().end()}});
-    }
-    absl::Status status = api_.agents.IngestTelemetry(node_id_, in, now);
-    if (!status.ok()) {
-      spdlog::warn("agent: node {}: telemetry not stored: {}", node_name_, status.ToString());
-    }
+  // Telemetry moved to SlaTelemetryService.StreamTelemetry (docs/sla.md);
+  // an agent that still sends it here is told so and loses nothing else.
+  void HandleTelemetry() {
+    SendError(Error(absl::StatusCode::kFailedPrecondition, "TELEMETRY_MOVED",
+                    "send telemetry on sv.v1.SlaTelemetryService/StreamTelemetry"));
   }
 
   AgentApi::Impl& api_;
@@ -449,7 +416,6 @@ absl::StatusOr<store::NodeCredentialRecord> AgentApi::Impl::AuthenticateNode(
 }
 
 void AgentApi::Impl::MonitorLoop() {
-  absl::Time next_retention = clock.Now();
   // Agents cannot heartbeat while no svd runs; after a start (or a restart
   // of the only svd) they get one timeout to reconnect before silence means
   // death, so an svd outage never takes the fleet down with it.
@@ -476,13 +442,6 @@ void AgentApi::Impl::MonitorLoop() {
     } else {
       for (const auto& id : *idle) spdlog::info("agent: auto-stopped idle instance {}", id);
       if (!idle->empty()) Kick();
-    }
-    if (now >= next_retention) {
-      auto deleted = agents.DeleteTelemetryBefore(now - options.telemetry_retention);
-      if (deleted.ok() && *deleted > 0) {
-        spdlog::info("agent: deleted {} telemetry minute(s) past retention", *deleted);
-      }
-      next_retention = now + absl::Hours(1);
     }
   }
 }
@@ -513,6 +472,11 @@ void AgentApi::Stop() {
   }
   impl_->wake.notify_all();
   if (impl_->monitor.joinable()) impl_->monitor.join();
+}
+
+absl::StatusOr<std::string> AgentApi::AuthenticateNodeName(const grpc::ServerContext& context) {
+  SV_ASSIGN_OR_RETURN(auto record, impl_->AuthenticateNode(context));
+  return record.node_name;
 }
 
 absl::StatusOr<std::string> AgentApi::CreateNodeCredential(const std::string& node_name) {

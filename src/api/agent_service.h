@@ -3,7 +3,8 @@
 
 // svd's side of the node-agent protocol (sv.v1.AgentService), the operator's
 // NodeCredentialService, and the fleet monitor: nodes that miss heartbeats go
-// down, idle instances are auto-stopped, old telemetry is deleted.
+// down and idle instances are auto-stopped. Telemetry has its own stream
+// (SlaTelemetryService, api/sla_service.h).
 
 #include <grpcpp/server_builder.h>
 
@@ -24,7 +25,6 @@ struct AgentApiOptions {
   absl::Duration telemetry_interval = absl::Seconds(10);   // Told to agents.
   absl::Duration desired_poll_interval = absl::Milliseconds(500);
   absl::Duration monitor_interval = absl::Seconds(1);
-  absl::Duration telemetry_retention = absl::Hours(24 * 35);
 };
 
 class AgentApi {
@@ -38,6 +38,11 @@ class AgentApi {
   // Ends every agent stream (agents reconnect to whichever svd answers) and
   // the monitor; call before shutting the gRPC server down.
   void Stop();
+
+  // The node a call's credential (authorization: Bearer svn_...) is for;
+  // UNAUTHENTICATED with a reason otherwise. Other node-agent services
+  // (SlaTelemetryService) authenticate with it.
+  absl::StatusOr<std::string> AuthenticateNodeName(const grpc::ServerContext& context);
 
   // Mints a node credential; returns the plaintext (only its hash is kept).
   absl::StatusOr<std::string> CreateNodeCredential(const std::string& node_name);

@@ -54,6 +54,10 @@ void AddSchedulingCommands(CLI::App& app, Action* action);
 // svctl stop, start, events and idle-policy.
 void AddLifecycleCommands(CLI::App& app, Action* action);
 
+// svctl sla <instance> and svctl admin sla-report|sla-override
+// (sla_commands.cc); call after AddAdminCommands.
+void AddSlaCommands(CLI::App& app, Action* action);
+
 }  // namespace sv::cli
 
 #endif  // SV_CLI_COMMANDS_H_

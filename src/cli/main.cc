@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   sv::cli::AddBillingCommands(app, &action);
   sv::cli::AddSchedulingCommands(app, &action);
   sv::cli::AddLifecycleCommands(app, &action);
+  sv::cli::AddSlaCommands(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

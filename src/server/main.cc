@@ -48,10 +48,6 @@ int main(int argc, char** argv) {
                  "Telemetry batch interval told to agents")
       ->check(CLI::Range(50, 3600000))
       ->capture_default_str();
-  app.add_option("--telemetry-retention-days", o.telemetry_retention_days,
-                 "Per-minute telemetry aggregates are kept this long")
-      ->check(CLI::Range(1, 3650))
-      ->capture_default_str();
   app.add_option("--admin-key-file", o.admin_key_file,
                  "Operator bootstrap key: read from this file, or generated into it");
   app.add_option("--svctl-config", o.svctl_config,
@@ -96,6 +92,23 @@ int main(int argc, char** argv) {
   app.add_option("--trial-days", o.trial_days, "Days until a trial grant expires")
       ->check(CLI::Range(1, 3650))
       ->capture_default_str();
+  app.add_option("--sla-definitions", o.sla_definitions_file,
+                 "SLA definitions, a JSON file (docs/sla.md); default: design.md's");
+  app.add_option("--sla-grace-ms", o.sla_grace_ms,
+                 "Late telemetry counts this long after an hour ends; then it is judged")
+      ->check(CLI::Range(0, 86400000))
+      ->capture_default_str();
+  app.add_option("--sla-checkpoint-interval-ms", o.sla_checkpoint_interval_ms,
+                 "How often open SLA windows are checkpointed to PostgreSQL")
+      ->check(CLI::Range(50, 3600000))
+      ->capture_default_str();
+  app.add_option("--sla-judge-interval-ms", o.sla_judge_interval_ms,
+                 "How often the SLA judge looks for closed hours")
+      ->check(CLI::Range(50, 3600000))
+      ->capture_default_str();
+  app.add_option("--fake-clock-start", o.fake_clock_start,
+                 "TESTS AND DEMOS ONLY: run on a fake clock from this RFC 3339 time, moved "
+                 "by DevClockService.AdvanceClock (docs/testing.md)");
   auto* audit = app.add_subcommand(
       "audit", "Check every ledger invariant against --database-url; exit 1 on a failure");
   audit->fallthrough();

@@ -15,6 +15,7 @@
 #include "api/authz_interceptor.h"
 #include "api/metrics_interceptor.h"
 #include "api/services.h"
+#include "api/sla_service.h"
 #include "metrics/metrics.h"
 #include "server/http_server.h"
 #include "server/rest_gateway.h"
@@ -24,6 +25,8 @@
 #include "control/loops.h"
 #include "server/bootstrap.h"
 #include "sim/fleet.h"
+#include "sla/policy.h"
+#include "sla/runtime.h"
 #include "spdlog/spdlog.h"
 #include "store/database.h"
 #include "store/embedded_postgres.h"
@@ -72,7 +75,22 @@ int RunServer(const ServerOptions& options) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  RealClock clock;
+  // A fake clock (tests and demos) replaces the real one for everything:
+  // loops, the ledger, the SLA monitor and the simulated agents.
+  RealClock real_clock;
+  std::unique_ptr<FakeClock> fake_clock;
+  if (!options.fake_clock_start.empty()) {
+    absl::Time start;
+    std::string why;
+    if (!absl::ParseTime(absl::RFC3339_full, options.fake_clock_start, &start, &why)) {
+      spdlog::error("svd: --fake-clock-start is not an RFC 3339 time: {}", why);
+      return kExitUsage;
+    }
+    fake_clock = std::make_unique<FakeClock>(start);
+    spdlog::warn("svd: running on a FAKE clock from {} (tests and demos only)",
+                 options.fake_clock_start);
+  }
+  const Clock& clock = fake_clock ? static_cast<const Clock&>(*fake_clock) : real_clock;
   std::unique_ptr<store::EmbeddedPostgres> postgres;
   std::string url = options.database_url;
   if (url.empty()) {
@@ -150,7 +168,6 @@ int RunServer(const ServerOptions& options) {
   agent_options.heartbeat_timeout = absl::Milliseconds(options.node_heartbeat_timeout_ms);
   agent_options.heartbeat_interval = absl::Milliseconds(options.agent_heartbeat_interval_ms);
   agent_options.telemetry_interval = absl::Milliseconds(options.agent_telemetry_interval_ms);
-  agent_options.telemetry_retention = absl::Hours(24 * options.telemetry_retention_days);
   api::AgentApi agent_api(store, clock, &loops, agent_options);
   billing::BillingOptions billing_options;
   billing_options.create_credit_minutes = options.billing_create_credit_minutes;
@@ -165,6 +182,27 @@ int RunServer(const ServerOptions& options) {
   api_deps.auth.per_key = {options.rate_limit_key_rps, options.rate_limit_key_burst};
   api_deps.auth.per_tenant = {options.rate_limit_tenant_rps, options.rate_limit_tenant_burst};
   api::ApiServices api(api_deps);
+  sla::SlaOptions sla_options;
+  if (!options.sla_definitions_file.empty()) {
+    auto definitions = sla::LoadDefinitionsFile(options.sla_definitions_file);
+    if (!definitions.ok()) {
+      spdlog::error("svd: {}", std::string(definitions.status().message()));
+      return kExitUsage;
+    }
+    sla_options.definitions = *std::move(definitions);
+  }
+  sla_options.monitor.grace = absl::Milliseconds(options.sla_grace_ms);
+  sla_options.checkpoint_interval = absl::Milliseconds(options.sla_checkpoint_interval_ms);
+  sla_options.judge_interval = absl::Milliseconds(options.sla_judge_interval_ms);
+  if (!options.replica_id.empty()) sla_options.replica = options.replica_id;
+  sla::Runtime sla_runtime(db, clock, sla_options);
+  if (absl::Status s = sla_runtime.Restore(); !s.ok()) {
+    spdlog::error("svd: SLA checkpoint: {}", std::string(s.message()));
+    return kExitStartFailed;
+  }
+  sla::CheckpointLoop sla_checkpoints(sla_runtime);
+  sla::JudgeLoop sla_judge(sla_runtime, clock);
+  api::SlaApi sla_api(store, clock, sla_runtime, agent_api, api_deps.auth, fake_clock.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -182,6 +220,7 @@ int RunServer(const ServerOptions& options) {
   }
   api.RegisterWith(builder);
   agent_api.RegisterWith(builder);
+  sla_api.RegisterWith(builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     spdlog::error("svd: cannot listen on {}", options.listen_address);
@@ -236,6 +275,8 @@ int RunServer(const ServerOptions& options) {
   }
   loops.Start();
   billing_loop.Start();
+  sla_checkpoints.Start();
+  sla_judge.Start();
   agent_api.StartMonitor();
   sim::FleetOptions fleet_options;
   fleet_options.endpoint = endpoint;
@@ -258,11 +299,14 @@ int RunServer(const ServerOptions& options) {
   server->GetHealthCheckService()->Shutdown();
   fleet.Stop();
   agent_api.Stop();  // Agent streams would otherwise hold the grace period.
+  sla_api.Stop();
   server->Shutdown(std::chrono::system_clock::now() +
                    absl::ToChronoNanoseconds(kShutdownGrace));
   billing_loop.Stop();
   loops.Stop();
+  sla_judge.Stop();
   server->Wait();
+  sla_checkpoints.Stop();  // The final checkpoint, after every stream ended.
   http.Stop();
   if (postgres) {
     if (absl::Status s = postgres->Stop(); !s.ok()) {

@@ -22,7 +22,6 @@ struct ServerOptions {
   int node_heartbeat_timeout_ms = 30000;
   int agent_heartbeat_interval_ms = 5000;
   int agent_telemetry_interval_ms = 10000;
-  int telemetry_retention_days = 35;
   // Operator bootstrap key: read from this file, or generated into it.
   std::string admin_key_file;
   // Where svd --dev writes svctl's config; empty means ~/.config/svctl.
@@ -44,6 +43,15 @@ struct ServerOptions {
   int billing_lag_ms = 60000;  // Above the node heartbeat timeout (30 s).
   long long trial_amount_micros = 10'000'000;
   int trial_days = 30;
+  // SLA monitor (docs/sla.md): definitions file (JSON; empty: design.md's
+  // defaults), grace period for late samples, checkpoint and judge periods.
+  std::string sla_definitions_file;
+  int sla_grace_ms = 300000;
+  int sla_checkpoint_interval_ms = 5000;
+  int sla_judge_interval_ms = 5000;
+  // Tests and demos only: run on a fake clock starting at this RFC 3339
+  // instant, moved only by DevClockService.AdvanceClock (docs/testing.md).
+  std::string fake_clock_start;
 };
 
 // Runs svd until SIGTERM or SIGINT; returns the process exit code.

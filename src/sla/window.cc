@@ -75,24 +75,50 @@ int InstanceHourWindow::SlotsIn(absl::Time hour_start, absl::Time from, absl::Ti
   return last - first;
 }
 
-int InstanceHourWindow::UsableSlots(absl::Time from, absl::Time to) const {
-  from = std::max(from, hour_start_);
-  to = std::min(to, hour_start_ + absl::Hours(1));
-  if (to <= from) return 0;
+namespace {
+
+// The slots of [from, to) within the hour, as a mask.
+std::bitset<kSlotsPerHour> SpanMask(absl::Time hour_start, absl::Time from, absl::Time to) {
+  std::bitset<kSlotsPerHour> mask;
+  from = std::max(from, hour_start);
+  to = std::min(to, hour_start + absl::Hours(1));
+  if (to <= from) return mask;
   const absl::Duration slot = absl::Seconds(kSlotSeconds);
-  int first = static_cast<int>((from - hour_start_) / slot);
-  int last = static_cast<int>(absl::Ceil(to - hour_start_, slot) / slot);
-  int usable = 0;
-  for (int s = first; s < last; ++s) {
-    bool all = true;
-    for (int g = 0; g < gpu_count_ && all; ++g) {
-      // A GPU that did not report counts as unusable: missing telemetry
-      // during paid time is a breach.
-      all = reported_[g].test(s) && !unusable_[g].test(s);
-    }
-    usable += all ? 1 : 0;
-  }
-  return usable;
+  const int first = static_cast<int>((from - hour_start) / slot);
+  const int last = static_cast<int>(absl::Ceil(to - hour_start, slot) / slot);
+  mask.set();
+  mask >>= kSlotsPerHour - (last - first);
+  mask <<= first;
+  return mask;
+}
+
+}  // namespace
+
+int InstanceHourWindow::UsableSlots(absl::Time from, absl::Time to) const {
+  std::bitset<kSlotsPerHour> all = SpanMask(hour_start_, from, to);
+  // A GPU that did not report counts as unusable: missing telemetry during
+  // paid time is a breach.
+  for (int g = 0; g < gpu_count_; ++g) all &= reported_[g] & ~unusable_[g];
+  return static_cast<int>(all.count());
+}
+
+int InstanceHourWindow::ReportedSlots(absl::Time from, absl::Time to) const {
+  std::bitset<kSlotsPerHour> all = SpanMask(hour_start_, from, to);
+  for (int g = 0; g < gpu_count_; ++g) all &= reported_[g];
+  return static_cast<int>(all.count());
+}
+
+void InstanceHourWindow::SetGpuSlots(int gpu, const std::bitset<kSlotsPerHour>& reported,
+                                     const std::bitset<kSlotsPerHour>& unusable) {
+  assert(gpu >= 0 && gpu < gpu_count_);
+  reported_[gpu] = reported;
+  unusable_[gpu] = unusable;
+}
+
+void InstanceHourWindow::SetStorage(int64_t count, int64_t sum, int64_t min) {
+  storage_probe_count_ = std::max<int64_t>(0, count);
+  storage_sum_ = storage_probe_count_ == 0 ? 0 : sum;
+  storage_min_ = storage_probe_count_ == 0 ? 0 : min;
 }
 
 int64_t InstanceHourWindow::storage_mean_bytes_per_second() const {

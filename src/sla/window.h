@@ -54,6 +54,17 @@ class InstanceHourWindow {
   int64_t storage_mean_bytes_per_second() const;
   int64_t storage_min_bytes_per_second() const { return storage_min_; }
   const LatencyHistogram& latency() const { return latency_; }
+  // Slots in [from, to) where every GPU reported, usable or not.
+  int ReportedSlots(absl::Time from, absl::Time to) const;
+
+  // Raw parts, for the storage form (sla/evidence.h) and nothing else.
+  const std::bitset<kSlotsPerHour>& reported(int gpu) const { return reported_[gpu]; }
+  const std::bitset<kSlotsPerHour>& unusable(int gpu) const { return unusable_[gpu]; }
+  int64_t storage_sum_bytes_per_second() const { return storage_sum_; }
+  void SetGpuSlots(int gpu, const std::bitset<kSlotsPerHour>& reported,
+                   const std::bitset<kSlotsPerHour>& unusable);
+  void SetStorage(int64_t count, int64_t sum, int64_t min);
+  void SetLatency(LatencyHistogram histogram) { latency_ = std::move(histogram); }
 
  private:
   int SlotOf(absl::Time at) const;

@@ -59,27 +59,6 @@ InstanceState ParseInstanceState(const std::string& s) {
   return InstanceState::kFailed;
 }
 
-absl::Time MinuteOf(absl::Time t) {
-  return absl::FromUnixSeconds(absl::ToUnixSeconds(t) / 60 * 60);
-}
-
-// One (instance, minute) cell of the aggregates, built in memory per batch.
-struct MinuteCell {
-  int gpu_samples = 0;
-  int gpu_samples_healthy = 0;
-  int64_t utilization_pct_sum = 0;
-  int xid_errors = 0;
-  int storage_probes = 0;
-  int64_t storage_bytes_written = 0;
-  int64_t storage_duration_us = 0;
-  std::optional<int64_t> storage_min_bytes_per_s;
-  std::vector<int64_t> latency_counts;
-};
-
-std::string BigintArray(const std::vector<int64_t>& v) {
-  return absl::StrCat("{", absl::StrJoin(v, ","), "}");
-}
-
 }  // namespace
 
 // ---- Credentials -----------------------------------------------------------
@@ -326,84 +305,48 @@ absl::StatusOr<std::vector<DownedNode>> AgentStore::MarkSilentNodesDown(
 
 // ---- Telemetry and idle auto-stop --------------------------------------------
 
-absl::Status AgentStore::IngestTelemetry(const std::string& node_id, const TelemetryIn& batch,
-                                         absl::Time now) {
-  return db_.Transact([&](pqxx::work& txn) {
-    // Which RUNNING instance holds each GPU of this node right now.
-    std::map<int, std::string> holder;
-    std::map<std::string, std::pair<int, int>> idle_policy;  // id -> (seconds, pct)
+absl::StatusOr<std::vector<NodeGpuHolder>> AgentStore::RunningOnNode(
+    const std::string& node_name) {
+  std::vector<NodeGpuHolder> out;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    out.clear();
     for (const auto& row : txn.exec_params(
-             "SELECT r.gpu_index, i.id, i.idle_seconds, i.idle_utilization_pct "
+             "SELECT r.gpu_index, i.id, i.gpu_count, i.idle_seconds, i.idle_utilization_pct, "
+             "(SELECT count(*) FROM gpu_reservations o WHERE o.instance_id = i.id AND "
+             " (o.node_id, o.gpu_index) < (r.node_id, r.gpu_index))::int "
              "FROM gpu_reservations r JOIN instances i ON i.id = r.instance_id "
-             "WHERE r.node_id = $1 AND i.state = 'RUNNING'",
-             node_id)) {
-      holder[row[0].as<int>()] = row[1].as<std::string>();
-      idle_policy[row[1].as<std::string>()] = {row[2].as<int>(), row[3].as<int>()};
+             "JOIN nodes n ON n.id = r.node_id WHERE n.name = $1 AND i.state = 'RUNNING' "
+             "ORDER BY r.gpu_index",
+             node_name)) {
+      NodeGpuHolder h;
+      h.node_gpu_index = row[0].as<int>();
+      h.instance_id = row[1].as<std::string>();
+      h.instance_gpu_count = row[2].as<int>();
+      h.idle_seconds = row[3].as<int>();
+      h.idle_utilization_pct = row[4].as<int>();
+      h.instance_gpu_ordinal = row[5].as<int>();
+      out.push_back(std::move(h));
     }
-    std::map<std::pair<std::string, absl::Time>, MinuteCell> cells;
-    std::map<std::string, std::pair<int64_t, int>> utilization;  // id -> (sum, samples)
-    for (const GpuSampleIn& s : batch.gpu_samples) {
-      auto h = holder.find(s.gpu_index);
-      if (h == holder.end()) continue;  // An idle GPU belongs to nobody.
-      MinuteCell& c = cells[{h->second, MinuteOf(s.at)}];
-      ++c.gpu_samples;
-      if (s.healthy) ++c.gpu_samples_healthy;
-      c.utilization_pct_sum += s.utilization_pct;
-      c.xid_errors += s.xid_errors;
-      utilization[h->second].first += s.utilization_pct;
-      ++utilization[h->second].second;
-    }
-    for (const StorageProbeIn& p : batch.storage_probes) {
-      if (!idle_policy.count(p.instance_id)) continue;  // Not running here.
-      MinuteCell& c = cells[{p.instance_id, MinuteOf(p.at)}];
-      ++c.storage_probes;
-      c.storage_bytes_written += p.bytes_written;
-      c.storage_duration_us += p.duration_us;
-      const int64_t rate = p.bytes_written * 1'000'000 / std::max<int64_t>(1, p.duration_us);
-      c.storage_min_bytes_per_s =
-          std::min(c.storage_min_bytes_per_s.value_or(rate), rate);
-    }
-    for (const LatencyIn& l : batch.latency) {
-      if (!idle_policy.count(l.instance_id)) continue;
-      MinuteCell& c = cells[{l.instance_id, MinuteOf(now)}];
-      c.latency_counts.resize(std::max(c.latency_counts.size(), l.counts.size()), 0);
-      for (size_t i = 0; i < l.counts.size(); ++i) c.latency_counts[i] += l.counts[i];
-    }
-    for (const auto& [key, c] : cells) {
-      // Latency counts add element-wise; arrays of unequal length are padded.
-      txn.exec_params(
-          "INSERT INTO instance_telemetry_minutes AS t (instance_id, minute, gpu_samples, "
-          "gpu_samples_healthy, utilization_pct_sum, xid_errors, storage_probes, "
-          "storage_bytes_written, storage_duration_us, storage_min_bytes_per_s, "
-          "latency_counts) VALUES ($1, $2::timestamptz, $3, $4, $5, $6, $7, $8, $9, $10, "
-          "$11::bigint[]) ON CONFLICT (instance_id, minute) DO UPDATE SET "
-          "gpu_samples = t.gpu_samples + EXCLUDED.gpu_samples, "
-          "gpu_samples_healthy = t.gpu_samples_healthy + EXCLUDED.gpu_samples_healthy, "
-          "utilization_pct_sum = t.utilization_pct_sum + EXCLUDED.utilization_pct_sum, "
-          "xid_errors = t.xid_errors + EXCLUDED.xid_errors, "
-          "storage_probes = t.storage_probes + EXCLUDED.storage_probes, "
-          "storage_bytes_written = t.storage_bytes_written + EXCLUDED.storage_bytes_written, "
-          "storage_duration_us = t.storage_duration_us + EXCLUDED.storage_duration_us, "
-          "storage_min_bytes_per_s = LEAST(t.storage_min_bytes_per_s, "
-          "EXCLUDED.storage_min_bytes_per_s), "
-          "latency_counts = ARRAY(SELECT COALESCE(a, 0) + COALESCE(b, 0) FROM "
-          "unnest(t.latency_counts, EXCLUDED.latency_counts) AS u(a, b))",
-          key.first, SqlTime(key.second), c.gpu_samples, c.gpu_samples_healthy,
-          c.utilization_pct_sum, c.xid_errors, c.storage_probes, c.storage_bytes_written,
-          c.storage_duration_us, c.storage_min_bytes_per_s, BigintArray(c.latency_counts));
-    }
-    for (const auto& [id, sum_count] : utilization) {
-      const auto& [seconds, pct] = idle_policy[id];
-      if (seconds <= 0) continue;
-      const bool idle = sum_count.first < static_cast<int64_t>(pct) * sum_count.second;
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::Status AgentStore::UpdateIdleStreaks(const std::map<std::string, bool>& idle,
+                                           absl::Time now) {
+  if (idle.empty()) return absl::OkStatus();
+  return db_.Transact([&](pqxx::work& txn) {
+    for (const auto& [id, is_idle] : idle) {
       // The streak starts at the first idle batch and ends at a busy one.
-      if (idle) {
+      if (is_idle) {
         txn.exec_params(
             "UPDATE instances SET idle_since = COALESCE(idle_since, $2::timestamptz) "
-            "WHERE id = $1",
+            "WHERE id = $1 AND state = 'RUNNING'",
             id, SqlTime(now));
       } else {
-        txn.exec_params("UPDATE instances SET idle_since = NULL WHERE id = $1", id);
+        txn.exec_params(
+            "UPDATE instances SET idle_since = NULL WHERE id = $1 AND idle_since IS NOT NULL",
+            id);
       }
     }
     return absl::OkStatus();
@@ -431,18 +374,6 @@ absl::StatusOr<std::vector<std::string>> AgentStore::StopIdleInstances(absl::Tim
     return absl::OkStatus();
   }));
   return stopped;
-}
-
-absl::StatusOr<int> AgentStore::DeleteTelemetryBefore(absl::Time cutoff) {
-  int deleted = 0;
-  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
-    deleted = static_cast<int>(
-        txn.exec_params("DELETE FROM instance_telemetry_minutes WHERE minute < $1::timestamptz",
-                        SqlTime(cutoff))
-            .affected_rows());
-    return absl::OkStatus();
-  }));
-  return deleted;
 }
 
 // ---- Tenant views and settings -----------------------------------------------

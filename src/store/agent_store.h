@@ -7,6 +7,7 @@
 // auto-stop. Every method is one transaction; times come from the caller.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,28 +46,16 @@ struct InstanceEventRecord {
   std::string reason;
 };
 
-// Telemetry, already mapped from a node's GPUs to the instance holding them.
-struct GpuSampleIn {
-  int gpu_index = 0;
-  absl::Time at;
-  int utilization_pct = 0;
-  bool healthy = true;  // No XID/ECC error and full clocks.
-  int xid_errors = 0;
-};
-struct StorageProbeIn {
+// A GPU of a node held by a RUNNING instance, for attributing the node's
+// telemetry (docs/sla.md): the instance's size, this GPU's number among the
+// instance's GPUs (ordered by node id, then GPU index), and its idle policy.
+struct NodeGpuHolder {
+  int node_gpu_index = 0;
   std::string instance_id;
-  absl::Time at;
-  int64_t bytes_written = 0;
-  int64_t duration_us = 0;
-};
-struct LatencyIn {
-  std::string instance_id;
-  std::vector<int64_t> counts;
-};
-struct TelemetryIn {
-  std::vector<GpuSampleIn> gpu_samples;
-  std::vector<StorageProbeIn> storage_probes;
-  std::vector<LatencyIn> latency;
+  int instance_gpu_count = 0;
+  int instance_gpu_ordinal = 0;
+  int idle_seconds = 0;
+  int idle_utilization_pct = 0;
 };
 
 // A node that was declared down, with the instances it took with it.
@@ -115,12 +104,13 @@ class AgentStore {
   absl::StatusOr<std::vector<DownedNode>> MarkSilentNodesDown(absl::Duration timeout,
                                                               absl::Time now);
 
-  // Adds a batch to the per-minute aggregates and updates idle streaks.
-  absl::Status IngestTelemetry(const std::string& node_id, const TelemetryIn& batch,
-                               absl::Time now);
+  // The GPUs of the node (by name) that RUNNING instances hold.
+  absl::StatusOr<std::vector<NodeGpuHolder>> RunningOnNode(const std::string& node_name);
+  // Idle streaks from one telemetry batch: an idle batch starts the streak
+  // (if none runs), a busy one ends it. `idle` maps instance id -> idle.
+  absl::Status UpdateIdleStreaks(const std::map<std::string, bool>& idle, absl::Time now);
   // Stops RUNNING instances whose idle streak reached their policy.
   absl::StatusOr<std::vector<std::string>> StopIdleInstances(absl::Time now);
-  absl::StatusOr<int> DeleteTelemetryBefore(absl::Time cutoff);
 
   // Tenant views and settings (scoped by tenant; another tenant's instance
   // is NOT_FOUND).

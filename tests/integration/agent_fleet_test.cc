@@ -1,6 +1,6 @@
 // The simulated fleet of svd --sim-nodes under a fault script: simulated
 // agents speak the real protocol, and scripted faults reach the lifecycle
-// (node death) and the stored telemetry (throttling, XIDs, slow storage).
+// (node death) and the SLA windows (throttling, slow storage).
 
 #include <gtest/gtest.h>
 
@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "sv/v1/instance.grpc.pb.h"
+#include "sv/v1/sla.grpc.pb.h"
 #include "tests/integration/harness.h"
 
 namespace sv::testing {
@@ -27,8 +28,8 @@ bool WaitFor(const std::function<bool()>& done) {
 }
 
 // Goal: a scripted node death stops the instance on that node with the
-// reason, while the other node's instance keeps running and its telemetry
-// shows the scripted throttling, XIDs and slow storage.
+// reason, while the other node's instance keeps running and its SLA window
+// shows the scripted throttling and slow storage.
 TEST(AgentFleetTest, FaultScriptReachesLifecycleAndTelemetry) {
   const std::string script_path =
       (std::filesystem::temp_directory_path() / ("sv-faults-" + std::to_string(getpid())))
@@ -74,28 +75,28 @@ TEST(AgentFleetTest, FaultScriptReachesLifecycleAndTelemetry) {
       << get(dead).state_reason();
   EXPECT_EQ(get(alive).state(), v1::RUNNING);
 
-  pqxx::connection db(options.database_url);
-  auto telemetry = [&] {
-    pqxx::work txn(db);
-    return txn.exec1(
-        "SELECT COALESCE(sum(gpu_samples), 0), COALESCE(sum(gpu_samples_healthy), 0), "
-        "COALESCE(sum(xid_errors), 0), min(storage_min_bytes_per_s), "
-        "COALESCE(sum(latency_counts[3]), 0) FROM instance_telemetry_minutes "
-        "WHERE instance_id = " + txn.quote(alive));
+  // The alive node's telemetry reaches its instance's open SLA window.
+  auto sla = v1::SlaService::NewStub(svd.channel());
+  auto window = [&] {
+    v1::ListSlaWindowsRequest request;
+    request.set_instance_id(alive);
+    v1::ListSlaWindowsResponse response;
+    EXPECT_TRUE(sla->ListSlaWindows(Context(token).get(), request, &response).ok());
+    return response.windows_size() > 0 ? response.windows(0) : v1::SlaWindow();
   };
-  ASSERT_TRUE(WaitFor([&] { return telemetry()[2].as<int64_t>() > 0; }));
-  auto row = telemetry();
-  const int64_t samples = row[0].as<int64_t>();
-  const int64_t healthy = row[1].as<int64_t>();
-  EXPECT_GT(samples, 0);
-  EXPECT_EQ(samples % 8, 0) << "every batch reports all 8 GPUs";
-  // GPU 0 is throttled in every sample and the others are healthy, except
-  // in the samples that carried an XID.
-  EXPECT_LE(healthy, samples / 8 * 7);
-  EXPECT_GT(healthy, 0);
+  ASSERT_TRUE(WaitFor([&] {
+    const v1::SlaWindow w = window();
+    return w.slots_reported() > 0 && w.storage_probe_count() > 0 && w.latency_sample_count() > 0;
+  }));
+  const v1::SlaWindow w = window();
+  EXPECT_EQ(w.state(), v1::OPEN);
+  EXPECT_EQ(w.gpu_count(), 8);
+  // GPU 0 is throttled in every sample: no slot had all GPUs usable.
+  EXPECT_EQ(w.slots_usable(), 0);
   // Probe durations are whole microseconds, hence the rounding.
-  EXPECT_NEAR(row[3].as<double>(), 500e6, 0.5e6);
-  EXPECT_GT(row[4].as<int64_t>(), 0) << "latency histograms are merged";
+  EXPECT_NEAR(static_cast<double>(w.storage_min_bytes_per_second()), 500e6, 0.5e6);
+  EXPECT_EQ(w.node_names_size(), 1);
+  EXPECT_EQ(w.node_names(0), "sim-node-001");
   std::filesystem::remove(script_path);
 }
 

@@ -18,6 +18,7 @@
 #include "api/errors.h"
 #include "sv/v1/agent.grpc.pb.h"
 #include "sv/v1/instance.grpc.pb.h"
+#include "sv/v1/sla.grpc.pb.h"
 #include "store/embedded_postgres.h"
 #include "tests/integration/harness.h"
 
@@ -185,6 +186,17 @@ class AgentLifecycleTest : public ::testing::Test {
     grpc::Status status = stub_->ListInstanceEvents(Context(token_).get(), request, &response);
     EXPECT_TRUE(status.ok()) << status.error_message();
     return {response.events().begin(), response.events().end()};
+  }
+
+  // The instance's newest SLA window (the open hour).
+  v1::SlaWindow OpenWindow(const std::string& id) {
+    v1::ListSlaWindowsRequest request;
+    request.set_instance_id(id);
+    v1::ListSlaWindowsResponse response;
+    grpc::Status status = v1::SlaService::NewStub(svd_->channel())
+                              ->ListSlaWindows(Context(token_).get(), request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.windows_size() > 0 ? response.windows(0) : v1::SlaWindow();
   }
 
   int CountTransitionsTo(const std::string& id, v1::InstanceState state) {
@@ -410,18 +422,11 @@ TEST_F(AgentLifecycleTest, IdleAutoStop) {
   EXPECT_NE(stopped.state_reason().find("idle"), std::string::npos) << stopped.state_reason();
   EXPECT_TRUE(WaitFor([&] { return !Alive(pid); }));
 
-  // The telemetry behind the verdict is stored per instance and minute.
-  pqxx::connection db(database_url_);
-  pqxx::work txn(db);
-  auto row = txn.exec1(
-      "SELECT COALESCE(sum(gpu_samples), 0), COALESCE(sum(utilization_pct_sum), 0), "
-      "COALESCE(sum(storage_probes), 0) FROM instance_telemetry_minutes "
-      "WHERE instance_id = " + txn.quote(created.id()));
-  const int64_t samples = row[0].as<int64_t>();
-  EXPECT_GT(samples, 0);
-  EXPECT_EQ(samples % 2, 0) << "two GPUs report in every batch";
-  EXPECT_LT(row[1].as<int64_t>(), 10 * samples);
-  EXPECT_GT(row[2].as<int64_t>(), 0);
+  // The same telemetry stream feeds the instance's SLA window (open hour).
+  v1::SlaWindow window = OpenWindow(created.id());
+  EXPECT_EQ(window.gpu_count(), 2);
+  EXPECT_GT(window.slots_reported(), 0);
+  EXPECT_GT(window.storage_probe_count(), 0);
 }
 
 // Goal: real agents measure the fabric between them (UDP echo probes) and
@@ -433,16 +438,11 @@ TEST_F(AgentLifecycleTest, RealAgentsReportFabricLatency) {
   StartAgent("node-b", {"--probe-listen", b, "--probe-peers", a});
   Instance created = Create(2);
   ASSERT_TRUE(WaitForState(created.id(), v1::RUNNING));
-  pqxx::connection db(database_url_);
   int64_t probes = 0;
   EXPECT_TRUE(WaitFor([&] {
-    pqxx::work txn(db);
-    probes = txn.exec1("SELECT coalesce(sum(c), 0) FROM instance_telemetry_minutes, "
-                       "unnest(latency_counts) AS c WHERE instance_id = " +
-                       txn.quote(created.id()))[0]
-                 .as<int64_t>();
+    probes = OpenWindow(created.id()).latency_sample_count();
     return probes > 0;
-  })) << "no fabric latency stored";
+  })) << "no fabric latency in the SLA window";
   EXPECT_EQ(probes % 20, 0) << "20 probes per peer and telemetry round";
 }
 

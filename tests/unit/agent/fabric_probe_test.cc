@@ -5,8 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include <numeric>
-
 #include "agent/telemetry.h"
 
 namespace sv::agent {
@@ -22,9 +20,7 @@ TEST(FabricProbeTest, PeerAnswersEveryProbe) {
   EXPECT_EQ(round->one_way_ns.size(), 20u);
   EXPECT_EQ(round->lost, 0);
   for (int64_t ns : round->one_way_ns) EXPECT_GT(ns, 0);
-  std::vector<int64_t> counts = BucketCounts(*round);
-  ASSERT_EQ(counts.size(), static_cast<size_t>(kLatencyBucketCount));
-  EXPECT_EQ(std::accumulate(counts.begin(), counts.end(), int64_t{0}), 20);
+  EXPECT_EQ(FabricHistogram(*round, absl::Seconds(2)).count(), 20);
 }
 
 TEST(FabricProbeTest, SilentPeerLosesProbesIntoTheSlowestBucket) {
@@ -36,18 +32,21 @@ TEST(FabricProbeTest, SilentPeerLosesProbesIntoTheSlowestBucket) {
   ASSERT_TRUE(round.ok());
   EXPECT_TRUE(round->one_way_ns.empty());
   EXPECT_EQ(round->lost, 3);
-  EXPECT_EQ(BucketCounts(*round).back(), 3);
+  const sla::LatencyHistogram h = FabricHistogram(*round, absl::Milliseconds(20));
+  EXPECT_EQ(h.count(), 3);
+  // Lost probes count as the timeout, within the histogram's 1%.
+  EXPECT_NEAR(static_cast<double>(h.Quantile(0.5)), 20e6, 0.2e6);
 }
 
-TEST(FabricProbeTest, BucketsFollowTheFixedBounds) {
+TEST(FabricProbeTest, HistogramKeepsEveryProbeWithinOnePercent) {
   ProbeRound round;
   round.one_way_ns = {500, 2'500, 4'999, 7'000, 2'000'000};
-  std::vector<int64_t> counts = BucketCounts(round);
-  EXPECT_EQ(counts[0], 1);   // < 1 us
-  EXPECT_EQ(counts[2], 1);   // 2..3 us
-  EXPECT_EQ(counts[4], 1);   // 4..5 us
-  EXPECT_EQ(counts[6], 1);   // 6..8 us
-  EXPECT_EQ(counts[kLatencyBucketCount - 1], 1);  // Slower than 1 ms.
+  round.lost = 1;
+  const sla::LatencyHistogram h = FabricHistogram(round, absl::Milliseconds(200));
+  EXPECT_EQ(h.count(), 6);
+  EXPECT_NEAR(static_cast<double>(h.Quantile(0.0)), 500, 5);
+  EXPECT_NEAR(static_cast<double>(h.Quantile(0.4)), 4'999, 50);
+  EXPECT_NEAR(static_cast<double>(h.Quantile(1.0)), 200e6, 2e6);  // The lost probe.
 }
 
 TEST(FabricProbeTest, RefusesBadInput) {

@@ -1,0 +1,174 @@
+// Telemetry ingest over gRPC: agents' client streams of batched samples into
+// svd's SlaTelemetryService (node-credential auth, GPU attribution,
+// aggregation into instance-hour windows). Baseline in the same run: only
+// decoding the same serialized batches (protobuf parse) on as many threads.
+// Goal (issue 6): >= 1,000,000 samples/s on 2 cores and >= 0.5 of the
+// baseline. A sample is one GPU sample, one storage probe or one latency
+// histogram message.
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <cstdio>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "api/agent_service.h"
+#include "api/sla_service.h"
+#include "common.h"
+#include "google/protobuf/util/time_util.h"
+#include "sla/latency_histogram.h"
+#include "store/store.h"
+#include "sv/v1/sla.grpc.pb.h"
+
+ABSL_FLAG(int, streams, 4, "Concurrent agent streams (one node each)");
+ABSL_FLAG(int, batches, 400, "Batches per stream");
+ABSL_FLAG(int, slots, 360, "10-second slots per batch (8 GPU samples each)");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using google::protobuf::util::TimeUtil;
+const absl::Time kHour = absl::FromUnixSeconds(1'793'613'600);  // 2026-11-02T10:00Z
+
+sv::v1::SlaTelemetryBatch MakeBatch(const std::string& instance_id, int slots) {
+  sv::v1::SlaTelemetryBatch batch;
+  const int bucket_a = sv::sla::LatencyHistogram::BucketOf(2'500);
+  const int bucket_b = sv::sla::LatencyHistogram::BucketOf(3'500);
+  for (int s = 0; s < slots; ++s) {
+    const auto at = TimeUtil::MicrosecondsToTimestamp(
+        absl::ToUnixMicros(kHour + absl::Seconds(10 * (s % 360) + 5)));
+    for (int g = 0; g < 8; ++g) {
+      auto* x = batch.add_gpu_samples();
+      x->set_gpu_index(g);
+      *x->mutable_sample_time() = at;
+      x->set_utilization_pct(97);
+      x->set_memory_used_bytes(12LL << 30);
+      x->set_memory_total_bytes(24LL << 30);
+      x->set_temperature_c(65);
+      x->set_power_mw(420'000);
+    }
+    auto* p = batch.add_storage_probes();
+    p->set_instance_id(instance_id);
+    *p->mutable_probe_time() = at;
+    p->set_bytes_written(8 << 20);
+    p->set_duration_us(2'000);
+    auto* h = batch.add_latency();
+    h->set_instance_id(instance_id);
+    *h->mutable_sample_time() = at;
+    h->add_bucket_indices(bucket_a);
+    h->add_bucket_counts(95);
+    h->add_bucket_indices(bucket_b);
+    h->add_bucket_counts(5);
+  }
+  return batch;
+}
+
+int64_t SamplesIn(const sv::v1::SlaTelemetryBatch& b) {
+  return b.gpu_samples_size() + b.storage_probes_size() + b.latency_size();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const int streams = absl::GetFlag(FLAGS_streams);
+  const int batches = absl::GetFlag(FLAGS_batches);
+  auto b = sv::bench::StartDatabase("sla-ingest");
+  sv::bench::Populate(b->pg->url(), 1, streams, true);
+
+  sv::FakeClock clock(kHour + absl::Minutes(59));
+  sv::store::Store store(*b->db);
+  sv::api::AgentApi agents(store, clock, nullptr, {});
+  sv::sla::Runtime runtime(*b->db, clock, {});
+  sv::api::AuthOptions auth;
+  sv::api::SlaApi sla(store, clock, runtime, agents, auth, nullptr);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(16 << 20);
+  sla.RegisterWith(builder);
+  auto server = builder.BuildAndStart();
+  if (!server || port == 0) return 1;
+
+  std::vector<std::string> credentials, ids;
+  std::vector<std::string> serialized;
+  for (int i = 0; i < streams; ++i) {
+    const std::string n = std::string(6 - std::to_string(i).size(), '0') + std::to_string(i);
+    auto credential = agents.CreateNodeCredential("node-" + n);
+    if (!credential.ok()) return 1;
+    credentials.push_back(*credential);
+    ids.push_back("ins-" + n);
+  }
+  const sv::v1::SlaTelemetryBatch sample_batch = MakeBatch(ids[0], absl::GetFlag(FLAGS_slots));
+  const int64_t per_batch = SamplesIn(sample_batch);
+  const std::string bytes = sample_batch.SerializeAsString();
+
+  // Baseline: decode only, same batches, same threads.
+  auto start = Clock::now();
+  {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < streams; ++t) {
+      threads.emplace_back([&] {
+        sv::v1::SlaTelemetryBatch parsed;
+        for (int i = 0; i < batches; ++i) {
+          if (!parsed.ParseFromString(bytes)) std::abort();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  const double decode_s = sv::bench::SecondsSince(start);
+  const int64_t total = per_batch * batches * streams;
+
+  std::atomic<int64_t> accepted{0}, failed{0};
+  start = Clock::now();
+  {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < streams; ++t) {
+      threads.emplace_back([&, t] {
+        const sv::v1::SlaTelemetryBatch batch = MakeBatch(ids[t], absl::GetFlag(FLAGS_slots));
+        auto stub = sv::v1::SlaTelemetryService::NewStub(
+            grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
+                                      grpc::InsecureChannelCredentials(), [t] {
+                                        grpc::ChannelArguments a;
+                                        a.SetInt("sv.bench.stream", t);  // Own connection.
+                                        return a;
+                                      }()));
+        grpc::ClientContext context;
+        context.AddMetadata("authorization", "Bearer " + credentials[t]);
+        sv::v1::StreamTelemetryResponse response;
+        auto writer = stub->StreamTelemetry(&context, &response);
+        for (int i = 0; i < batches; ++i) {
+          if (!writer->Write(batch)) break;
+        }
+        writer->WritesDone();
+        grpc::Status status = writer->Finish();
+        if (!status.ok()) {
+          std::fprintf(stderr, "stream %d: %s\n", t, status.error_message().c_str());
+          ++failed;
+        }
+        accepted += response.samples_accepted();
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  const double grpc_s = sv::bench::SecondsSince(start);
+  const double rate = total / grpc_s, baseline = total / decode_s;
+  std::printf("telemetry ingest: %d streams x %d batches x %lld samples (%zu bytes/batch)\n",
+              streams, batches, static_cast<long long>(per_batch), bytes.size());
+  std::printf("%-36s %10s %14s\n", "", "seconds", "samples/s");
+  std::printf("%-36s %10.3f %14.0f\n", "gRPC ingest (client+server, 1 host)", grpc_s, rate);
+  std::printf("%-36s %10.3f %14.0f\n", "baseline: decode only", decode_s, baseline);
+  std::printf("ratio to baseline: %.2f\n", rate / baseline);
+  std::printf("accepted by svd: %lld (latency histograms count their probes), failed "
+              "streams: %lld, open windows: %lld\n",
+              static_cast<long long>(accepted.load()), static_cast<long long>(failed.load()),
+              static_cast<long long>(runtime.monitor().window_count()));
+  std::printf("goal >= 1,000,000 samples/s: %s; goal >= 0.5 of baseline: %s\n",
+              rate >= 1e6 ? "met" : "MISSED", rate / baseline >= 0.5 ? "met" : "MISSED");
+  sla.Stop();
+  server->Shutdown();
+  return failed.load() == 0 ? 0 : 1;
+}

@@ -1,0 +1,454 @@
+#include "store/sla_store.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/status.h"
+
+namespace sv::store {
+namespace {
+
+constexpr size_t kInsertBatchRows = 5000;
+constexpr int kReportRowsMax = 100;
+
+std::string QuotedArray(const std::vector<std::string>& values) {
+  std::string out = "{";
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) out += ',';
+    out += '"';
+    for (char c : values[i]) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    out += '"';
+  }
+  return out + "}";
+}
+
+std::string IntArray(const std::vector<int64_t>& values) {
+  std::string out = "{";
+  for (size_t i = 0; i < values.size(); ++i) absl::StrAppend(&out, i ? "," : "", values[i]);
+  return out + "}";
+}
+
+std::string Hex(const std::string& bytes) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  return out;
+}
+
+std::string Bytes(const pqxx::field& f) {
+  // Read as hex text (encode(..., 'hex')), so no bytea escaping is involved.
+  const std::string hex = f.as<std::string>();
+  std::string out;
+  out.reserve(hex.size() / 2);
+  auto nibble = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    out += static_cast<char>(nibble(hex[i]) << 4 | nibble(hex[i + 1]));
+  }
+  return out;
+}
+
+std::vector<std::string> SplitList(const pqxx::field& f) {
+  if (f.is_null()) return {};
+  const std::string s = f.as<std::string>();
+  if (s.empty()) return {};
+  return absl::StrSplit(s, ',');
+}
+
+int64_t Seconds(absl::Time t) { return absl::ToUnixSeconds(t); }
+
+const char kWindowColumns[] =
+    "instance_id, tenant_id, extract(epoch from hour_start)::bigint, gpu_count, "
+    "extract(epoch from billed_from)::bigint, extract(epoch from billed_to)::bigint, "
+    "rent_micros, encode(evidence, 'hex'), verdicts::text, "
+    "array_to_string(breached_metrics, ','), refund_micros_total, "
+    "array_to_string(node_names, ','), late_samples_ignored, "
+    "(extract(epoch from judged_at) * 1000000)::bigint";
+
+SlaWindowRow WindowFromRow(const pqxx::row& r) {
+  SlaWindowRow w;
+  w.instance_id = r[0].as<std::string>();
+  w.tenant_id = r[1].as<std::string>();
+  w.hour_start = absl::FromUnixSeconds(r[2].as<int64_t>());
+  w.gpu_count = r[3].as<int>();
+  w.billed_from = absl::FromUnixSeconds(r[4].as<int64_t>());
+  w.billed_to = absl::FromUnixSeconds(r[5].as<int64_t>());
+  w.rent_micros = r[6].as<int64_t>();
+  w.evidence = Bytes(r[7]);
+  w.verdicts_json = r[8].as<std::string>();
+  w.breached_metrics = SplitList(r[9]);
+  w.refund_micros_total = r[10].as<int64_t>();
+  w.node_names = SplitList(r[11]);
+  w.late_samples_ignored = r[12].as<int64_t>();
+  w.judged_at = absl::FromUnixMicros(r[13].as<int64_t>());
+  return w;
+}
+
+SlaCheckpoint CheckpointFromRow(const pqxx::row& r) {
+  return {r[0].as<std::string>(), absl::FromUnixSeconds(r[1].as<int64_t>()), r[2].as<int>(),
+          Bytes(r[3]), r[4].as<std::string>()};
+}
+
+constexpr char kCheckpointColumns[] =
+    "instance_id, extract(epoch from hour_start)::bigint, gpu_count, encode(evidence, 'hex'), "
+    "replica";
+
+}  // namespace
+
+absl::Status SlaStore::WriteCheckpoints(const std::string& replica,
+                                        const std::vector<SlaCheckpoint>& rows, absl::Time now) {
+  for (size_t begin = 0; begin < rows.size(); begin += kInsertBatchRows) {
+    const size_t end = std::min(rows.size(), begin + kInsertBatchRows);
+    std::vector<std::string> ids, evidence;
+    std::vector<int64_t> hours, gpus;
+    for (size_t i = begin; i < end; ++i) {
+      ids.push_back(rows[i].instance_id);
+      hours.push_back(Seconds(rows[i].hour_start));
+      gpus.push_back(rows[i].gpu_count);
+      evidence.push_back(Hex(rows[i].evidence));
+    }
+    SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+      txn.exec_params(
+          "INSERT INTO sla_window_checkpoints AS c (instance_id, hour_start, replica, "
+          "gpu_count, evidence, updated_at) "
+          "SELECT id, to_timestamp(h), $5, g, decode(e, 'hex'), $6::timestamptz "
+          "FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[]) AS v(id, h, g, e) "
+          "ON CONFLICT (instance_id, hour_start, replica) DO UPDATE SET "
+          "gpu_count = EXCLUDED.gpu_count, evidence = EXCLUDED.evidence, "
+          "updated_at = EXCLUDED.updated_at",
+          QuotedArray(ids), IntArray(hours), IntArray(gpus), QuotedArray(evidence), replica,
+          SqlTime(now));
+      return absl::OkStatus();
+    }));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<SlaCheckpoint>> SlaStore::LoadCheckpoints(const std::string& replica) {
+  std::vector<SlaCheckpoint> out;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    out.clear();
+    for (const auto& r : txn.exec_params(absl::StrCat("SELECT ", kCheckpointColumns,
+                                                      " FROM sla_window_checkpoints "
+                                                      "WHERE replica = $1"),
+                                         replica)) {
+      out.push_back(CheckpointFromRow(r));
+    }
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::StatusOr<std::vector<SlaCheckpoint>> SlaStore::CheckpointsOf(const std::string& instance_id,
+                                                                   absl::Time hour_start) {
+  std::vector<SlaCheckpoint> out;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    out.clear();
+    for (const auto& r : txn.exec_params(
+             absl::StrCat("SELECT ", kCheckpointColumns,
+                          " FROM sla_window_checkpoints WHERE instance_id = $1 "
+                          "AND hour_start = to_timestamp($2)"),
+             instance_id, Seconds(hour_start))) {
+      out.push_back(CheckpointFromRow(r));
+    }
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::Status SlaStore::AddLateSamples(
+    const std::map<std::pair<std::string, absl::Time>, int64_t>& counts) {
+  if (counts.empty()) return absl::OkStatus();
+  std::vector<std::string> ids;
+  std::vector<int64_t> hours, n;
+  for (const auto& [key, count] : counts) {
+    ids.push_back(key.first);
+    hours.push_back(Seconds(key.second));
+    n.push_back(count);
+  }
+  return db_.Transact([&](pqxx::work& txn) {
+    txn.exec_params(
+        "UPDATE sla_windows w SET late_samples_ignored = w.late_samples_ignored + v.n "
+        "FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS v(id, h, n) "
+        "WHERE w.instance_id = v.id AND w.hour_start = to_timestamp(v.h)",
+        QuotedArray(ids), IntArray(hours), IntArray(n));
+    return absl::OkStatus();
+  });
+}
+
+absl::Status SlaStore::SetOverrides(const std::string& tenant_id,
+                                    const std::vector<SlaOverrideRow>& rows, absl::Time now) {
+  return db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    if (txn.exec_params("SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE", tenant_id).empty()) {
+      return Error(absl::StatusCode::kNotFound, "UNKNOWN_TENANT",
+                   absl::StrCat("no tenant ", tenant_id));
+    }
+    txn.exec_params("DELETE FROM sla_tenant_overrides WHERE tenant_id = $1", tenant_id);
+    for (const SlaOverrideRow& r : rows) {
+      txn.exec_params(
+          "INSERT INTO sla_tenant_overrides (tenant_id, metric, aggregation, comparison, "
+          "threshold, refund_basis_points, updated_at) VALUES ($1, $2, $3, $4, $5, $6, "
+          "$7::timestamptz)",
+          tenant_id, r.metric, r.aggregation, r.comparison, r.threshold, r.refund_basis_points,
+          SqlTime(now));
+    }
+    return absl::OkStatus();
+  });
+}
+
+namespace {
+constexpr char kOverrideSelect[] =
+    "SELECT tenant_id, metric, aggregation, comparison, threshold, refund_basis_points "
+    "FROM sla_tenant_overrides ";
+SlaOverrideRow OverrideFromRow(const pqxx::row& r) {
+  return {r[0].as<std::string>(), r[1].as<std::string>(), r[2].as<std::string>(),
+          r[3].as<std::string>(), r[4].as<int64_t>(), r[5].as<int32_t>()};
+}
+}  // namespace
+
+absl::StatusOr<std::vector<SlaOverrideRow>> SlaStore::Overrides(const std::string& tenant_id) {
+  std::vector<SlaOverrideRow> out;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    out.clear();
+    for (const auto& r : txn.exec_params(
+             absl::StrCat(kOverrideSelect, "WHERE tenant_id = $1 ORDER BY metric"), tenant_id)) {
+      out.push_back(OverrideFromRow(r));
+    }
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::StatusOr<std::optional<std::pair<std::string, int>>> SlaStore::InstanceOwner(
+    const std::string& instance_id) {
+  std::optional<std::pair<std::string, int>> out;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    auto rows = txn.exec_params("SELECT tenant_id, gpu_count FROM instances WHERE id = $1",
+                                instance_id);
+    if (!rows.empty()) out = {{rows[0][0].as<std::string>(), rows[0][1].as<int>()}};
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::StatusOr<std::optional<SlaWindowRow>> SlaStore::GetWindow(const std::string& instance_id,
+                                                                absl::Time hour_start) {
+  std::optional<SlaWindowRow> out;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    auto rows = txn.exec_params(
+        absl::StrCat("SELECT ", kWindowColumns,
+                     " FROM sla_windows WHERE instance_id = $1 AND hour_start = to_timestamp($2)"),
+        instance_id, Seconds(hour_start));
+    if (!rows.empty()) out = WindowFromRow(rows[0]);
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::StatusOr<std::vector<SlaWindowRow>> SlaStore::ListWindows(const std::string& instance_id,
+                                                                absl::Time before, int limit) {
+  std::vector<SlaWindowRow> out;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    out.clear();
+    for (const auto& r : txn.exec_params(
+             absl::StrCat("SELECT ", kWindowColumns,
+                          " FROM sla_windows WHERE instance_id = $1 AND hour_start < "
+                          "to_timestamp($2) ORDER BY hour_start DESC LIMIT $3"),
+             instance_id, Seconds(before), limit)) {
+      out.push_back(WindowFromRow(r));
+    }
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::StatusOr<SlaReport> SlaStore::Report(absl::Time from, absl::Time to) {
+  SlaReport report;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    report = SlaReport();
+    txn.exec("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY");
+    const std::string range =
+        "w.hour_start >= to_timestamp($1) AND w.hour_start < to_timestamp($2)";
+    auto totals = txn.exec_params(
+        absl::StrCat("SELECT count(*), count(*) FILTER (WHERE cardinality(breached_metrics) > 0),"
+                     " coalesce(sum(refund_micros_total), 0)::bigint, "
+                     "coalesce(sum(late_samples_ignored), 0)::bigint FROM sla_windows w WHERE ",
+                     range),
+        Seconds(from), Seconds(to));
+    report.windows_judged = totals[0][0].as<int64_t>();
+    report.windows_breached = totals[0][1].as<int64_t>();
+    report.refunded_micros_total = totals[0][2].as<int64_t>();
+    report.late_samples_ignored = totals[0][3].as<int64_t>();
+    auto fill = [&](const std::string& sql, std::vector<SlaReportRow>* out) {
+      for (const auto& r : txn.exec_params(sql, Seconds(from), Seconds(to), kReportRowsMax)) {
+        out->push_back({r[0].as<std::string>(), r[1].as<int64_t>(), r[2].as<int64_t>()});
+      }
+    };
+    fill(absl::StrCat("SELECT v->>'metric', count(*), "
+                      "coalesce(sum((v->>'refund_micros')::bigint), 0)::bigint "
+                      "FROM sla_windows w, jsonb_array_elements(w.verdicts) v WHERE ",
+                      range, " AND (v->>'breached')::boolean GROUP BY 1 ORDER BY 2 DESC, 1 "
+                      "LIMIT $3"),
+         &report.by_metric);
+    // A window counts for every node (and leaf) its telemetry came from.
+    fill(absl::StrCat("SELECT n, sum(cardinality(w.breached_metrics))::bigint, "
+                      "sum(w.refund_micros_total)::bigint "
+                      "FROM sla_windows w, unnest(CASE WHEN cardinality(w.node_names) = 0 THEN "
+                      "ARRAY['(no telemetry)'] ELSE w.node_names END) n WHERE ",
+                      range, " AND cardinality(w.breached_metrics) > 0 GROUP BY 1 "
+                      "ORDER BY 2 DESC, 1 LIMIT $3"),
+         &report.by_node);
+    fill(absl::StrCat("SELECT leaf, sum(b)::bigint, sum(r)::bigint FROM ("
+                      "SELECT DISTINCT w.instance_id, w.hour_start, "
+                      "coalesce(nd.leaf_switch, '(unknown)') AS leaf, "
+                      "cardinality(w.breached_metrics) AS b, w.refund_micros_total AS r "
+                      "FROM sla_windows w LEFT JOIN LATERAL unnest(w.node_names) n ON true "
+                      "LEFT JOIN nodes nd ON nd.name = n WHERE ",
+                      range, " AND cardinality(w.breached_metrics) > 0) x GROUP BY 1 "
+                      "ORDER BY 2 DESC, 1 LIMIT $3"),
+         &report.by_leaf_switch);
+    return absl::OkStatus();
+  }));
+  return report;
+}
+
+absl::StatusOr<std::optional<absl::Time>> SlaStore::JudgedBefore() {
+  std::optional<absl::Time> out;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    auto r = txn.exec("SELECT extract(epoch from judged_before)::bigint FROM sla_cursor");
+    out.reset();
+    if (!r.empty() && !r[0][0].is_null()) out = absl::FromUnixSeconds(r[0][0].as<int64_t>());
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::StatusOr<std::optional<absl::Time>> SlaStore::BilledBefore() {
+  std::optional<absl::Time> out;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    auto r = txn.exec("SELECT billed_before_minute FROM billing_cursor");
+    out.reset();
+    if (!r.empty() && !r[0][0].is_null()) out = absl::FromUnixSeconds(r[0][0].as<int64_t>() * 60);
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+std::optional<absl::Time> SlaStore::LockCursor(pqxx::work& txn) {
+  auto r = txn.exec(
+      "SELECT extract(epoch from judged_before)::bigint FROM sla_cursor WHERE id = 1 "
+      "FOR UPDATE");
+  if (r.empty() || r[0][0].is_null()) return std::nullopt;
+  return absl::FromUnixSeconds(r[0][0].as<int64_t>());
+}
+
+void SlaStore::SetCursor(pqxx::work& txn, absl::Time judged_before, absl::Time now) {
+  txn.exec_params(
+      "UPDATE sla_cursor SET judged_before = to_timestamp($1), updated_at = $2::timestamptz "
+      "WHERE id = 1",
+      Seconds(judged_before), SqlTime(now));
+}
+
+std::vector<SlaRent> SlaStore::ReadRents(pqxx::work& txn, absl::Time hour_start) {
+  const int64_t first = Seconds(hour_start) / 60;
+  std::vector<SlaRent> out;
+  for (const auto& r : txn.exec_params(
+           "SELECT c.instance_id, c.tenant_id, c.rent, c.first_minute, c.last_minute, "
+           "coalesce(i.gpu_count, 1) "
+           "FROM (SELECT instance_id, tenant_id, sum(amount_micros)::bigint AS rent, "
+           "  min(usage_minute) AS first_minute, max(usage_minute) AS last_minute "
+           "  FROM ledger_transfers WHERE kind = 'charge' AND usage_minute >= $1 "
+           "  AND usage_minute < $2 AND instance_id IS NOT NULL AND tenant_id IS NOT NULL "
+           "  GROUP BY 1, 2) c "
+           "LEFT JOIN instances i ON i.id = c.instance_id ORDER BY c.instance_id",
+           first, first + 60)) {
+    SlaRent rent;
+    rent.instance_id = r[0].as<std::string>();
+    rent.tenant_id = r[1].as<std::string>();
+    rent.rent_micros = r[2].as<int64_t>();
+    rent.first_minute = r[3].as<int64_t>();
+    rent.last_minute = r[4].as<int64_t>();
+    rent.gpu_count = r[5].as<int>();
+    out.push_back(std::move(rent));
+  }
+  return out;
+}
+
+std::vector<SlaCheckpoint> SlaStore::ReadCheckpointsOfHour(pqxx::work& txn,
+                                                           absl::Time hour_start,
+                                                           const std::string& except_replica) {
+  std::vector<SlaCheckpoint> out;
+  for (const auto& r : txn.exec_params(
+           absl::StrCat("SELECT ", kCheckpointColumns,
+                        " FROM sla_window_checkpoints WHERE hour_start = to_timestamp($1) "
+                        "AND replica <> $2"),
+           Seconds(hour_start), except_replica)) {
+    out.push_back(CheckpointFromRow(r));
+  }
+  return out;
+}
+
+std::vector<SlaOverrideRow> SlaStore::ReadAllOverrides(pqxx::work& txn) {
+  std::vector<SlaOverrideRow> out;
+  for (const auto& r : txn.exec(absl::StrCat(kOverrideSelect, "ORDER BY tenant_id, metric"))) {
+    out.push_back(OverrideFromRow(r));
+  }
+  return out;
+}
+
+std::vector<std::string> SlaStore::JudgedInstances(pqxx::work& txn, absl::Time hour_start) {
+  std::vector<std::string> out;
+  for (const auto& r : txn.exec_params(
+           "SELECT instance_id FROM sla_windows WHERE hour_start = to_timestamp($1)",
+           Seconds(hour_start))) {
+    out.push_back(r[0].as<std::string>());
+  }
+  return out;
+}
+
+std::map<std::string, std::vector<std::string>> SlaStore::ReservedNodes(
+    pqxx::work& txn, const std::vector<std::string>& instance_ids) {
+  std::map<std::string, std::vector<std::string>> out;
+  if (instance_ids.empty()) return out;
+  for (const auto& r : txn.exec_params(
+           "SELECT DISTINCT g.instance_id, n.name FROM gpu_reservations g "
+           "JOIN nodes n ON n.id = g.node_id WHERE g.instance_id = ANY($1::text[]) "
+           "ORDER BY 1, 2",
+           QuotedArray(instance_ids))) {
+    out[r[0].as<std::string>()].push_back(r[1].as<std::string>());
+  }
+  return out;
+}
+
+SlaStore::WindowWriter::WindowWriter(pqxx::work& txn)
+    : stream_(std::make_unique<pqxx::stream_to>(
+          txn, "sla_windows",
+          std::vector<std::string>{"instance_id", "tenant_id", "hour_start", "gpu_count",
+                                   "billed_from", "billed_to", "rent_micros", "evidence",
+                                   "verdicts", "breached_metrics", "refund_micros_total",
+                                   "node_names", "late_samples_ignored", "judged_at"})) {}
+
+void SlaStore::WindowWriter::Write(const SlaWindowRow& w) {
+  // The stream escapes the backslash of bytea's hex form for COPY.
+  *stream_ << std::make_tuple(w.instance_id, w.tenant_id, SqlTime(w.hour_start), w.gpu_count,
+                              SqlTime(w.billed_from), SqlTime(w.billed_to), w.rent_micros,
+                              "\\x" + Hex(w.evidence), w.verdicts_json,
+                              QuotedArray(w.breached_metrics), w.refund_micros_total,
+                              QuotedArray(w.node_names), w.late_samples_ignored,
+                              SqlTime(w.judged_at));
+}
+
+void SlaStore::WindowWriter::Complete() { stream_->complete(); }
+
+void SlaStore::DeleteCheckpointsBefore(pqxx::work& txn, absl::Time before) {
+  txn.exec_params("DELETE FROM sla_window_checkpoints WHERE hour_start < to_timestamp($1)",
+                  Seconds(before));
+}
+
+}  // namespace sv::store
