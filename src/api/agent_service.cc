@@ -421,6 +421,9 @@ void AgentApi::Impl::MonitorLoop() {
   // death, so an svd outage never takes the fleet down with it.
   const absl::Time judge_from = clock.Now() + options.heartbeat_timeout;
   while (Sleep(options.monitor_interval)) {
+    // Node health is leader-only work, fenced with the leader's epoch.
+    store::LeaderTurn turn(loops != nullptr ? loops->leader_gate() : nullptr);
+    if (!turn.ok()) continue;
     const absl::Time now = clock.Now();
     auto downed = now < judge_from
                       ? absl::StatusOr<std::vector<store::DownedNode>>(

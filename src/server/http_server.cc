@@ -44,6 +44,9 @@ absl::Status HttpServer::Start() {
     res.set_content(status.ok() ? "ready\n" : std::string(status.message()) + "\n",
                     "text/plain");
   });
+  server_->Get("/statusz", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(status_ ? status_() : std::string("{}"), "application/json");
+  });
   port_ = port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
   if (port_ <= 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", listen_address_));

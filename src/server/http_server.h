@@ -24,6 +24,9 @@ class HttpServer {
 
   // Binds (port 0 picks one) and serves on a thread of its own.
   absl::Status Start();
+  // /statusz answers this JSON (leadership and shutdown; docs/reliability.md).
+  // Set before Start().
+  void SetStatus(std::function<std::string()> status) { status_ = std::move(status); }
   void Stop();
   // For mounting more routes (REST, the web console) before Start().
   httplib::Server& raw() { return *server_; }
@@ -32,6 +35,7 @@ class HttpServer {
  private:
   std::string listen_address_;
   std::function<absl::Status()> ready_;
+  std::function<std::string()> status_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = 0;

@@ -1,12 +1,14 @@
 // svd: the sv control-plane server. See docs/operations.md.
 #include "CLI/CLI.hpp"
 #include "billing/billing.h"
+#include "server/logging.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
   sv::server::ServerOptions o;
   std::string log_level = "info";
+  std::string log_format = "text";
   CLI::App app{"svd - the sv GPU cloud control plane server"};
   app.add_flag("--dev", o.dev,
                "Embedded default: private PostgreSQL under --state-dir, a simulated "
@@ -74,6 +76,11 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();
+  app.add_option("--log-format", log_format,
+                 "text, or json (one object per line with tenant and request_id)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->envname("SV_LOG_FORMAT")
+      ->capture_default_str();
   app.add_option("--billing-create-credit-minutes", o.billing_create_credit_minutes,
                  "A create needs credit for this many minutes of the instance (0: no check)")
       ->check(CLI::Range(0, 100000))
@@ -109,6 +116,17 @@ int main(int argc, char** argv) {
   app.add_option("--fake-clock-start", o.fake_clock_start,
                  "TESTS AND DEMOS ONLY: run on a fake clock from this RFC 3339 time, moved "
                  "by DevClockService.AdvanceClock (docs/testing.md)");
+  app.add_option("--leader-lease-ms", o.leader_lease_ms,
+                 "Leader lease: a leader silent this long is replaced (docs/reliability.md)")
+      ->check(CLI::Range(500, 600000))
+      ->capture_default_str();
+  app.add_option("--leader-renew-ms", o.leader_renew_ms,
+                 "How often the leader renews its lease and followers campaign")
+      ->check(CLI::Range(100, 60000))
+      ->capture_default_str();
+  app.add_option("--replica-id", o.replica_id,
+                 "This replica's name in the leader lease (default: host-pid-random)")
+      ->envname("SV_REPLICA_ID");
   auto* audit = app.add_subcommand(
       "audit", "Check every ledger invariant against --database-url; exit 1 on a failure");
   audit->fallthrough();
@@ -123,7 +141,6 @@ int main(int argc, char** argv) {
     return sv::billing::RunAuditCommand(o.database_url);
   }
   if (o.dev && !sim_nodes_given) o.sim_nodes = 16;
-  spdlog::set_level(spdlog::level::from_str(log_level));
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  sv::server::ConfigureLogging(log_format, log_level);
   return sv::server::RunServer(o);
 }

@@ -22,8 +22,10 @@
 #include "server/web_assets.h"
 #include "billing/billing.h"
 #include "common/clock.h"
+#include "control/leadership.h"
 #include "control/loops.h"
 #include "server/bootstrap.h"
+#include "server/ops_metrics.h"
 #include "sim/fleet.h"
 #include "sla/policy.h"
 #include "sla/runtime.h"
@@ -162,8 +164,16 @@ int RunServer(const ServerOptions& options) {
     sim_faults = *std::move(faults);
   }
 
+  // Leadership has a pool of its own, so a busy API can never delay renewals.
+  store::DatabaseOptions leader_db_options = db_options;
+  leader_db_options.connections_max = 2;
+  store::Database leader_db(leader_db_options);
+  control::Leadership leadership(
+      leader_db, {options.replica_id, absl::Milliseconds(options.leader_lease_ms),
+                  absl::Milliseconds(options.leader_renew_ms)});
   control::LoopOptions loop_options;
   control::ControlLoops loops(store, clock, loop_options);
+  loops.SetLeaderGate(&leadership);
   api::AgentApiOptions agent_options;
   agent_options.heartbeat_timeout = absl::Milliseconds(options.node_heartbeat_timeout_ms);
   agent_options.heartbeat_interval = absl::Milliseconds(options.agent_heartbeat_interval_ms);
@@ -177,6 +187,7 @@ int RunServer(const ServerOptions& options) {
   billing_options.trial_validity = absl::Hours(24 * options.trial_days);
   billing::Billing billing(db, store, clock, billing_options);
   billing::BillingLoop billing_loop(billing, clock);
+  billing_loop.SetLeaderGate(&leadership);
   api::ApiDependencies api_deps{&store, &clock, &loops};
   api_deps.billing = &billing;
   api_deps.auth.per_key = {options.rate_limit_key_rps, options.rate_limit_key_burst};
@@ -202,6 +213,7 @@ int RunServer(const ServerOptions& options) {
   }
   sla::CheckpointLoop sla_checkpoints(sla_runtime);
   sla::JudgeLoop sla_judge(sla_runtime, clock);
+  sla_judge.SetLeaderGate(&leadership);
   api::SlaApi sla_api(store, clock, sla_runtime, agent_api, api_deps.auth, fake_clock.get());
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -235,10 +247,12 @@ int RunServer(const ServerOptions& options) {
     r.SetGauge("sv_db_pool_idle_connections", "Idle database connections.", {}, pool.idle);
     r.SetGauge("sv_db_pool_connections_max", "The pool's bound.", {}, pool.max);
   });
+  RegisterOpsMetrics(db, leadership);
   HttpServer http(options.http_listen_address, [&]() -> absl::Status {
     if (shutting_down.load()) return absl::UnavailableError("shutting down");
     return db.Ping();
   });
+  http.SetStatus([&] { return LeadershipStatusJson(leadership, shutting_down.load()); });
   std::unique_ptr<RestGateway> rest;
   if (!options.http_listen_address.empty()) {
     // REST goes through this very gRPC server (rest_gateway.h).
@@ -273,6 +287,7 @@ int RunServer(const ServerOptions& options) {
       spdlog::warn("svd: {}", std::string(s.message()));
     }
   }
+  leadership.Start();
   loops.Start();
   billing_loop.Start();
   sla_checkpoints.Start();
@@ -300,11 +315,14 @@ int RunServer(const ServerOptions& options) {
   fleet.Stop();
   agent_api.Stop();  // Agent streams would otherwise hold the grace period.
   sla_api.Stop();
-  server->Shutdown(std::chrono::system_clock::now() +
-                   absl::ToChronoNanoseconds(kShutdownGrace));
+  // Leader-only loops stop first and the lease is handed back at once, so
+  // another replica takes over while this one drains its requests.
   billing_loop.Stop();
   loops.Stop();
   sla_judge.Stop();
+  leadership.Stop();
+  server->Shutdown(std::chrono::system_clock::now() +
+                   absl::ToChronoNanoseconds(kShutdownGrace));
   server->Wait();
   sla_checkpoints.Stop();  // The final checkpoint, after every stream ended.
   http.Stop();

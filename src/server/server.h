@@ -43,6 +43,11 @@ struct ServerOptions {
   int billing_lag_ms = 60000;  // Above the node heartbeat timeout (30 s).
   long long trial_amount_micros = 10'000'000;
   int trial_days = 30;
+  // Leader election (docs/reliability.md): the lease, its renewal period and
+  // this replica's name in the lease row (default: host-pid-random).
+  int leader_lease_ms = 5000;
+  int leader_renew_ms = 1000;
+  std::string replica_id;
   // SLA monitor (docs/sla.md): definitions file (JSON; empty: design.md's
   // defaults), grace period for late samples, checkpoint and judge periods.
   std::string sla_definitions_file;
