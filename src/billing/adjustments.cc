@@ -20,16 +20,22 @@ namespace {
 using store::SqlTime;
 
 // Instances with a RUNNING boundary the recheck has not seen ($1: the
-// cursor of seen events) or one in the recent window ($2: an event
-// committed out of id order is still caught), before the metering cursor
-// ($3); from_minute is the earliest minute such an event can change.
+// cursor of seen events; a range scan of the primary key), or a RUNNING end
+// in the recent window ($2; the partial index on ends by time), so that an
+// end committed out of id order is still caught; only events before the
+// metering cursor ($3) matter. from_minute is the earliest minute such an
+// event can change, never before metering began ($4).
 constexpr char kRecheckSetSql[] = R"sql(
 CREATE TEMP TABLE billing_recheck ON COMMIT DROP AS
 SELECT e.instance_id, i.tenant_id,
        greatest(min((extract(epoch from e.at))::bigint / 60), $4::bigint) AS from_minute
-FROM instance_events e JOIN instances i ON i.id = e.instance_id
-WHERE (e.id > $1 OR e.at >= $2::timestamptz) AND e.at < $3::timestamptz
-  AND (e.to_state = 'RUNNING' OR e.from_state = 'RUNNING')
+FROM (SELECT instance_id, at FROM instance_events
+      WHERE id > $1 AND at < $3::timestamptz
+        AND (to_state = 'RUNNING' OR from_state = 'RUNNING')
+      UNION ALL
+      SELECT instance_id, at FROM instance_events
+      WHERE from_state = 'RUNNING' AND at >= $2::timestamptz AND at < $3::timestamptz) e
+JOIN instances i ON i.id = e.instance_id
 GROUP BY e.instance_id, i.tenant_id
 )sql";
 

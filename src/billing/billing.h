@@ -42,9 +42,9 @@ struct BillingOptions {
   // less this; older running time is not billed.
   absl::Duration first_run_lookback = absl::Hours(1);
   // Late events: every run rechecks the instances with a RUNNING boundary
-  // in an instance_events row it has not seen yet, and also those with one
-  // this close before the metering cursor (an event whose transaction
-  // committed out of id order is still caught).
+  // in an instance_events row it has not seen yet, and also those with a
+  // RUNNING end this close before the metering cursor (an end whose
+  // transaction committed out of id order is still caught).
   absl::Duration late_event_recent_window = absl::Minutes(10);
 };
 

@@ -515,5 +515,54 @@ TEST_F(BillingTest, LateEndIsRefundedByAdjustments) {
   ExpectAuditClean(billing);
 }
 
+// A RUNNING interval recorded after its minutes were billed (an agent that
+// reports, after a partition, a run it did): the next run charges the
+// missed minutes with `adjustment` transfers and the auditor passes again.
+TEST_F(BillingTest, LateRunIsChargedByAdjustments) {
+  Billing billing = MakeBilling();
+  auto [tenant, user] = NewTenant("laterun");
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-laterun", 50 * kMicrosPerYuan, clock_.Now()).ok());
+  const absl::Time t0 = clock_.Now();  // 20 s into minute m0.
+  const int64_t m0 = MinuteOf(t0);
+  const std::string id = Run(tenant, 2);  // 66,000 per minute.
+  clock_.Advance(absl::Minutes(5));
+  Stop(tenant, id);  // Minutes m0 .. m0+5.
+  clock_.Advance(absl::Minutes(20));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  ExpectAuditClean(billing);
+  // Recorded now: it ran again from t0+10m to t0+12m30s (m0+10 .. m0+12).
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+    txn.exec_params(
+        "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) VALUES "
+        "($1, to_timestamp($2), 'STOPPED', 'RUNNING', 'late report'), "
+        "($1, to_timestamp($3), 'RUNNING', 'STOPPED', 'late report')",
+        id, absl::ToUnixSeconds(t0 + absl::Minutes(10)),
+        absl::ToUnixSeconds(t0 + absl::Minutes(12) + absl::Seconds(30)));
+    return absl::OkStatus();
+  }).ok());
+  auto failures = billing.Audit();
+  ASSERT_TRUE(failures.ok());
+  EXPECT_EQ(failures->size(), 3u);
+  clock_.Advance(absl::Minutes(1));
+  auto result = billing.RunOnce(clock_.Now());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->adjustment_legs, 3);
+  auto adjustments = billing.ListTransfers(tenant, {.kind = "adjustment", .limit = 100});
+  ASSERT_EQ(adjustments->size(), 3u);
+  for (const auto& t : *adjustments) {
+    EXPECT_EQ(t.amount_micros, 66'000);
+    EXPECT_EQ(t.tenant_delta_micros, -66'000);
+    EXPECT_EQ(t.from_kind, "trial_wallet");  // The loop granted the trial: spent first.
+    EXPECT_GE(*t.usage_minute, m0 + 10);
+    EXPECT_LE(*t.usage_minute, m0 + 12);
+  }
+  auto balance = billing.GetBalance(tenant, clock_.Now());
+  EXPECT_EQ(balance->trial_micros, 10 * kMicrosPerYuan - 9 * 66'000);
+  EXPECT_EQ(balance->paid_micros, 50 * kMicrosPerYuan);
+  ExpectAuditClean(billing);
+  ASSERT_TRUE(billing.RunOnce(clock_.Now() + absl::Minutes(1)).ok());
+  EXPECT_EQ(billing.ListTransfers(tenant, {.kind = "adjustment", .limit = 100})->size(), 3u);
+}
+
 }  // namespace
 }  // namespace sv::billing
