@@ -27,7 +27,7 @@ using store::SqlTime;
 // event can change, never before metering began ($4).
 constexpr char kRecheckSetSql[] = R"sql(
 CREATE TEMP TABLE billing_recheck ON COMMIT DROP AS
-SELECT e.instance_id, i.tenant_id,
+SELECT e.instance_id, i.tenant_id, tw.id AS trial_id,
        greatest(min((extract(epoch from e.at))::bigint / 60), $4::bigint) AS from_minute
 FROM (SELECT instance_id, at FROM instance_events
       WHERE id > $1 AND at < $3::timestamptz
@@ -36,18 +36,21 @@ FROM (SELECT instance_id, at FROM instance_events
       SELECT instance_id, at FROM instance_events
       WHERE from_state = 'RUNNING' AND at >= $2::timestamptz AND at < $3::timestamptz) e
 JOIN instances i ON i.id = e.instance_id
-GROUP BY e.instance_id, i.tenant_id
+JOIN ledger_accounts tw ON tw.tenant_id = i.tenant_id AND tw.kind = 'trial_wallet'
+GROUP BY e.instance_id, i.tenant_id, tw.id
 )sql";
 
 // Every billed minute of those instances whose owed amount (from the
 // events) differs from what the ledger holds for it: charges, earlier
 // adjustments (net of refunds) and the recorded shortfall. $5 is the
-// platform revenue account.
+// platform revenue account, $6 the promotion expense. Legs are told apart
+// by account id (the tenant's trial wallet is in billing_recheck), not by
+// joining the accounts: that join made every lookup scan them all.
 std::string DiffSql() {
   return absl::StrCat("WITH ", internal::PricedMinutesCtes(internal::IntervalSource::kEventsOfRecheck),
                       R"sql(,
 grid AS (
-  SELECT r.instance_id, r.tenant_id, m AS minute
+  SELECT r.instance_id, r.tenant_id, r.trial_id, m AS minute
   FROM billing_recheck r, generate_series(r.from_minute, $4::bigint - 1) AS m
 )
 SELECT g.instance_id, g.tenant_id, g.minute, coalesce(p.gross, 0) AS owed,
@@ -59,21 +62,19 @@ FROM grid g
 LEFT JOIN priced p ON p.instance_id = g.instance_id AND p.minute = g.minute
 LEFT JOIN LATERAL (
   SELECT sum(t.amount_micros)::bigint AS net,
-         sum(t.amount_micros) FILTER (WHERE fa.kind = 'trial_wallet')::bigint AS trial,
-         max(t.from_account_id) FILTER (WHERE fa.kind <> 'trial_wallet') AS main_id,
+         sum(t.amount_micros) FILTER (WHERE t.from_account_id = g.trial_id)::bigint AS trial,
+         max(t.from_account_id) FILTER (WHERE t.from_account_id <> g.trial_id) AS main_id,
          max(t.gpu_model) AS gpu_model
-  FROM ledger_transfers t JOIN ledger_accounts fa ON fa.id = t.from_account_id
+  FROM ledger_transfers t
   WHERE t.idempotency_key = 'charge:' || g.instance_id || ':' || g.minute) c ON true
 LEFT JOIN LATERAL (
   SELECT sum(CASE WHEN t.to_account_id = $5 THEN t.amount_micros
                   ELSE -t.amount_micros END)::bigint AS net,
-         sum(CASE WHEN fa.kind = 'trial_wallet' THEN t.amount_micros
-                  WHEN ta.kind IN ('trial_wallet', 'promotion_expense') THEN -t.amount_micros
+         sum(CASE WHEN t.from_account_id = g.trial_id THEN t.amount_micros
+                  WHEN t.to_account_id IN (g.trial_id, $6) THEN -t.amount_micros
                   ELSE 0 END)::bigint AS trial,
          count(DISTINCT t.idempotency_key) AS n
   FROM ledger_transfers t
-  JOIN ledger_accounts fa ON fa.id = t.from_account_id
-  JOIN ledger_accounts ta ON ta.id = t.to_account_id
   WHERE t.kind = 'adjustment' AND t.instance_id = g.instance_id
     AND t.usage_minute = g.minute) a ON true
 LEFT JOIN billing_shortfalls s ON s.instance_id = g.instance_id AND s.usage_minute = g.minute
@@ -108,6 +109,9 @@ absl::StatusOr<int64_t> Billing::RecheckLateEvents(absl::Time now) {
     txn.exec_params(kRecheckSetSql, seen[0][0].as<int64_t>(),
                     SqlTime(MinuteStart(billed_before) - options_.late_event_recent_window),
                     SqlTime(MinuteStart(billed_before)), first);
+    // A fresh temporary table has no statistics; without them the planner
+    // may re-run the interval computation for every minute of the grid.
+    txn.exec("ANALYZE billing_recheck");
     auto lowest = txn.exec("SELECT min(from_minute) FROM billing_recheck");
     if (!lowest[0][0].is_null() && lowest[0][0].as<int64_t>() < billed_before) {
       const int64_t from = lowest[0][0].as<int64_t>();
@@ -115,7 +119,7 @@ absl::StatusOr<int64_t> Billing::RecheckLateEvents(absl::Time now) {
       const int64_t promotion = internal::PlatformAccount(txn, "promotion_expense");
       auto diffs = txn.exec_params(DiffSql(), SqlTime(MinuteStart(from)),
                                    SqlTime(MinuteStart(billed_before)), from, billed_before,
-                                   revenue);
+                                   revenue, promotion);
       for (const auto& row : diffs) {
         const std::string instance = row["instance_id"].as<std::string>();
         const std::string tenant = row["tenant_id"].as<std::string>();
