@@ -43,11 +43,17 @@ void ControlLoops::Stop() {
   if (placement_thread_.joinable()) placement_thread_.join();
 }
 
-absl::Status ControlLoops::PlaceNow() {
+absl::Status ControlLoops::PlaceNow() { return RunPass(/*wait_for_lock=*/false); }
+
+absl::Status ControlLoops::RunPass(bool wait_for_lock) {
   store::LeaderTurn turn(gate_);
   if (!turn.ok()) return absl::OkStatus();
   const absl::Time start = clock_.Now();
-  auto outcome = scheduling_.RunPass(start);
+  auto outcome = scheduling_.RunPass(start, wait_for_lock);
+  if (outcome.ok() && outcome->lock_busy) {
+    Kick();
+    return absl::OkStatus();
+  }
   auto& registry = metrics::Registry::Default();
   const double seconds = absl::ToDoubleSeconds(clock_.Now() - start);
   registry.IncrementCounter("sv_scheduler_passes_total", "Queue passes run, by result.",
@@ -90,7 +96,7 @@ void ControlLoops::PlacementLoop() {
     if (stopping_) break;
     kicked_ = false;
     lock.unlock();
-    absl::Status status = PlaceNow();
+    absl::Status status = RunPass(/*wait_for_lock=*/true);
     if (!status.ok()) spdlog::warn("control: placement pass failed: {}", status.ToString());
     lock.lock();
   }

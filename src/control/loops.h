@@ -40,7 +40,8 @@ class ControlLoops {
 
   // Runs one placement pass now, in the caller's thread; on a replica that
   // does not lead it does nothing (the leader's loop places within
-  // placement_interval).
+  // placement_interval). When another pass holds the placement lock it does
+  // not wait: it kicks the loop, whose next pass sees the caller's instance.
   absl::Status PlaceNow();
   // Resize, admission and operator calls of the API share the loop's
   // scheduler settings.
@@ -50,6 +51,7 @@ class ControlLoops {
 
  private:
   void PlacementLoop();
+  absl::Status RunPass(bool wait_for_lock);
 
   store::Store& store_;
   const Clock& clock_;

@@ -264,7 +264,7 @@ absl::Status CheckAdmission(const store::AdmissionView& view, const std::string&
 Scheduling::Scheduling(store::Database& db, SchedulingOptions options)
     : store_(db), options_(options) {}
 
-absl::StatusOr<store::PassOutcome> Scheduling::RunPass(absl::Time now) {
+absl::StatusOr<store::PassOutcome> Scheduling::RunPass(absl::Time now, bool wait_for_lock) {
   store::BeforeCommitHook hook;
   if (options_.crash_after_decide) {
     hook = [] {
@@ -275,7 +275,7 @@ absl::StatusOr<store::PassOutcome> Scheduling::RunPass(absl::Time now) {
   }
   auto outcome = store_.RunQueuePass(
       [this](const store::FleetView& view) { return DecideQueue(view, options_); },
-      options_.queue_max, now, hook);
+      options_.queue_max, now, hook, wait_for_lock);
   return outcome;
 }
 

@@ -60,7 +60,9 @@ class Scheduling {
 
   // One queue pass; returns how many instances were placed and how many
   // stay waiting.
-  absl::StatusOr<store::PassOutcome> RunPass(absl::Time now);
+  // With wait_for_lock false, returns at once (lock_busy) when another pass
+  // holds the placement lock.
+  absl::StatusOr<store::PassOutcome> RunPass(absl::Time now, bool wait_for_lock = true);
   // Returns the GPU count before the resize.
   absl::StatusOr<int> Resize(const std::string& tenant_id, const std::string& id,
                              int new_gpu_count, absl::Time now);

@@ -229,11 +229,23 @@ absl::StatusOr<NodeState> NextNodeState(const std::string& name, NodeState from,
 
 absl::StatusOr<PassOutcome> SchedulingStore::RunQueuePass(const QueueDecider& decide,
                                                           int queue_max, absl::Time now,
-                                                          const BeforeCommitHook& before_commit) {
+                                                          const BeforeCommitHook& before_commit,
+                                                          bool wait_for_lock) {
   PassOutcome outcome;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
     outcome = {};
-    TakePlacementLock(txn);
+    if (!wait_for_lock) {
+      // A pass already running may have read the queue before this
+      // caller's instance arrived; the caller asks for another pass instead
+      // of queueing behind the lock (creates under load stay fast).
+      if (!txn.exec1(absl::StrCat("SELECT pg_try_advisory_xact_lock(", kPlacementLockKey,
+                                  ")"))[0].as<bool>()) {
+        outcome.lock_busy = true;
+        return absl::OkStatus();
+      }
+    } else {
+      TakePlacementLock(txn);
+    }
     FleetView view;
     LoadPending(txn, queue_max, view);
     if (view.pending.empty()) return absl::OkStatus();

@@ -98,6 +98,9 @@ using BeforeCommitHook = std::function<void()>;
 struct PassOutcome {
   int placed = 0;
   int waiting = 0;
+  // Another pass held the placement lock and this one did not wait
+  // (RunQueuePass with wait_for_lock = false); nothing was read or written.
+  bool lock_busy = false;
 };
 
 // ---- Operator views ------------------------------------------------------------
@@ -139,7 +142,8 @@ class SchedulingStore {
   // the gpu_reservations primary key and rolls the whole pass back.
   absl::StatusOr<PassOutcome> RunQueuePass(const QueueDecider& decide, int queue_max,
                                            absl::Time now,
-                                           const BeforeCommitHook& before_commit = {});
+                                           const BeforeCommitHook& before_commit = {},
+                                           bool wait_for_lock = true);
 
   // Resizes a RUNNING instance of the tenant in place (same id, same
   // running_since), under the placement lock. `decide` sees the queue too

@@ -1,0 +1,232 @@
+// bench_e2e_create: end-to-end CreateInstance throughput and latency against
+// a real svd and a real (durable) PostgreSQL, with 64 concurrent clients;
+// then, against the same PostgreSQL server, `pgbench -N` with the same
+// client count as the database's own ceiling. Prints creates/s, p50, p99 and
+// the ratio to pgbench's transactions per second.
+//
+// Knobs: SV_BENCH_CLIENTS (64), SV_BENCH_SECONDS (10), SV_BENCH_NODES (64).
+// The fleet is large enough that creates are placed, not just queued.
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <regex>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "store/embedded_postgres.h"
+#include "sv/v1/admin.grpc.pb.h"
+#include "sv/v1/instance.grpc.pb.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v ? std::atoi(v) : fallback;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string RunOutput(const std::string& command) {
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buffer[4096];
+  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) out += buffer;
+  pclose(pipe);
+  return out;
+}
+
+std::string PgBin() {
+  for (int v = 17; v >= 13; --v) {
+    std::string dir = absl::StrCat("/usr/lib/postgresql/", v, "/bin");
+    if (fs::exists(dir + "/pgbench")) return dir;
+  }
+  return "/usr/lib/postgresql/15/bin";
+}
+
+}  // namespace
+
+int main() {
+  const int clients = EnvInt("SV_BENCH_CLIENTS", 64);
+  const int seconds = EnvInt("SV_BENCH_SECONDS", 10);
+  const int nodes = EnvInt("SV_BENCH_NODES", 64);
+  char dir_pattern[] = "/tmp/sv-bench-e2e-XXXXXX";
+  const std::string dir = mkdtemp(dir_pattern);
+  fs::permissions(dir, fs::perms::all, fs::perm_options::add);
+
+  sv::store::EmbeddedPostgresOptions pg_options;
+  pg_options.data_dir = dir + "/pg";
+  pg_options.durable = true;  // A benchmark of real commits.
+  pg_options.database = "sv";
+  pg_options.settings = {"max_connections=300", "shared_buffers=256MB"};
+  sv::store::EmbeddedPostgres pg(pg_options);
+  if (absl::Status s = pg.Start(); !s.ok()) {
+    std::fprintf(stderr, "bench: PostgreSQL: %s\n", s.ToString().c_str());
+    return 1;
+  }
+
+  const std::string port_file = dir + "/port";
+  const std::string key_file = dir + "/admin.key";
+  const pid_t svd = fork();
+  if (svd == 0) {
+    const std::string log = dir + "/svd.log";
+    FILE* f = freopen(log.c_str(), "w", stdout);
+    (void)f;
+    dup2(fileno(stdout), STDERR_FILENO);
+    execl(SV_SVD_PATH, SV_SVD_PATH, "--database-url", pg.url().c_str(), "--listen",
+          "127.0.0.1:0", "--port-file", port_file.c_str(), "--admin-key-file",
+          key_file.c_str(), "--sim-nodes", std::to_string(nodes).c_str(), "--sim-leaves",
+          "8", "--state-dir", (dir + "/state").c_str(), "--rate-limit-key-rps", "0",
+          "--rate-limit-tenant-rps", "0", "--db-connections", "64",
+          "--billing-create-credit-minutes", "0", "--log-level", "warn",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::string port;
+  for (int i = 0; i < 600 && (port.empty() || port.back() != '\n'); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    port = ReadFile(port_file);
+  }
+  if (port.empty()) {
+    std::fprintf(stderr, "bench: svd did not start; see %s/svd.log\n", dir.c_str());
+    kill(svd, SIGKILL);
+    return 1;
+  }
+  std::string admin_key = ReadFile(key_file);
+  while (!admin_key.empty() && admin_key.back() == '\n') admin_key.pop_back();
+  const std::string endpoint = "127.0.0.1:" + port.substr(0, port.size() - 1);
+
+  // One tenant per 8 clients, so per-tenant quotas do not bind.
+  std::vector<std::string> tokens;
+  {
+    auto admin = sv::v1::AdminService::NewStub(
+        grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()));
+    for (int t = 0; t < std::max(1, clients / 8); ++t) {
+      grpc::ClientContext context;
+      context.AddMetadata("authorization", "Bearer " + admin_key);
+      sv::v1::CreateTenantRequest request;
+      request.set_name(absl::StrCat("bench-", t));
+      request.set_owner_email(absl::StrCat("bench-", t, "@example.com"));
+      sv::v1::CreateTenantResponse response;
+      grpc::Status s = admin->CreateTenant(&context, request, &response);
+      if (!s.ok()) {
+        std::fprintf(stderr, "bench: CreateTenant: %s\n", s.error_message().c_str());
+        kill(svd, SIGKILL);
+        return 1;
+      }
+      tokens.push_back(response.api_key());
+    }
+  }
+
+  // Each create asks for 1 GPU and deletes it at once after, so the fleet
+  // never fills: every create is placed, the path a real create takes.
+  std::atomic<bool> stop{false};
+  std::mutex mutex;
+  std::vector<double> latencies_ms;
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  const auto started = Clock::now();
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      // A channel per 8 clients: like many client processes, not one.
+      auto channel = grpc::CreateCustomChannel(
+          endpoint, grpc::InsecureChannelCredentials(), [&] {
+            grpc::ChannelArguments args;
+            args.SetInt("sv_bench_channel", c / 8);
+            return args;
+          }());
+      auto stub = sv::v1::InstanceService::NewStub(channel);
+      std::vector<double> mine;
+      for (int n = 0; !stop.load(); ++n) {
+        sv::v1::CreateInstanceRequest request;
+        request.mutable_instance()->set_gpu_count(1);
+        request.set_request_id(absl::StrCat("b", c, "-", n));
+        sv::v1::Instance created;
+        grpc::ClientContext context;
+        context.AddMetadata("authorization", "Bearer " + tokens[c % tokens.size()]);
+        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+        const auto t0 = Clock::now();
+        grpc::Status s = stub->CreateInstance(&context, request, &created);
+        mine.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        if (!s.ok()) {
+          ++errors;
+          continue;
+        }
+        grpc::ClientContext del_context;
+        del_context.AddMetadata("authorization", "Bearer " + tokens[c % tokens.size()]);
+        del_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+        sv::v1::DeleteInstanceRequest del;
+        del.set_id(created.id());
+        sv::v1::Instance deleted;
+        if (!stub->DeleteInstance(&del_context, del, &deleted).ok()) ++errors;
+      }
+      std::lock_guard<std::mutex> lock(mutex);
+      latencies_ms.insert(latencies_ms.end(), mine.begin(), mine.end());
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(seconds));
+  stop = true;
+  for (auto& t : threads) t.join();
+  const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
+  kill(svd, SIGTERM);
+  waitpid(svd, nullptr, 0);
+
+  std::sort(latencies_ms.begin(), latencies_ms.end());
+  auto at = [&](double q) {
+    return latencies_ms.empty()
+               ? 0.0
+               : latencies_ms[std::min(latencies_ms.size() - 1,
+                                       static_cast<size_t>(q * latencies_ms.size()))];
+  };
+  const double creates_per_s = latencies_ms.size() / elapsed;
+
+  // pgbench -N (no updates of the small tables) with the same clients.
+  const std::string as_owner = geteuid() == 0 ? "runuser -u postgres -- " : "";
+  const std::string conn = absl::StrCat("-h 127.0.0.1 -p ", pg.port(), " -U postgres");
+  RunOutput(absl::StrCat(as_owner, PgBin(), "/pgbench -i -q -s 10 ", conn, " sv 2>&1"));
+  const std::string out = RunOutput(absl::StrCat(as_owner, PgBin(), "/pgbench -N -c ",
+                                                 clients, " -j 2 -T ", seconds, " ", conn,
+                                                 " sv 2>&1"));
+  std::smatch match;
+  double pgbench_tps = 0;
+  if (std::regex_search(out, match, std::regex(R"(tps = ([0-9.]+))"))) {
+    pgbench_tps = std::stod(match[1]);
+  }
+  std::printf("e2e CreateInstance (each followed by a DeleteInstance), %d clients, %.1f s:\n",
+              clients, elapsed);
+  std::printf("  creates/s      %10.0f   (errors: %d)\n", creates_per_s, errors.load());
+  std::printf("  p50 latency    %10.2f ms\n", at(0.50));
+  std::printf("  p99 latency    %10.2f ms\n", at(0.99));
+  std::printf("pgbench -N, %d clients, same server:\n  tps            %10.0f\n", clients,
+              pgbench_tps);
+  std::printf("ratio creates/s : pgbench tps = %.3f   (goals: >= 3000/s, p99 <= 50 ms, "
+              ">= 0.5)\n",
+              pgbench_tps > 0 ? creates_per_s / pgbench_tps : 0.0);
+  if (pgbench_tps == 0) std::printf("pgbench output:\n%s\n", out.c_str());
+  (void)pg.Stop();
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return 0;
+}
