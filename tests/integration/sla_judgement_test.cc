@@ -327,7 +327,7 @@ TEST_F(SlaJudgementTest, PartialHourRefundsTenPercentOfItsRent) {
   EXPECT_EQ(w.refund_micros_total(), kRent / 10);
   const auto refunds = Refunds(id);
   ASSERT_EQ(refunds.size(), 1u);
-  EXPECT_EQ(refunds[0].amount_micros(), 52'800);
+  EXPECT_EQ(refunds[0].amount_micros(), 528'000);
 }
 
 // Goal: samples that arrive late but inside the grace period count (an
