@@ -22,6 +22,7 @@ function args() {
 const opts = args();
 const results = [];
 fs.mkdirSync(opts.out, { recursive: true });
+for (const f of fs.readdirSync(opts.out)) if (f.endsWith('.png')) fs.unlinkSync(path.join(opts.out, f));
 
 async function step(name, fn) {
   const started = Date.now();
@@ -143,7 +144,9 @@ async function availableMicros(page) {
       await admin.locator('#kpi-charged[data-micros]').waitFor({ timeout: 15000 });
       const charged = BigInt(await admin.locator('#kpi-charged').getAttribute('data-micros'));
       if (charged <= 0n) throw new Error('no revenue shown');
-      await admin.locator('#revenue-day-chart svg rect.bar').first().waitFor();
+      // Some bar of the revenue chart has a height (paid or trial part).
+      await admin.waitForFunction(() => [...document.querySelectorAll('#revenue-day-chart svg rect.bar')]
+        .some((r) => Number(r.getAttribute('height')) > 0), null, { timeout: 10000 });
       await admin.locator('#fleet-heatmap svg rect.cell').first().waitFor();
       await admin.locator('#balances-table tbody tr', { hasText: 'e2e' }).first().waitFor();
       console.log(`     dashboard shows ${charged} µ¥ charged`);
