@@ -353,8 +353,12 @@ void Agent::Run() {
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, backoff_min_ms);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               static_cast<int>(absl::ToInt64Milliseconds(options_.reconnect_backoff_max)));
-  auto channel = grpc::CreateCustomChannel(options_.endpoint, grpc::InsecureChannelCredentials(),
-                                           args);
+  grpc::SslCredentialsOptions tls;
+  tls.pem_root_certs = options_.ca_pem;
+  auto channel = grpc::CreateCustomChannel(
+      options_.endpoint,
+      options_.ca_pem.empty() ? grpc::InsecureChannelCredentials() : grpc::SslCredentials(tls),
+      args);
   auto stub = v1::AgentService::NewStub(channel);
   auto telemetry_stub = v1::SlaTelemetryService::NewStub(channel);
   std::mt19937 random(std::random_device{}());

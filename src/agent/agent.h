@@ -22,6 +22,7 @@ namespace sv::agent {
 struct AgentOptions {
   std::string endpoint;    // host:port of svd.
   std::string credential;  // svn_<id>_<secret>.
+  std::string ca_pem;      // PEM CA bundle: TLS to svd trusting it; empty: plaintext.
   std::string node_name;
   std::string zone = "zone-a";
   std::string pod = "pod-1";

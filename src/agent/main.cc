@@ -63,6 +63,9 @@ int main(int argc, char** argv) {
   int sim_utilization_pct = 97;
   CLI::App app{"svagent - the sv node agent"};
   app.add_option("--endpoint", o.endpoint, "svd's gRPC address (host:port)");
+  std::string ca_file;
+  app.add_option("--ca-file", ca_file, "PEM CA bundle: connect with TLS, trusting it")
+      ->check(CLI::ExistingFile);
   app.add_option("--credential-file", credential_file,
                  "File holding this node's credential (svn_...)")
       ->envname("SVAGENT_CREDENTIAL_FILE");
@@ -123,6 +126,14 @@ int main(int argc, char** argv) {
   if (o.credential.empty()) {
     std::cerr << "svagent: no credential in " << credential_file << "\n";
     return 2;
+  }
+  if (!ca_file.empty()) {
+    std::ifstream ca(ca_file);
+    o.ca_pem.assign(std::istreambuf_iterator<char>(ca), std::istreambuf_iterator<char>());
+    if (o.ca_pem.empty()) {
+      std::cerr << "svagent: cannot read CA file " << ca_file << "\n";
+      return 2;
+    }
   }
   o.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
   o.telemetry_interval = absl::Milliseconds(telemetry_ms);

@@ -1,4 +1,5 @@
 #include "api/internal/service_util.h"
+#include "api/internal/security_util.h"
 #include "absl/strings/numbers.h"
 #include "api/validation.h"
 #include "billing/billing.h"
@@ -218,6 +219,10 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
       SV_RETURN_IF_ERROR(deps_.billing->CheckCreditForCreate(
           who.tenant_id, spec.gpu_count, spec.gpu_model, deps_.clock->Now()));
     }
+    // RESOURCE_EXHAUSTED / SPEND_CAP_REACHED once the month's charges reach
+    // the tenant's optional cap (docs/security.md).
+    SV_RETURN_IF_ERROR(
+        CheckSpendCapForCreate(deps_.store->database(), who.tenant_id, deps_.clock->Now()));
     SV_ASSIGN_OR_RETURN(auto record,
                         deps_.store->CreateInstance(
                             who.tenant_id, spec, request_id, InstanceFingerprint(spec),

@@ -17,6 +17,7 @@ constexpr int kNodePageSizeMax = 1000;
 constexpr int kNodeNameLengthMax = 256;
 constexpr int kQuotaGpusMax = 1000000;
 constexpr int kQuotaPendingMax = 1000;
+constexpr int kQuotaInstancesMax = 1000;
 constexpr char kNodePageTokenPrefix[] = "nodes1.";
 constexpr int kPriorityMax = 1000;
 
@@ -200,16 +201,20 @@ class SchedulerAdminServiceImpl final : public v1::SchedulerAdminService::Servic
                    "quota.tenant_id is required");
     }
     if (in.gpus_in_use_max() < 0 || in.gpus_in_use_max() > kQuotaGpusMax ||
-        in.pending_count_max() < 0 || in.pending_count_max() > kQuotaPendingMax) {
+        in.pending_count_max() < 0 || in.pending_count_max() > kQuotaPendingMax ||
+        in.instances_max() < 0 || in.instances_max() > kQuotaInstancesMax) {
       return Error(absl::StatusCode::kInvalidArgument, "INVALID_QUOTA",
-                   "gpus_in_use_max must be 0..1000000 and pending_count_max 0..1000");
+                   "gpus_in_use_max must be 0..1000000, pending_count_max 0..1000 and "
+                   "instances_max 0..1000");
     }
     SV_ASSIGN_OR_RETURN(auto row, store_.SetTenantQuota({in.tenant_id(), in.gpus_in_use_max(),
-                                                         in.pending_count_max()},
+                                                         in.pending_count_max(),
+                                                         in.instances_max()},
                                                         deps_.clock->Now()));
     response->set_tenant_id(row.tenant_id);
     response->set_gpus_in_use_max(row.gpus_in_use_max);
     response->set_pending_count_max(row.pending_count_max);
+    response->set_instances_max(row.instances_max);
     spdlog::info("api: operator {} set quota of {}: {} GPUs, {} pending", who.user_email,
                  row.tenant_id, row.gpus_in_use_max, row.pending_count_max);
     if (deps_.loops != nullptr) deps_.loops->Kick();  // A raised quota may place more.
@@ -247,6 +252,7 @@ class SchedulerAdminServiceImpl final : public v1::SchedulerAdminService::Servic
     if (row.has_value()) {
       response->set_gpus_in_use_max(row->gpus_in_use_max);
       response->set_pending_count_max(row->pending_count_max);
+      response->set_instances_max(row->instances_max);
       return absl::OkStatus();
     }
     scheduler::TenantQuota defaults;

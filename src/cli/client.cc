@@ -44,6 +44,7 @@ bool ResolveConnection(const ConnectionFlags& flags, Connection* out, std::strin
     return it != config.end() && it->is_string() ? it->get<std::string>() : std::string();
   };
   out->endpoint = pick(flags.endpoint, "SVCTL_ENDPOINT", "endpoint");
+  out->ca_file = pick(flags.ca_file, "SVCTL_CA_FILE", "ca_file");
   out->token = flags.admin ? pick(flags.token, "SVCTL_ADMIN_TOKEN", "admin_token")
                            : pick(flags.token, "SVCTL_TOKEN", "token");
   out->timeout = absl::Seconds(flags.timeout_s);
@@ -61,8 +62,20 @@ bool ResolveConnection(const ConnectionFlags& flags, Connection* out, std::strin
   return true;
 }
 
-std::shared_ptr<grpc::Channel> Dial(const Connection& connection) {
-  return grpc::CreateChannel(connection.endpoint, grpc::InsecureChannelCredentials());
+std::shared_ptr<grpc::Channel> Dial(const Connection& connection, std::string* error) {
+  if (connection.ca_file.empty()) {
+    return grpc::CreateChannel(connection.endpoint, grpc::InsecureChannelCredentials());
+  }
+  std::ifstream in(connection.ca_file);
+  std::string pem((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) pem.clear();
+  if (pem.empty()) {
+    if (error != nullptr) *error = absl::StrCat("cannot read CA file ", connection.ca_file);
+    return nullptr;
+  }
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = pem;
+  return grpc::CreateChannel(connection.endpoint, grpc::SslCredentials(options));
 }
 
 void Prepare(const Connection& connection, grpc::ClientContext* context) {

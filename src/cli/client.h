@@ -16,12 +16,15 @@ struct Connection {
   std::string endpoint;
   std::string token;
   absl::Duration timeout = absl::Seconds(30);
+  // PEM CA bundle: connect with TLS, trusting it. Empty: plaintext.
+  std::string ca_file;
 };
 
 struct ConnectionFlags {
   std::string endpoint;
   std::string token;
   std::string config_path;  // Empty: $XDG_CONFIG_HOME or ~/.config/svctl/config.json.
+  std::string ca_file;      // --ca-file, else SVCTL_CA_FILE, else the config's ca_file.
   bool admin = false;       // Use the config's admin_token (or SVCTL_ADMIN_TOKEN).
   int timeout_s = 30;
 };
@@ -29,7 +32,8 @@ struct ConnectionFlags {
 // Fails with a one-line message when no endpoint or token can be found.
 bool ResolveConnection(const ConnectionFlags& flags, Connection* out, std::string* error);
 
-std::shared_ptr<grpc::Channel> Dial(const Connection& connection);
+// nullptr (with `error`) when the CA file cannot be read.
+std::shared_ptr<grpc::Channel> Dial(const Connection& connection, std::string* error = nullptr);
 
 // Sets the bearer token and the deadline on a fresh context.
 void Prepare(const Connection& connection, grpc::ClientContext* context);

@@ -53,6 +53,8 @@ void AddBillingCommands(CLI::App& app, Action* action);
 void AddSchedulingCommands(CLI::App& app, Action* action);
 // svctl stop, start, events and idle-policy.
 void AddLifecycleCommands(CLI::App& app, Action* action);
+// svctl keys ..., users ..., audit and spend-cap (security_commands.cc).
+void AddSecurityCommands(CLI::App& app, Action* action);
 
 // svctl sla <instance> and svctl admin sla-report|sla-override
 // (sla_commands.cc); call after AddAdminCommands.

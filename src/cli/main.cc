@@ -11,6 +11,8 @@ int main(int argc, char** argv) {
   app.add_option("--endpoint", session.flags.endpoint, "svd address host:port");
   app.add_option("--token", session.flags.token, "API key");
   app.add_option("--config", session.flags.config_path, "Config file path");
+  app.add_option("--ca-file", session.flags.ca_file,
+                 "PEM CA bundle: use TLS and trust it (or SVCTL_CA_FILE)");
   app.add_option("--timeout", session.flags.timeout_s, "Deadline of each call, seconds")
       ->check(CLI::Range(1, 3600));
   app.add_option("-o,--output", session.output, "Output format")
@@ -21,6 +23,7 @@ int main(int argc, char** argv) {
   sv::cli::AddBillingCommands(app, &action);
   sv::cli::AddSchedulingCommands(app, &action);
   sv::cli::AddLifecycleCommands(app, &action);
+  sv::cli::AddSecurityCommands(app, &action);
   sv::cli::AddSlaCommands(app, &action);
   try {
     app.parse(argc, argv);

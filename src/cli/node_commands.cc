@@ -102,6 +102,7 @@ struct QuotaArgs {
   std::string tenant_id;
   int gpus_max = -1;
   int pending_max = -1;
+  int instances_max = 0;
 };
 
 int RunQuota(Session& s, const QuotaArgs& a, bool set) {
@@ -115,6 +116,7 @@ int RunQuota(Session& s, const QuotaArgs& a, bool set) {
     request.mutable_quota()->set_tenant_id(a.tenant_id);
     request.mutable_quota()->set_gpus_in_use_max(a.gpus_max);
     request.mutable_quota()->set_pending_count_max(a.pending_max);
+    request.mutable_quota()->set_instances_max(a.instances_max);
     status = stub.SetTenantQuota(s.Context().get(), request, &quota);
   } else {
     v1::GetTenantQuotaRequest request;
@@ -191,6 +193,9 @@ void AddQuotaSubcommands(CLI::App& admin, Action* action) {
       ->check(CLI::Range(0, 1000000));
   set->add_option("--pending-max", set_args->pending_max, "Pending instances at once")
       ->required()
+      ->check(CLI::Range(0, 1000));
+  set->add_option("--instances-max", set_args->instances_max,
+                  "Unfinished instances at once (0: the default, 1000)")
       ->check(CLI::Range(0, 1000));
   set->callback([=] { *action = [=](Session& s) { return RunQuota(s, *set_args, true); }; });
   auto get_args = std::make_shared<QuotaArgs>();

@@ -6,8 +6,8 @@ namespace sv::cli {
 
 bool Session::Connect(std::string* error) {
   if (!ResolveConnection(flags, &connection, error)) return false;
-  channel = Dial(connection);
-  return true;
+  channel = Dial(connection, error);
+  return channel != nullptr;
 }
 
 std::unique_ptr<grpc::ClientContext> Session::Context() const {

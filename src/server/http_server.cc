@@ -14,10 +14,15 @@ namespace {
 constexpr size_t kRequestBodyBytesMax = kRestBodyBytesMax;
 }  // namespace
 
-HttpServer::HttpServer(std::string listen_address, std::function<absl::Status()> ready)
-    : listen_address_(std::move(listen_address)),
-      ready_(std::move(ready)),
-      server_(std::make_unique<httplib::Server>()) {}
+HttpServer::HttpServer(std::string listen_address, std::function<absl::Status()> ready,
+                       const std::string& tls_cert_file, const std::string& tls_key_file)
+    : listen_address_(std::move(listen_address)), ready_(std::move(ready)) {
+  if (!tls_cert_file.empty() || !tls_key_file.empty()) {
+    server_ = std::make_unique<httplib::SSLServer>(tls_cert_file.c_str(), tls_key_file.c_str());
+  } else {
+    server_ = std::make_unique<httplib::Server>();
+  }
+}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -31,6 +36,9 @@ absl::Status HttpServer::Start() {
         absl::StrCat("--http-listen must be host:port, got '", listen_address_, "'"));
   }
   const std::string host = listen_address_.substr(0, colon);
+  if (!server_->is_valid()) {
+    return absl::InvalidArgumentError("cannot load the TLS certificate or key for HTTP");
+  }
   server_->set_payload_max_length(kRequestBodyBytesMax);
   server_->Get("/metrics", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics::Registry::Default().Render(), "text/plain; version=0.0.4");

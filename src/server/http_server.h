@@ -19,10 +19,13 @@ namespace sv::server {
 // shutting down). svd also mounts the REST API and the web console on it.
 class HttpServer {
  public:
-  HttpServer(std::string listen_address, std::function<absl::Status()> ready);
+  // With `tls_cert_file` and `tls_key_file` (PEM) it serves HTTPS only.
+  HttpServer(std::string listen_address, std::function<absl::Status()> ready,
+             const std::string& tls_cert_file = "", const std::string& tls_key_file = "");
   ~HttpServer();
 
-  // Binds (port 0 picks one) and serves on a thread of its own.
+  // Binds (port 0 picks one) and serves on a thread of its own. Fails when
+  // the TLS certificate or key could not be loaded.
   absl::Status Start();
   // /statusz answers this JSON (leadership and shutdown; docs/reliability.md).
   // Set before Start().

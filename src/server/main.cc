@@ -73,6 +73,19 @@ int main(int argc, char** argv) {
   app.add_option("--rate-limit-tenant-burst", o.rate_limit_tenant_burst, "Burst per tenant")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--rate-limit-auth-failures-rps", o.rate_limit_auth_failures_rps,
+                 "Failed authentications per second per peer address (0: no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--rate-limit-auth-failures-burst", o.rate_limit_auth_failures_burst,
+                 "Burst of failed authentications per peer address")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--tls-cert", o.tls_cert_file,
+                 "PEM certificate chain for gRPC and HTTP (with --tls-key; else plaintext)");
+  app.add_option("--tls-key", o.tls_key_file, "PEM private key of --tls-cert");
+  app.add_option("--tls-client-ca", o.tls_client_ca_file,
+                 "PEM CA bundle; when set, gRPC clients must present a certificate it signed");
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->capture_default_str();

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "api/agent_service.h"
 #include "api/authz_interceptor.h"
+#include "api/spend_cap_enforcer.h"
 #include "api/metrics_interceptor.h"
 #include "api/services.h"
 #include "api/sla_service.h"
@@ -25,6 +26,7 @@
 #include "control/leadership.h"
 #include "control/loops.h"
 #include "server/bootstrap.h"
+#include "server/tls.h"
 #include "server/ops_metrics.h"
 #include "sim/fleet.h"
 #include "sla/policy.h"
@@ -187,11 +189,14 @@ int RunServer(const ServerOptions& options) {
   billing_options.trial_validity = absl::Hours(24 * options.trial_days);
   billing::Billing billing(db, store, clock, billing_options);
   billing::BillingLoop billing_loop(billing, clock);
+  api::SpendCapEnforcer spend_caps(store, clock, billing_options.loop_interval);
   billing_loop.SetLeaderGate(&leadership);
   api::ApiDependencies api_deps{&store, &clock, &loops};
   api_deps.billing = &billing;
   api_deps.auth.per_key = {options.rate_limit_key_rps, options.rate_limit_key_burst};
   api_deps.auth.per_tenant = {options.rate_limit_tenant_rps, options.rate_limit_tenant_burst};
+  api_deps.auth.failures_per_peer = {options.rate_limit_auth_failures_rps,
+                                     options.rate_limit_auth_failures_burst};
   api::ApiServices api(api_deps);
   sla::SlaOptions sla_options;
   if (!options.sla_definitions_file.empty()) {
@@ -220,7 +225,20 @@ int RunServer(const ServerOptions& options) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &port);
+  const TlsFiles tls{options.tls_cert_file, options.tls_key_file, options.tls_client_ca_file};
+  auto credentials = GrpcServerCredentials(tls);
+  if (!credentials.ok()) {
+    spdlog::error("svd: {}", std::string(credentials.status().message()));
+    return kExitUsage;
+  }
+  if (!tls.enabled() && options.listen_address.rfind("127.0.0.1:", 0) != 0 &&
+      options.listen_address.rfind("localhost:", 0) != 0 &&
+      options.listen_address.rfind("[::1]:", 0) != 0) {
+    spdlog::warn("svd: serving plaintext gRPC on {}; API keys cross the network in the "
+                 "clear (use --tls-cert and --tls-key)",
+                 options.listen_address);
+  }
+  builder.AddListeningPort(options.listen_address, *credentials, &port);
   builder.SetMaxReceiveMessageSize(kMessageBytesMax);
   {
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> hooks;
@@ -248,10 +266,13 @@ int RunServer(const ServerOptions& options) {
     r.SetGauge("sv_db_pool_connections_max", "The pool's bound.", {}, pool.max);
   });
   RegisterOpsMetrics(db, leadership);
-  HttpServer http(options.http_listen_address, [&]() -> absl::Status {
-    if (shutting_down.load()) return absl::UnavailableError("shutting down");
-    return db.Ping();
-  });
+  HttpServer http(
+      options.http_listen_address,
+      [&]() -> absl::Status {
+        if (shutting_down.load()) return absl::UnavailableError("shutting down");
+        return db.Ping();
+      },
+      options.tls_cert_file, options.tls_key_file);
   http.SetStatus([&] { return LeadershipStatusJson(leadership, shutting_down.load()); });
   std::unique_ptr<RestGateway> rest;
   if (!options.http_listen_address.empty()) {
@@ -290,6 +311,7 @@ int RunServer(const ServerOptions& options) {
   leadership.Start();
   loops.Start();
   billing_loop.Start();
+  spend_caps.Start();
   sla_checkpoints.Start();
   sla_judge.Start();
   agent_api.StartMonitor();
@@ -318,6 +340,7 @@ int RunServer(const ServerOptions& options) {
   // Leader-only loops stop first and the lease is handed back at once, so
   // another replica takes over while this one drains its requests.
   billing_loop.Stop();
+  spend_caps.Stop();
   loops.Stop();
   sla_judge.Stop();
   leadership.Stop();

@@ -31,6 +31,12 @@ struct ServerOptions {
   double rate_limit_key_burst = 300;
   double rate_limit_tenant_rps = 300;
   double rate_limit_tenant_burst = 1000;
+  double rate_limit_auth_failures_rps = 5;  // Per peer address.
+  double rate_limit_auth_failures_burst = 50;
+  // TLS (docs/security.md): PEM files; empty cert and key: plaintext.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;  // Optional: require client certificates.
   // HTTP for /metrics, /healthz and /readyz; empty turns it off.
   std::string http_listen_address;
   std::string http_port_file;

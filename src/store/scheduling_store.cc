@@ -449,10 +449,12 @@ absl::StatusOr<TenantQuotaRow> SchedulingStore::SetTenantQuota(const TenantQuota
                    absl::StrCat("tenant ", quota.tenant_id, " not found"));
     }
     txn.exec_params(
-        "INSERT INTO tenant_quotas (tenant_id, gpus_in_use_max, pending_count_max, updated_at) "
-        "VALUES ($1, $2, $3, $4::timestamptz) ON CONFLICT (tenant_id) DO UPDATE SET "
-        "gpus_in_use_max = $2, pending_count_max = $3, updated_at = $4::timestamptz",
-        quota.tenant_id, quota.gpus_in_use_max, quota.pending_count_max, SqlTime(now));
+        "INSERT INTO tenant_quotas (tenant_id, gpus_in_use_max, pending_count_max, updated_at, "
+        "instances_max) VALUES ($1, $2, $3, $4::timestamptz, nullif($5, 0)) "
+        "ON CONFLICT (tenant_id) DO UPDATE SET gpus_in_use_max = $2, pending_count_max = $3, "
+        "updated_at = $4::timestamptz, instances_max = nullif($5, 0)",
+        quota.tenant_id, quota.gpus_in_use_max, quota.pending_count_max, SqlTime(now),
+        quota.instances_max);
     return absl::OkStatus();
   });
   if (!status.ok()) return status;
@@ -469,12 +471,12 @@ absl::StatusOr<std::optional<TenantQuotaRow>> SchedulingStore::GetTenantQuota(
                    absl::StrCat("tenant ", tenant_id, " not found"));
     }
     auto rows = txn.exec_params(
-        "SELECT tenant_id, gpus_in_use_max, pending_count_max FROM tenant_quotas "
-        "WHERE tenant_id = $1",
+        "SELECT tenant_id, gpus_in_use_max, pending_count_max, coalesce(instances_max, 0) "
+        "FROM tenant_quotas WHERE tenant_id = $1",
         tenant_id);
     if (!rows.empty()) {
       quota = TenantQuotaRow{rows[0][0].as<std::string>(), rows[0][1].as<int>(),
-                             rows[0][2].as<int>()};
+                             rows[0][2].as<int>(), rows[0][3].as<int>()};
     }
     return absl::OkStatus();
   }));

@@ -55,6 +55,7 @@ struct TenantQuotaRow {
   std::string tenant_id;
   int gpus_in_use_max = 0;
   int pending_count_max = 0;
+  int instances_max = 0;  // 0: the default (tenant_quotas.instances_max NULL).
 };
 
 // Nodes of every state (ordered by name), every GPU reservation, the queue

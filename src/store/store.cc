@@ -335,14 +335,19 @@ absl::StatusOr<InstanceRecord> Store::CreateInstance(const std::string& tenant_i
     };
     auto existing = lookup();
     if (existing.empty()) {
-      int active = txn.exec_params1(
-          "SELECT count(*) FROM instances WHERE tenant_id = $1 "
-          "AND state NOT IN ('STOPPED', 'DELETED', 'FAILED')",
-          tenant_id)[0].as<int>();
-      if (active >= kTenantActiveInstancesMax) {
+      // The tenant's own limit (tenant_quotas.instances_max, migration
+      // 0010) when the admin set one, else the platform's.
+      auto counts = txn.exec_params1(
+          "SELECT (SELECT count(*) FROM instances WHERE tenant_id = $1 "
+          "AND state NOT IN ('STOPPED', 'DELETED', 'FAILED')), "
+          "coalesce((SELECT instances_max FROM tenant_quotas WHERE tenant_id = $1), $2)",
+          tenant_id, kTenantActiveInstancesMax);
+      const int active = counts[0].as<int>(), active_max = counts[1].as<int>();
+      if (active >= active_max) {
         return Error(absl::StatusCode::kResourceExhausted, "INSTANCE_LIMIT_REACHED",
                      absl::StrCat("the tenant already has ", active,
-                                  " unfinished instances, the most allowed"));
+                                  " unfinished instances, the most allowed (", active_max,
+                                  ")"));
       }
       if (pending_max_default >= 0) {
         auto quota = txn.exec_params1(

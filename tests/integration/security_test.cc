@@ -1,0 +1,664 @@
+// Multi-tenancy and security against a real svd and PostgreSQL: every RPC
+// as every kind of caller (the authorization matrix), cross-tenant reads as
+// NOT_FOUND, key scope / expiry / rotation / revocation, the audit log, the
+// spend cap, secrets absent from svd's log and from the database, and
+// database errors that reach clients without SQL text.
+#include <grpcpp/generic/generic_stub.h>
+#include <httplib.h>
+#include <stdlib.h>
+
+#include <fstream>
+#include <future>
+#include <map>
+#include <pqxx/pqxx>
+#include <set>
+#include <sstream>
+
+#include "api/authz.h"
+#include "api/errors.h"
+#include "common/status.h"
+#include "gtest/gtest.h"
+#include "store/database.h"
+#include "sv/v1/account.grpc.pb.h"
+#include "sv/v1/admin.grpc.pb.h"
+#include "sv/v1/agent.grpc.pb.h"
+#include "sv/v1/instance.grpc.pb.h"
+#include "sv/v1/security.grpc.pb.h"
+#include "tests/integration/harness.h"
+
+namespace sv::testing {
+namespace {
+
+using api::MethodRule;
+using api::Permission;
+
+// The independent model of who may do what: for each permission name, the
+// roles that hold it. Kept apart from src/api/authz.cc on purpose.
+const std::map<std::string, std::set<std::string>>& Model() {
+  static const auto* model = new std::map<std::string, std::set<std::string>>{
+      {"account.read", {"viewer", "member", "billing", "owner", "admin"}},
+      {"instances.read", {"viewer", "member", "owner", "admin"}},
+      {"instances.write", {"member", "owner", "admin"}},
+      {"billing.read", {"billing", "owner", "admin"}},
+      {"tenant.read", {"viewer", "member", "billing", "owner", "admin"}},
+      {"budget.write", {"owner", "admin"}},
+      {"keys.read", {"viewer", "member", "billing", "owner", "admin"}},
+      {"keys.write", {"viewer", "member", "billing", "owner", "admin"}},
+      {"keys.manage", {"owner", "admin"}},
+      {"users.read", {"owner", "admin"}},
+      {"users.write", {"owner", "admin"}},
+      {"audit.read", {"owner", "admin"}},
+      {"admin.tenants", {"admin"}},
+      {"admin.fleet", {"admin"}},
+      {"admin.quotas", {"admin"}},
+      {"admin.billing", {"admin"}},
+      {"admin.audit", {"admin"}},
+  };
+  return *model;
+}
+
+struct Caller {
+  std::string name;
+  std::string role;   // "" for the unauthenticated ones.
+  std::string token;  // "" for no key at all.
+};
+
+grpc::Status CallEmpty(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                       const std::string& token) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  grpc::ByteBuffer request;  // Zero bytes: the empty message of any type.
+  grpc::Slice empty("", 0);
+  request = grpc::ByteBuffer(&empty, 1);
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
+                 [&done](grpc::Status s) { done.set_value(std::move(s)); });
+  return done.get_future().get();
+}
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    url_ = new std::string(CreateTestDatabase());
+    SvdOptions options;
+    options.database_url = *url_;
+    options.sim_nodes = 4;
+    // Unauthenticated callers make hundreds of failed calls in the matrix.
+    options.extra_args = {"--rate-limit-auth-failures-rps", "0", "--billing-interval-ms",
+                          "200"};
+    svd_ = new SvdProcess(options);
+    ASSERT_TRUE(svd_->Start());
+    owner_a_ = new std::string(CreateTenant(*svd_, "sec-a"));
+    owner_b_ = new std::string(CreateTenant(*svd_, "sec-b"));
+  }
+  static void TearDownTestSuite() {
+    delete svd_;
+    svd_ = nullptr;
+  }
+
+  static v1::Account Whoami(const std::string& token) {
+    v1::AccountService::Stub stub(svd_->channel());
+    v1::Account account;
+    EXPECT_TRUE(stub.GetCurrentAccount(Context(token).get(), {}, &account).ok());
+    return account;
+  }
+
+  static v1::AddUserResponse AddUser(const std::string& owner, const std::string& email,
+                                     v1::TenantRole role) {
+    v1::UserService::Stub stub(svd_->channel());
+    v1::AddUserRequest request;
+    request.set_email(email);
+    request.set_role(role);
+    v1::AddUserResponse response;
+    grpc::Status status = stub.AddUser(Context(owner).get(), request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  }
+
+  static v1::CreateApiKeyResponse CreateKey(const std::string& token, bool read_only,
+                                            int64_t ttl_seconds = 0) {
+    v1::ApiKeyService::Stub stub(svd_->channel());
+    v1::CreateApiKeyRequest request;
+    request.set_name("test");
+    request.set_scope(read_only ? v1::KEY_SCOPE_READ_ONLY : v1::KEY_SCOPE_FULL);
+    request.set_ttl_seconds(ttl_seconds);
+    v1::CreateApiKeyResponse response;
+    grpc::Status status = stub.CreateApiKey(Context(token).get(), request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  }
+
+  static void Sql(const std::string& statement) {
+    pqxx::connection connection(*url_);
+    pqxx::work txn(connection);
+    txn.exec(statement);
+    txn.commit();
+  }
+
+  static std::string* url_;
+  static SvdProcess* svd_;
+  static std::string* owner_a_;
+  static std::string* owner_b_;
+};
+
+std::string* SecurityTest::url_ = nullptr;
+SvdProcess* SecurityTest::svd_ = nullptr;
+std::string* SecurityTest::owner_a_ = nullptr;
+std::string* SecurityTest::owner_b_ = nullptr;
+
+v1::Instance CreateInstance(SvdProcess& svd, const std::string& token, const std::string& rid,
+                            grpc::Status* status_out = nullptr) {
+  v1::InstanceService::Stub stub(svd.channel());
+  v1::CreateInstanceRequest request;
+  request.mutable_instance()->set_gpu_count(1);
+  request.mutable_instance()->set_image("ubuntu:22.04");
+  request.set_request_id(rid);
+  v1::Instance instance;
+  grpc::Status status = stub.CreateInstance(Context(token).get(), request, &instance);
+  if (status_out != nullptr) {
+    *status_out = status;
+  } else {
+    EXPECT_TRUE(status.ok()) << status.error_message();
+  }
+  return instance;
+}
+
+// Goal: every RPC of the table, called by every kind of caller, is allowed
+// or denied exactly as the independent model says; the unauthenticated
+// kinds are always UNAUTHENTICATED.
+TEST_F(SecurityTest, AuthorizationMatrixCoversEveryRpcAndCaller) {
+  const std::string viewer = AddUser(*owner_a_, "viewer@a.example", v1::TENANT_ROLE_VIEWER)
+                                 .first_key().secret();
+  const std::string member = AddUser(*owner_a_, "member@a.example", v1::TENANT_ROLE_MEMBER)
+                                 .first_key().secret();
+  const std::string billing = AddUser(*owner_a_, "billing@a.example", v1::TENANT_ROLE_BILLING)
+                                  .first_key().secret();
+  const auto revoked = CreateKey(*owner_a_, false);
+  {
+    v1::ApiKeyService::Stub stub(svd_->channel());
+    v1::RevokeApiKeyRequest request;
+    request.set_id(revoked.key().id());
+    v1::ApiKey key;
+    ASSERT_TRUE(stub.RevokeApiKey(Context(*owner_a_).get(), request, &key).ok());
+  }
+  const auto expired = CreateKey(*owner_a_, false, 3600);
+  Sql("UPDATE api_keys SET expires_at = now() - interval '1 minute' WHERE id = '" +
+      expired.key().id() + "'");
+  // Well-formed, but no such key.
+  const std::string bad = "sv_aaaaaaaaaaaaaa_" + std::string(40, 'b');
+
+  const std::vector<Caller> callers = {
+      {"no key", "", ""},
+      {"bad key", "", bad},
+      {"revoked key", "", revoked.secret()},
+      {"expired key", "", expired.secret()},
+      {"viewer", "viewer", viewer},
+      {"member", "member", member},
+      {"billing", "billing", billing},
+      {"owner of A", "owner", *owner_a_},
+      {"owner of B", "owner", *owner_b_},
+      {"admin", "admin", svd_->admin_key()},
+  };
+  int checked = 0;
+  for (const MethodRule& rule : api::MethodRules()) {
+    if (rule.permission == Permission::kNodeAgent) continue;  // Streams: NodeCredentialTest.
+    // Services this svd does not serve (e.g. the dev clock without a fake
+    // clock) answer UNIMPLEMENTED to everyone.
+    if (CallEmpty(svd_->channel(), rule.method, svd_->admin_key()).error_code() ==
+        grpc::StatusCode::UNIMPLEMENTED) {
+      continue;
+    }
+    const std::string permission = api::PermissionName(rule.permission);
+    ASSERT_TRUE(Model().count(permission)) << permission;
+    for (const Caller& caller : callers) {
+      grpc::Status status = CallEmpty(svd_->channel(), rule.method, caller.token);
+      ++checked;
+      const auto code = status.error_code();
+      if (caller.role.empty()) {
+        EXPECT_EQ(code, grpc::StatusCode::UNAUTHENTICATED)
+            << rule.method << " as " << caller.name << ": " << status.error_message();
+        continue;
+      }
+      const bool allowed = Model().at(permission).count(caller.role) > 0;
+      if (allowed) {
+        EXPECT_NE(code, grpc::StatusCode::PERMISSION_DENIED)
+            << rule.method << " as " << caller.name << ": " << status.error_message();
+        EXPECT_NE(code, grpc::StatusCode::UNAUTHENTICATED) << rule.method << " " << caller.name;
+      } else {
+        EXPECT_EQ(code, grpc::StatusCode::PERMISSION_DENIED)
+            << rule.method << " as " << caller.name << ": " << status.error_message();
+        EXPECT_EQ(api::ReasonOf(status), "PERMISSION_DENIED") << rule.method;
+      }
+    }
+  }
+  EXPECT_GE(checked, 40 * static_cast<int>(callers.size()));
+}
+
+// Goal: another tenant's resources are NOT_FOUND, never PERMISSION_DENIED,
+// and never show up in lists.
+TEST_F(SecurityTest, CrossTenantAccessIsNotFound) {
+  const v1::Instance mine = CreateInstance(*svd_, *owner_a_, "cross-1");
+  ASSERT_FALSE(mine.id().empty());
+  v1::InstanceService::Stub instances(svd_->channel());
+  {
+    v1::GetInstanceRequest request;
+    request.set_id(mine.id());
+    v1::Instance out;
+    grpc::Status status = instances.GetInstance(Context(*owner_b_).get(), request, &out);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_TRUE(out.id().empty());
+  }
+  {
+    v1::DeleteInstanceRequest request;
+    request.set_id(mine.id());
+    v1::Instance out;
+    EXPECT_EQ(instances.DeleteInstance(Context(*owner_b_).get(), request, &out).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    v1::StopInstanceRequest request;
+    request.set_id(mine.id());
+    v1::Instance out;
+    EXPECT_EQ(instances.StopInstance(Context(*owner_b_).get(), request, &out).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    v1::ListInstancesRequest request;
+    v1::ListInstancesResponse out;
+    ASSERT_TRUE(instances.ListInstances(Context(*owner_b_).get(), request, &out).ok());
+    for (const auto& i : out.instances()) EXPECT_NE(i.id(), mine.id());
+  }
+  const v1::Account a = Whoami(*owner_a_);
+  {
+    v1::ApiKeyService::Stub keys(svd_->channel());
+    v1::RevokeApiKeyRequest request;
+    request.set_id(a.api_key_id());
+    v1::ApiKey out;
+    EXPECT_EQ(keys.RevokeApiKey(Context(*owner_b_).get(), request, &out).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    v1::UserService::Stub users(svd_->channel());
+    v1::SetUserRoleRequest request;
+    request.set_user_id(a.user_id());
+    request.set_role(v1::TENANT_ROLE_VIEWER);
+    v1::User out;
+    EXPECT_EQ(users.SetUserRole(Context(*owner_b_).get(), request, &out).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    v1::BudgetService::Stub budget(svd_->channel());
+    v1::GetSpendCapRequest request;
+    request.set_tenant_id(a.tenant_id());
+    v1::SpendCap out;
+    EXPECT_EQ(budget.GetSpendCap(Context(*owner_b_).get(), request, &out).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    v1::AuditService::Stub audit(svd_->channel());
+    v1::ListAuditEntriesRequest request;
+    request.set_tenant_id(a.tenant_id());
+    v1::ListAuditEntriesResponse out;
+    EXPECT_EQ(audit.ListAuditEntries(Context(*owner_b_).get(), request, &out).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(out.entries_size(), 0);
+  }
+  // A's instance survived all of it.
+  v1::GetInstanceRequest request;
+  request.set_id(mine.id());
+  v1::Instance out;
+  EXPECT_TRUE(instances.GetInstance(Context(*owner_a_).get(), request, &out).ok());
+}
+
+// Goal: read-only keys read but cannot write; rotation and revocation end
+// the old secret; only salted hashes are stored.
+TEST_F(SecurityTest, KeyScopeRotationRevocationAndStorage) {
+  const auto read_only = CreateKey(*owner_a_, true);
+  v1::InstanceService::Stub instances(svd_->channel());
+  {
+    v1::ListInstancesResponse out;
+    EXPECT_TRUE(instances.ListInstances(Context(read_only.secret()).get(), {}, &out).ok());
+    grpc::Status status;
+    CreateInstance(*svd_, read_only.secret(), "ro-1", &status);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_EQ(api::ReasonOf(status), "READ_ONLY_KEY");
+  }
+  const auto full = CreateKey(*owner_a_, false);
+  v1::ApiKeyService::Stub keys(svd_->channel());
+  v1::RotateApiKeyRequest rotate;
+  rotate.set_id(full.key().id());
+  v1::CreateApiKeyResponse rotated;
+  ASSERT_TRUE(keys.RotateApiKey(Context(*owner_a_).get(), rotate, &rotated).ok());
+  EXPECT_NE(rotated.secret(), full.secret());
+  v1::AccountService::Stub account(svd_->channel());
+  v1::Account who;
+  grpc::Status old_status = account.GetCurrentAccount(Context(full.secret()).get(), {}, &who);
+  EXPECT_EQ(old_status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(api::ReasonOf(old_status), "API_KEY_REVOKED");
+  EXPECT_TRUE(account.GetCurrentAccount(Context(rotated.secret()).get(), {}, &who).ok());
+  EXPECT_EQ(who.api_key_id(), rotated.key().id());
+
+  // The database holds no secret, and salts differ per key.
+  pqxx::connection connection(*url_);
+  pqxx::work txn(connection);
+  auto rows = txn.exec("SELECT id, salt, secret_hash FROM api_keys");
+  std::set<std::string> salts;
+  for (const auto& row : rows) {
+    for (const auto& field : row) {
+      for (const std::string& secret : {read_only.secret(), rotated.secret(), *owner_a_}) {
+        const std::string tail = secret.substr(secret.size() - 40);
+        EXPECT_EQ(std::string(field.c_str()).find(tail), std::string::npos);
+      }
+    }
+    salts.insert(row[1].as<std::string>());
+  }
+  EXPECT_EQ(salts.size(), rows.size());
+}
+
+// Goal: mutating calls are recorded with who, tenant, method, request_id and
+// result; owners see their tenant only, the admin sees all.
+TEST_F(SecurityTest, AuditLogRecordsMutatingCalls) {
+  CreateInstance(*svd_, *owner_a_, "audit-a-1");
+  CreateInstance(*svd_, *owner_b_, "audit-b-1");
+  const std::string viewer =
+      AddUser(*owner_b_, "viewer@b.example", v1::TENANT_ROLE_VIEWER).first_key().secret();
+  grpc::Status denied;
+  CreateInstance(*svd_, viewer, "audit-b-denied", &denied);
+  EXPECT_EQ(denied.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+
+  v1::AuditService::Stub audit(svd_->channel());
+  v1::ListAuditEntriesResponse b_entries;
+  ASSERT_TRUE(audit.ListAuditEntries(Context(*owner_b_).get(), {}, &b_entries).ok());
+  const std::string b_tenant = Whoami(*owner_b_).tenant_id();
+  bool saw_create = false, saw_denied = false;
+  for (const auto& e : b_entries.entries()) {
+    EXPECT_EQ(e.tenant_id(), b_tenant);
+    if (e.request_id() == "audit-b-1") {
+      saw_create = e.code() == "OK" && e.method() == "/sv.v1.InstanceService/CreateInstance";
+    }
+    if (e.request_id() == "audit-b-denied") {
+      saw_denied = e.code() == "PERMISSION_DENIED" && e.user_email() == "viewer@b.example";
+    }
+    EXPECT_NE(e.method(), "/sv.v1.InstanceService/ListInstances");  // Reads are not audited.
+  }
+  EXPECT_TRUE(saw_create);
+  EXPECT_TRUE(saw_denied);
+
+  v1::ListAuditEntriesResponse all;
+  v1::ListAuditEntriesRequest request;
+  request.set_page_size(1000);
+  ASSERT_TRUE(audit.ListAuditEntries(Context(svd_->admin_key()).get(), request, &all).ok());
+  std::set<std::string> tenants;
+  for (const auto& e : all.entries()) tenants.insert(e.tenant_id());
+  EXPECT_TRUE(tenants.count(b_tenant));
+  EXPECT_TRUE(tenants.count(Whoami(*owner_a_).tenant_id()));
+
+  // svctl audit shows the same to the owner.
+  RunResult r = RunCapture({SvctlPath(), "--endpoint", svd_->endpoint(), "--token", *owner_b_,
+                            "audit", "--limit", "100"},
+                           {});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("audit-b-1"), std::string::npos) << r.out;
+}
+
+// Goal: at the spend cap, creates are refused with a clear reason and the
+// tenant's instances are stopped.
+TEST_F(SecurityTest, SpendCapRefusesCreatesAndStopsInstances) {
+  const std::string owner = CreateTenant(*svd_, "sec-cap");
+  const v1::Instance running = CreateInstance(*svd_, owner, "cap-1");
+  v1::BudgetService::Stub budget(svd_->channel());
+  v1::SetSpendCapRequest set;
+  set.mutable_cap()->set_enabled(true);
+  set.mutable_cap()->set_monthly_cap_micros(0);  // Reached at once.
+  v1::SpendCap cap;
+  ASSERT_TRUE(budget.SetSpendCap(Context(owner).get(), set, &cap).ok());
+  EXPECT_TRUE(cap.enabled());
+  grpc::Status refused;
+  CreateInstance(*svd_, owner, "cap-2", &refused);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(api::ReasonOf(refused), "SPEND_CAP_REACHED");
+  v1::InstanceService::Stub instances(svd_->channel());
+  v1::GetInstanceRequest get;
+  get.set_id(running.id());
+  v1::Instance now;
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(instances.GetInstance(Context(owner).get(), get, &now).ok());
+    if (now.state() == v1::STOPPED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(now.state(), v1::STOPPED);
+  EXPECT_EQ(now.state_reason(), "monthly spend cap reached");
+  // A member may not change the cap.
+  const std::string member =
+      AddUser(owner, "member@cap.example", v1::TENANT_ROLE_MEMBER).first_key().secret();
+  set.mutable_cap()->set_enabled(false);
+  EXPECT_EQ(budget.SetSpendCap(Context(member).get(), set, &cap).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+}
+
+// Goal: svctl manages keys and users end to end; the new secret is printed
+// once and works.
+TEST_F(SecurityTest, SvctlKeysAndUsers) {
+  const std::string owner = CreateTenant(*svd_, "sec-cli");
+  auto svctl = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {SvctlPath(), "--endpoint", svd_->endpoint(), "--token",
+                                     owner};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCapture(argv, {});
+  };
+  RunResult created = svctl({"-o", "json", "keys", "create", "--name", "ci", "--read-only"});
+  ASSERT_EQ(created.exit_code, 0) << created.err;
+  EXPECT_NE(created.out.find("\"secret\""), std::string::npos);
+  RunResult listed = svctl({"keys", "list"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_NE(listed.out.find("read-only"), std::string::npos) << listed.out;
+  EXPECT_EQ(listed.out.find("sv_"), std::string::npos) << "a list must not show secrets";
+  RunResult added = svctl({"users", "add", "dev@cli.example", "--role", "viewer"});
+  ASSERT_EQ(added.exit_code, 0) << added.err;
+  RunResult users = svctl({"users", "list"});
+  EXPECT_NE(users.out.find("dev@cli.example"), std::string::npos) << users.out;
+  EXPECT_NE(users.out.find("viewer"), std::string::npos) << users.out;
+  RunResult bad_role = svctl({"users", "add", "x@cli.example", "--role", "root"});
+  EXPECT_EQ(bad_role.exit_code, 2);
+}
+
+// Goal: no API key secret ever reaches svd's log, whatever happened above
+// (creates, denials, rotations, failed authentications).
+TEST_F(SecurityTest, ZzSvdLogHoldsNoSecrets) {
+  // Provoke logging of rejected keys too.
+  CallEmpty(svd_->channel(), "/sv.v1.InstanceService/ListInstances",
+            "sv_zzzzzzzzzzzzzz_" + std::string(40, 'q'));
+  std::ifstream in(svd_->log_path());
+  std::stringstream log;
+  log << in.rdbuf();
+  ASSERT_FALSE(log.str().empty());
+  for (const std::string* key : {owner_a_, owner_b_}) {
+    EXPECT_EQ(log.str().find(key->substr(key->size() - 40)), std::string::npos);
+  }
+  EXPECT_EQ(log.str().find(svd_->admin_key().substr(svd_->admin_key().size() - 40)),
+            std::string::npos);
+  EXPECT_EQ(log.str().find(std::string(40, 'q')), std::string::npos);
+}
+
+// Goal: a database error reaches the client as a reason and a fixed
+// sentence, never with the SQL or the server's message.
+TEST(SecurityErrorsTest, DatabaseErrorsDoNotLeakSql) {
+  store::DatabaseOptions options;
+  options.url = CreateTestDatabase();
+  store::Database db(options);
+  absl::Status status = db.Transact([](pqxx::work& txn) -> absl::Status {
+    txn.exec("SELECT secret_column FROM no_such_table_xyz WHERE password = 'hunter2'");
+    return absl::OkStatus();
+  });
+  ASSERT_FALSE(status.ok());
+  grpc::Status out = api::ToGrpcStatus(status);
+  EXPECT_EQ(out.error_code(), grpc::StatusCode::INTERNAL);
+  for (const char* leak : {"no_such_table_xyz", "SELECT", "hunter2", "relation", "42P01"}) {
+    EXPECT_EQ(out.error_message().find(leak), std::string::npos) << out.error_message();
+    EXPECT_EQ(out.error_details().find(leak), std::string::npos) << leak;
+  }
+  EXPECT_EQ(api::ReasonOf(out), "DATABASE_ERROR");
+  // Conflicts keep their retryable code with a fixed message too.
+  grpc::Status conflict = api::ToGrpcStatus(
+      Error(absl::StatusCode::kAborted, "TRANSACTION_CONFLICT",
+            "ERROR: could not serialize access due to concurrent update on table ledger"));
+  EXPECT_EQ(conflict.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_EQ(conflict.error_message().find("ledger"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sv::testing
+
+namespace sv::testing {
+namespace {
+
+// Goal: agents authenticate with per-node credentials: a right one
+// registers, a wrong, unknown or revoked one is refused, and an API key
+// (even the admin's) never opens an agent stream.
+TEST_F(SecurityTest, NodeCredentialsWrongOrRevokedAreRefused) {
+  v1::NodeCredentialService::Stub credentials(svd_->channel());
+  v1::CreateNodeCredentialRequest request;
+  request.set_node_name("sec-node-1");
+  v1::CreateNodeCredentialResponse minted;
+  ASSERT_TRUE(
+      credentials.CreateNodeCredential(Context(svd_->admin_key()).get(), request, &minted).ok());
+  auto stub = v1::AgentService::NewStub(svd_->channel());
+  auto connect = [&](const std::string& token) {
+    auto context = Context(token);
+    auto stream = stub->Connect(context.get());
+    v1::AgentMessage m;
+    auto* r = m.mutable_register_();
+    r->set_node_name("sec-node-1");
+    r->set_gpu_model("RTX 4090");
+    r->set_gpu_count(8);
+    r->set_zone("z");
+    r->set_pod("p");
+    r->set_leaf_switch("l");
+    r->set_driver("process");
+    stream->Write(m);
+    v1::ServerMessage reply;
+    if (stream->Read(&reply) && reply.has_registered()) {
+      context->TryCancel();
+      (void)stream->Finish();
+      return grpc::Status::OK;
+    }
+    return stream->Finish();
+  };
+  EXPECT_TRUE(connect(minted.credential()).ok());
+  std::string wrong = minted.credential();
+  wrong.back() = wrong.back() == 'a' ? 'b' : 'a';
+  EXPECT_EQ(connect(wrong).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(connect(svd_->admin_key()).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  Sql("UPDATE node_credentials SET revoked_at = now() WHERE id = '" + minted.credential_id() +
+      "'");
+  grpc::Status revoked = connect(minted.credential());
+  EXPECT_EQ(revoked.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(api::ReasonOf(revoked), "NODE_CREDENTIAL_REVOKED");
+}
+
+}  // namespace
+}  // namespace sv::testing
+
+namespace sv::testing {
+namespace {
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Goal: with --tls-cert/--tls-key svd serves gRPC only over TLS; svctl with
+// --ca-file talks to it and svctl without it cannot. The certificate is a
+// throwaway self-signed one made by openssl now.
+TEST(SecurityTlsTest, GrpcOverTlsWithCaFile) {
+  char dir_template[] = "/tmp/sv-tls-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  RunResult made = RunCapture(
+      {"/usr/bin/openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+       "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+       "-keyout", dir + "/key.pem", "-out", dir + "/cert.pem"},
+      {});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  SvdOptions options;
+  options.database_url = CreateTestDatabase();
+  options.sim_nodes = 0;  // Simulated agents dial plaintext.
+  options.extra_args = {"--tls-cert", dir + "/cert.pem", "--tls-key", dir + "/key.pem"};
+  SvdProcess svd(options);
+  ASSERT_TRUE(svd.Start());
+
+  grpc::SslCredentialsOptions tls;
+  tls.pem_root_certs = Slurp(dir + "/cert.pem");
+  auto channel = grpc::CreateChannel(svd.endpoint(), grpc::SslCredentials(tls));
+  v1::AccountService::Stub stub(channel);
+  v1::Account account;
+  grpc::Status status = stub.GetCurrentAccount(Context(svd.admin_key()).get(), {}, &account);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(account.role(), v1::OPERATOR);
+
+  RunResult ok = RunCapture({SvctlPath(), "--endpoint", svd.endpoint(), "--token",
+                             svd.admin_key(), "--ca-file", dir + "/cert.pem", "whoami"},
+                            {});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("operator"), std::string::npos) << ok.out;
+  RunResult plain = RunCapture({SvctlPath(), "--endpoint", svd.endpoint(), "--token",
+                                svd.admin_key(), "--timeout", "3", "whoami"},
+                               {});
+  EXPECT_NE(plain.exit_code, 0) << "a plaintext client must not get through";
+  RunResult missing_ca = RunCapture({SvctlPath(), "--endpoint", svd.endpoint(), "--token",
+                                     svd.admin_key(), "--ca-file", dir + "/nope.pem", "whoami"},
+                                    {});
+  EXPECT_EQ(missing_ca.exit_code, 1);
+  EXPECT_NE(missing_ca.err.find("cannot read CA file"), std::string::npos) << missing_ca.err;
+  // The HTTP port (REST, metrics, console) is HTTPS only.
+  httplib::SSLClient https("127.0.0.1", svd.http_port());
+  https.set_ca_cert_path((dir + "/cert.pem").c_str());
+  https.enable_server_certificate_verification(true);
+  auto health = https.Get("/healthz");
+  ASSERT_TRUE(health) << httplib::to_string(health.error());
+  EXPECT_EQ(health->status, 200);
+  httplib::Client http("127.0.0.1", svd.http_port());
+  http.set_connection_timeout(3);
+  http.set_read_timeout(3);
+  auto plain_http = http.Get("/healthz");
+  EXPECT_TRUE(!plain_http || plain_http->status != 200);
+  EXPECT_EQ(svd.Stop(), 0);
+}
+
+}  // namespace
+}  // namespace sv::testing
+
+namespace sv::testing {
+namespace {
+
+// Goal: the admin's per-tenant instance limit refuses creates beyond it,
+// with the scheduler's quota call carrying it.
+TEST_F(SecurityTest, PerTenantInstanceLimit) {
+  const std::string owner = CreateTenant(*svd_, "sec-quota");
+  const std::string tenant = Whoami(owner).tenant_id();
+  v1::SchedulerAdminService::Stub admin(svd_->channel());
+  v1::SetTenantQuotaRequest set;
+  set.mutable_quota()->set_tenant_id(tenant);
+  set.mutable_quota()->set_gpus_in_use_max(64);
+  set.mutable_quota()->set_pending_count_max(10);
+  set.mutable_quota()->set_instances_max(1);
+  v1::TenantQuota quota;
+  ASSERT_TRUE(admin.SetTenantQuota(Context(svd_->admin_key()).get(), set, &quota).ok());
+  EXPECT_EQ(quota.instances_max(), 1);
+  CreateInstance(*svd_, owner, "limit-1");
+  grpc::Status second;
+  CreateInstance(*svd_, owner, "limit-2", &second);
+  EXPECT_EQ(second.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(api::ReasonOf(second), "INSTANCE_LIMIT_REACHED");
+  // Owners cannot raise their own quota.
+  EXPECT_EQ(admin.SetTenantQuota(Context(owner).get(), set, &quota).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+}
+
+}  // namespace
+}  // namespace sv::testing
