@@ -12,7 +12,7 @@ CXX_BIN="$(command -v clang++-14 || command -v clang++ || true)"
 if [[ -z "$CXX_BIN" ]]; then echo "fuzz: clang++ not found (apt-get install clang-14 libclang-rt-14-dev)" >&2; exit 1; fi
 cmake -S "$HERE" -B "$BUILD" -G Ninja -DCMAKE_CXX_COMPILER="$CXX_BIN" >/dev/null
 cmake --build "$BUILD" -j "$(nproc)" >/dev/null
-for target in validation create_request; do
+for target in validation create_request json_request; do
   corpus="$HERE/corpus/$target"
   fresh="$BUILD/new-corpus/$target"
   mkdir -p "$fresh"
