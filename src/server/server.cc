@@ -189,8 +189,9 @@ int RunServer(const ServerOptions& options) {
   billing_options.trial_validity = absl::Hours(24 * options.trial_days);
   billing::Billing billing(db, store, clock, billing_options);
   billing::BillingLoop billing_loop(billing, clock);
-  api::SpendCapEnforcer spend_caps(store, clock, billing_options.loop_interval);
   billing_loop.SetLeaderGate(&leadership);
+  api::SpendCapEnforcer spend_caps(store, clock, billing_options.loop_interval);
+  spend_caps.SetLeaderGate(&leadership);
   api::ApiDependencies api_deps{&store, &clock, &loops};
   api_deps.billing = &billing;
   api_deps.auth.per_key = {options.rate_limit_key_rps, options.rate_limit_key_burst};
