@@ -31,7 +31,9 @@ google::protobuf::Timestamp ToProto(absl::Time t) {
 RuntimeInstance FromProto(const v1::InstanceAssignment& a) {
   RuntimeInstance r{a.instance_id(), {a.gpu_indices().begin(), a.gpu_indices().end()},
                     a.image(), {}, {}};
-  for (const auto& v : a.volumes()) r.volumes.push_back({v.source(), v.target(), v.read_only()});
+  for (const auto& v : a.volumes()) {
+    r.volumes.push_back({v.source(), v.target(), v.read_only(), v.volume_id()});
+  }
   for (const auto& p : a.ports()) {
     r.ports.push_back({p.host_port(), p.container_port(), p.protocol()});
   }
@@ -196,6 +198,62 @@ class Agent::Session {
     return stream.Write(m);
   }
 
+  // Tells svd what the instance has mounted here (agent.proto MountReport).
+  bool ReportMounts(Stream& stream, const std::string& id, const std::string& error) {
+    v1::AgentMessage m;
+    auto* r = m.mutable_mounts();
+    r->set_instance_id(id);
+    r->set_error(error);
+    for (const VolumeMap& v : mounted_[id]) {
+      auto* out = r->add_mounts();
+      out->set_source(v.source);
+      out->set_target(v.target);
+      out->set_read_only(v.read_only);
+      out->set_volume_id(v.volume_id);
+    }
+    return stream.Write(m);
+  }
+
+  // Hot attach and detach: brings the mounts of running instances to what
+  // svd wants and confirms them. An instance found running after an agent
+  // restart is taken to have the mounts it was started with.
+  bool ReconcileMounts(Stream& stream, const std::map<std::string, RuntimeInstance>& desired,
+                       const std::set<std::string>& running) {
+    for (const std::string& id : running) {
+      auto want = desired.find(id);
+      if (want == desired.end()) continue;
+      std::string error;
+      auto have = mounted_.find(id);
+      if (have == mounted_.end()) {
+        mounted_[id] = want->second.volumes;
+      } else if (have->second != want->second.volumes) {
+        absl::Status changed = a_.driver_->SetVolumes(id, want->second.volumes);
+        if (changed.ok()) {
+          have->second = want->second.volumes;
+          spdlog::info("agent: {}: instance {} now has {} mounts", o_.node_name, id,
+                       have->second.size());
+        } else {
+          error = std::string(changed.message());
+        }
+      }
+      // Report what changed since the last report (and every failure); an
+      // instance that never had a mount needs no report.
+      auto last = reported_.find(id);
+      const bool changed = last == reported_.end() ? !mounted_[id].empty()
+                                                   : last->second != mounted_[id];
+      if (!changed && error.empty()) continue;
+      if (!ReportMounts(stream, id, error)) return false;
+      reported_[id] = mounted_[id];
+    }
+    for (auto it = mounted_.begin(); it != mounted_.end();) {
+      it = running.count(it->first) ? std::next(it) : mounted_.erase(it);
+    }
+    for (auto it = reported_.begin(); it != reported_.end();) {
+      it = running.count(it->first) ? std::next(it) : reported_.erase(it);
+    }
+    return true;
+  }
+
   // Starts what svd wants and does not run, stops what runs unwanted, and
   // reports what ended by itself.
   bool StartedUnderOtherRun(const std::string& id,
@@ -251,10 +309,22 @@ class Agent::Session {
     for (auto it = ended_.begin(); it != ended_.end();) {
       it = StartedUnderOtherRun(*it, desired) ? ended_.erase(it) : std::next(it);
     }
+    std::set<std::string> running;  // Wanted and running after this pass.
+    for (const RuntimeStatus& st : *list) {
+      if (st.running && known.count(st.instance_id) && desired.count(st.instance_id)) {
+        running.insert(st.instance_id);
+      }
+    }
+    bool started_any = false;
     for (const auto& [id, instance] : desired) {
       if (known.count(id) || ended_.count(id)) continue;
       absl::Status started = a_.driver_->Start(instance);
-      if (started.ok()) runs_[id] = instance.run;
+      if (started.ok()) {
+        runs_[id] = instance.run;
+        mounted_[id] = instance.volumes;
+        running.insert(id);
+        started_any = true;
+      }
       if (!Report(stream, id, started.ok() ? v1::AGENT_STARTED : v1::AGENT_START_FAILED,
                   0, started.ok() ? "started" : std::string(started.message()))) {
         return false;
@@ -263,6 +333,9 @@ class Agent::Session {
     // An instance svd stopped wanting may be wanted again later (restart).
     for (auto it = ended_.begin(); it != ended_.end();) {
       it = desired.count(*it) ? std::next(it) : ended_.erase(it);
+    }
+    if ((desired_changed || started_any) && !ReconcileMounts(stream, desired, running)) {
+      return false;
     }
     std::set<int> busy;
     for (const auto& [id, instance] : desired) {
@@ -315,6 +388,9 @@ class Agent::Session {
   // The run each instance was started (or last confirmed) under. An agent
   // that restarted knows none, and adopts what it finds.
   std::map<std::string, int64_t> runs_;
+  // What each running instance has mounted (hot attach and detach).
+  std::map<std::string, std::vector<VolumeMap>> mounted_;
+  std::map<std::string, std::vector<VolumeMap>> reported_;  // As last told to svd.
   absl::Duration fault_checked_ = absl::ZeroDuration();
   std::unique_ptr<grpc::ClientWriter<v1::SlaTelemetryBatch>> telemetry_writer_;
   TelemetryCollector collector_{CollectorOptionsOf(o_), a_.telemetry_.get(), a_.clock_.Now()};

@@ -81,11 +81,23 @@ class SimulatedDriver final : public RuntimeDriver {
   absl::Status Start(const RuntimeInstance& instance) override {
     std::lock_guard<std::mutex> lock(mutex_);
     running_[instance.instance_id] = true;
+    volumes_[instance.instance_id] = instance.volumes;
     return absl::OkStatus();
   }
   absl::Status Stop(const std::string& instance_id) override {
     std::lock_guard<std::mutex> lock(mutex_);
     running_.erase(instance_id);
+    volumes_.erase(instance_id);
+    return absl::OkStatus();
+  }
+  // Records the mounts, as a real runtime would apply them.
+  absl::Status SetVolumes(const std::string& instance_id,
+                          const std::vector<VolumeMap>& volumes) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!running_.count(instance_id)) {
+      return absl::NotFoundError("instance " + instance_id + " does not run here");
+    }
+    volumes_[instance_id] = volumes;
     return absl::OkStatus();
   }
   absl::StatusOr<std::vector<RuntimeStatus>> List() override {
@@ -98,6 +110,7 @@ class SimulatedDriver final : public RuntimeDriver {
  private:
   std::mutex mutex_;
   std::map<std::string, bool> running_;
+  std::map<std::string, std::vector<VolumeMap>> volumes_;
 };
 
 }  // namespace

@@ -23,6 +23,8 @@ struct VolumeMap {
   std::string source;
   std::string target;
   bool read_only = false;
+  std::string volume_id;  // Empty for a public library mount.
+  bool operator==(const VolumeMap&) const = default;
 };
 
 // Everything a driver needs to start one instance on this node.
@@ -54,6 +56,18 @@ class RuntimeDriver {
   // Every instance the runtime knows, including ones that ended by
   // themselves and were not yet stopped (forgotten) through Stop().
   virtual absl::StatusOr<std::vector<RuntimeStatus>> List() = 0;
+  // Hot attach/detach: makes the running instance's mounts exactly
+  // `volumes`. A runtime that cannot change the mounts of a running
+  // instance says so (FAILED_PRECONDITION); svd then shows the reason and
+  // the change applies at the instance's next start.
+  virtual absl::Status SetVolumes(const std::string& instance_id,
+                                  const std::vector<VolumeMap>& volumes) {
+    (void)instance_id;
+    (void)volumes;
+    return absl::FailedPreconditionError(
+        "the " + Name() + " runtime cannot change the mounts of a running instance; "
+        "stop and start it to apply");
+  }
 };
 
 // Runs each instance as a local process group: `/bin/sh -c command` with

@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "api/auth.h"
 #include "api/errors.h"
+#include "api/internal/agent_resources.h"
 #include "common/ids.h"
 #include "common/status.h"
 #include "google/protobuf/util/time_util.h"
@@ -74,7 +75,8 @@ bool SameDesired(const std::vector<store::AgentAssignment>& a,
     // A change of `starting` is sent too: a stop and start between two
     // polls must reach the agent, whose answer then confirms the start.
     if (a[i].instance_id != b[i].instance_id || a[i].gpu_indices != b[i].gpu_indices ||
-        a[i].starting != b[i].starting || a[i].run != b[i].run) {
+        a[i].starting != b[i].starting || a[i].run != b[i].run ||
+        !internal::SameAssignmentResources(a[i], b[i])) {
       return false;
     }
   }
@@ -139,6 +141,9 @@ class AgentSession {
     auto node_id = api_.agents.RegisterNode(node, api_.clock.Now());
     if (!node_id.ok()) return ToGrpcStatus(node_id.status());
     node_id_ = *node_id;
+    absl::Status network =
+        internal::RecordNodeNetwork(api_.store.database(), node_id_, registration, context_.peer());
+    if (!network.ok()) return ToGrpcStatus(network);
     spdlog::info("agent: node {} ({}) registered, driver={} running={}", node_name_, node_id_,
                  registration.driver(), registration.running_instance_ids_size());
     v1::ServerMessage registered;
@@ -210,9 +215,20 @@ class AgentSession {
           out->set_image(a.image);
           out->set_run(a.run);
           for (int g : a.gpu_indices) out->add_gpu_indices(g);
+          internal::AddAssignmentResources(a, out);
         }
         if (!Write(m)) return;
         sent = *std::move(desired);
+        internal::RememberSentMounts(*sent, ever_sent_mounts_);
+      }
+      // Detaches of volumes this agent was never sent complete here: it
+      // cannot have mounted them, and no report of it will come.
+      if (sent) {
+        absl::Status settled = internal::SettleUnsentDetaches(
+            api_.store.database(), node_id_, ever_sent_mounts_, api_.clock.Now());
+        if (!settled.ok()) {
+          spdlog::warn("agent: node {}: settling detaches: {}", node_name_, settled.ToString());
+        }
       }
       std::unique_lock<std::mutex> lock(mutex_);
       done_wake_.wait_for(lock, absl::ToChronoNanoseconds(api_.options.desired_poll_interval),
@@ -242,6 +258,14 @@ class AgentSession {
         return HandleReport(m.report(), now);
       case v1::AgentMessage::kTelemetry:
         return HandleTelemetry();
+      case v1::AgentMessage::kMounts: {
+        absl::Status confirmed =
+            internal::HandleMountReport(api_.store.database(), node_id_, m.mounts(), now);
+        if (!confirmed.ok() && sv::ReasonOf(confirmed) != "UNKNOWN_INSTANCE") {
+          SendError(confirmed);
+        }
+        return;
+      }
       case v1::AgentMessage::kRegister:
         return SendError(Error(absl::StatusCode::kFailedPrecondition, "ALREADY_REGISTERED",
                                "register is only the first message of a stream"));
@@ -294,6 +318,7 @@ class AgentSession {
   AgentStream& stream_;
   const std::string node_name_;
   std::string node_id_;
+  std::set<std::pair<std::string, std::string>> ever_sent_mounts_;  // (instance, volume)
   std::mutex write_mutex_;
   std::mutex mutex_;
   std::condition_variable done_wake_;

@@ -1,6 +1,7 @@
 #include "api/internal/service_util.h"
-#include "api/internal/security_util.h"
 #include "absl/strings/numbers.h"
+#include "api/internal/instance_extras.h"
+#include "api/internal/security_util.h"
 #include "api/validation.h"
 #include "billing/billing.h"
 #include "common/ids.h"
@@ -37,6 +38,7 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
       status = record.status();
       if (record.ok()) ToProto(*record, response);
       if (status.ok()) status = SetQueuePositions(who->tenant_id, {response});
+      if (status.ok()) status = AddInstanceExtras(*deps_.store, who->tenant_id, {response});
     }
     return Finish("GetInstance", &*who, "", status);
   }
@@ -200,52 +202,9 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
     const v1::Instance& in = request.instance();
     store::InstanceSpec spec{in.name(), in.gpu_count(), in.gpu_model(), in.image(),
                              in.max_leaves()};
-    SV_ASSIGN_OR_RETURN(spec, NormalizeInstanceSpec(spec));
-    std::string request_id = request.request_id();
-    if (request_id.empty()) {
-      request_id = NewUuid();  // No retry protection was asked for.
-    } else {
-      SV_RETURN_IF_ERROR(ValidateRequestId(request_id));
-    }
-    // The tenant's pending quota (RESOURCE_EXHAUSTED / QUOTA_EXCEEDED); a
-    // retry of a create that was accepted always gets its first answer.
-    if (deps_.loops != nullptr) {
-      SV_RETURN_IF_ERROR(deps_.loops->scheduling().Admit(who.tenant_id, request_id));
-    }
-    // FAILED_PRECONDITION / INSUFFICIENT_CREDIT unless the first minutes are
-    // paid for; a user's first create is also when its trial is granted.
-    if (deps_.billing != nullptr) {
-      SV_RETURN_IF_ERROR(deps_.billing->EnsureTrialGrant(who.user_id, deps_.clock->Now()));
-      SV_RETURN_IF_ERROR(deps_.billing->CheckCreditForCreate(
-          who.tenant_id, spec.gpu_count, spec.gpu_model, deps_.clock->Now()));
-    }
-    // RESOURCE_EXHAUSTED / SPEND_CAP_REACHED once the month's charges reach
-    // the tenant's optional cap (docs/security.md).
+    SV_RETURN_IF_ERROR(ReadInstanceExtras(in, spec));
     SV_RETURN_IF_ERROR(
-        CheckSpendCapForCreate(deps_.store->database(), who.tenant_id, deps_.clock->Now()));
-    SV_ASSIGN_OR_RETURN(auto record,
-                        deps_.store->CreateInstance(
-                            who.tenant_id, spec, request_id, InstanceFingerprint(spec),
-                            deps_.clock->Now(),
-                            deps_.loops != nullptr
-                                ? deps_.loops->scheduling().options().default_quota.pending_count_max
-                                : -1));
-    if (record.state == store::InstanceState::kPending && deps_.loops != nullptr) {
-      // Place at once when capacity allows, so the answer already shows the
-      // placement; if the pass fails the loop retries it shortly.
-      absl::Status placed = deps_.loops->PlaceNow();
-      if (!placed.ok()) {
-        spdlog::warn("api: placement after create failed tenant={} request_id={}: {}",
-                     who.tenant_id, request_id, placed.ToString());
-        deps_.loops->Kick();
-      }
-      auto reread = deps_.store->GetInstance(who.tenant_id, record.id);
-      if (reread.ok()) record = *std::move(reread);
-    }
-    spdlog::info("api: instance {} gpus={} state={} tenant={} request_id={}", record.id,
-                 record.spec.gpu_count, store::InstanceStateName(record.state),
-                 who.tenant_id, request_id);
-    ToProto(record, response);
+        CreateInstanceFor(deps_, who, std::move(spec), request.request_id(), response));
     return SetQueuePositions(who.tenant_id, {response});
   }
 
@@ -302,6 +261,10 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
     SV_RETURN_IF_ERROR(SetQueuePositions(
         who.tenant_id, {response->mutable_instances()->pointer_begin(),
                         response->mutable_instances()->pointer_end()}));
+    SV_RETURN_IF_ERROR(AddInstanceExtras(
+        *deps_.store, who.tenant_id,
+        {response->mutable_instances()->pointer_begin(),
+         response->mutable_instances()->pointer_end()}));
     if (more) {
       const auto& last = records.back();
       response->set_next_page_token(EncodePageToken(
@@ -315,6 +278,61 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
 };
 
 }  // namespace
+
+absl::Status CreateInstanceFor(const ApiDependencies& deps, const store::Principal& who,
+                               store::InstanceSpec spec, std::string request_id,
+                               v1::Instance* response) {
+  store::InstanceExtras extras = std::move(spec.extras);
+  SV_ASSIGN_OR_RETURN(spec, NormalizeInstanceSpec(spec));
+  spec.extras = std::move(extras);
+  if (request_id.empty()) {
+    request_id = NewUuid();  // No retry protection was asked for.
+  } else {
+    SV_RETURN_IF_ERROR(ValidateRequestId(request_id));
+  }
+  // The tenant's pending quota (RESOURCE_EXHAUSTED / QUOTA_EXCEEDED); a
+  // retry of a create that was accepted always gets its first answer.
+  if (deps.loops != nullptr) {
+    SV_RETURN_IF_ERROR(deps.loops->scheduling().Admit(who.tenant_id, request_id));
+  }
+  // FAILED_PRECONDITION / INSUFFICIENT_CREDIT unless the first minutes are
+  // paid for; a user's first create is also when its trial is granted.
+  if (deps.billing != nullptr) {
+    SV_RETURN_IF_ERROR(deps.billing->EnsureTrialGrant(who.user_id, deps.clock->Now()));
+    SV_RETURN_IF_ERROR(deps.billing->CheckCreditForCreate(
+        who.tenant_id, spec.gpu_count, spec.gpu_model, deps.clock->Now()));
+  }
+  // RESOURCE_EXHAUSTED / SPEND_CAP_REACHED once the month's charges reach
+  // the tenant's optional cap (docs/security.md).
+  SV_RETURN_IF_ERROR(
+      CheckSpendCapForCreate(deps.store->database(), who.tenant_id, deps.clock->Now()));
+  SV_ASSIGN_OR_RETURN(auto record,
+                      deps.store->CreateInstance(
+                          who.tenant_id, spec, request_id,
+                          InstanceFingerprint(spec) + ExtrasFingerprint(spec.extras),
+                          deps.clock->Now(),
+                          deps.loops != nullptr
+                              ? deps.loops->scheduling().options().default_quota.pending_count_max
+                              : -1));
+  if (record.state == store::InstanceState::kPending && deps.loops != nullptr) {
+    // Place at once when capacity allows, so the answer already shows the
+    // placement; if the pass fails the loop retries it shortly.
+    absl::Status placed = deps.loops->PlaceNow();
+    if (!placed.ok()) {
+      spdlog::warn("api: placement after create failed tenant={} request_id={}: {}",
+                   who.tenant_id, request_id, placed.ToString());
+      deps.loops->Kick();
+    }
+    auto reread = deps.store->GetInstance(who.tenant_id, record.id);
+    if (reread.ok()) record = *std::move(reread);
+  }
+  spdlog::info("api: instance {} gpus={} state={} tenant={} request_id={}", record.id,
+               record.spec.gpu_count, store::InstanceStateName(record.state),
+               who.tenant_id, request_id);
+  ToProto(record, response);
+  return AddInstanceExtras(*deps.store, who.tenant_id, {response});
+}
+
 
 std::unique_ptr<grpc::Service> NewInstanceService(const ApiDependencies& deps,
                                                   const Authenticator& auth) {

@@ -3,8 +3,9 @@
 #include <vector>
 
 #include "api/auth.h"
-#include "api/internal/security_util.h"
+#include "api/internal/instance_extras.h"
 #include "api/internal/dashboard_service.h"
+#include "api/internal/security_util.h"
 #include "api/internal/service_util.h"
 
 namespace sv::api {
@@ -17,11 +18,16 @@ struct ApiServices::Impl {
     services.push_back(internal::NewSchedulerAdminService(deps, auth));
     services.push_back(internal::NewBillingService(deps, auth));
     services.push_back(internal::NewBillingAdminService(deps, auth));
-    services.push_back(internal::NewDashboardAdminService(deps, auth));
     services.push_back(internal::NewApiKeyService(deps, auth));
     services.push_back(internal::NewUserService(deps, auth));
     services.push_back(internal::NewAuditService(deps, auth));
     services.push_back(internal::NewBudgetService(deps, auth));
+    services.push_back(internal::NewDashboardAdminService(deps, auth));
+    services.push_back(internal::NewVolumeService(deps, auth));
+    services.push_back(internal::NewLibraryService(deps, auth));
+    services.push_back(internal::NewLibraryAdminService(deps, auth));
+    services.push_back(internal::NewMarketplaceService(deps, auth));
+    services.push_back(internal::NewMarketplaceAdminService(deps, auth));
   }
   Authenticator auth;
   std::vector<std::unique_ptr<grpc::Service>> services;

@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "billing/billing.h"
+#include "billing/internal/addons.h"
 #include "billing/internal/ledger_sql.h"
 #include "common/status.h"
 
@@ -27,7 +28,7 @@ std::vector<Check> Checks() {
       "  FROM ledger_transfers WHERE kind IN ('charge', 'adjustment') "
       "  GROUP BY 1, 2), "
       "owed AS (SELECT p.instance_id, p.minute, p.gross FROM priced p WHERE p.gross > 0) ");
-  return {
+  std::vector<Check> checks = {
       {"ledger sums to zero",
        "SELECT 'sum of all balances is ' || sum(balance_micros) FROM ledger_accounts "
        "HAVING sum(balance_micros) <> 0"},
@@ -62,6 +63,11 @@ std::vector<Check> Checks() {
            "coalesce(s.shortfall_micros, 0) "
            "AND NOT (o.instance_id IS NULL AND c.instance_id IS NULL)"},
   };
+  // App fees, storage and payouts (billing/addons.cc).
+  static const auto* const kAddOns =
+      new std::vector<std::pair<std::string, std::string>>(internal::AddOnAuditChecks());
+  for (const auto& [name, sql] : *kAddOns) checks.push_back({name.c_str(), sql});
+  return checks;
 }
 
 }  // namespace

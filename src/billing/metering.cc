@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "billing/billing.h"
+#include "billing/internal/addons.h"
 #include "billing/internal/ledger_sql.h"
 #include "common/status.h"
 #include "spdlog/spdlog.h"
@@ -169,6 +170,10 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
       txn.exec_params(kShortfallSql, SqlTime(now));
       txn.exec(kStopsSql);
       txn.exec_params(kExhaustedNoticeSql, SqlTime(now));
+      // App fees and storage of the same minutes, after the rent
+      // (billing/addons.cc).
+      SV_ASSIGN_OR_RETURN(int64_t addon_legs, internal::PostAddOnCharges(txn, cursor, end, now));
+      postings += addon_legs;
       txn.exec_params("UPDATE billing_cursor SET billed_before_minute = $1, "
                       "first_minute = coalesce(first_minute, $3), updated_at = $2::timestamptz",
                       end, SqlTime(now), cursor);

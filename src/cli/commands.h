@@ -53,12 +53,18 @@ void AddBillingCommands(CLI::App& app, Action* action);
 void AddSchedulingCommands(CLI::App& app, Action* action);
 // svctl stop, start, events and idle-policy.
 void AddLifecycleCommands(CLI::App& app, Action* action);
-// svctl keys ..., users ..., audit and spend-cap (security_commands.cc).
-void AddSecurityCommands(CLI::App& app, Action* action);
 
 // svctl sla <instance> and svctl admin sla-report|sla-override
 // (sla_commands.cc); call after AddAdminCommands.
 void AddSlaCommands(CLI::App& app, Action* action);
+
+// svctl volumes ... (volume_commands.cc).
+void AddVolumeCommands(CLI::App& app, Action* action);
+// svctl library ..., svctl apps ... and svctl admin library|payout
+// (app_commands.cc); call after AddAdminCommands.
+void AddAppCommands(CLI::App& app, Action* action);
+// svctl keys ..., users ..., audit and spend-cap (security_commands.cc).
+void AddSecurityCommands(CLI::App& app, Action* action);
 
 }  // namespace sv::cli
 

@@ -46,6 +46,8 @@ struct CreateArgs {
   int gpus = 0;
   int max_leaves = 0;
   std::string name, image, request_id;
+  std::vector<std::string> mounts;  // Public library items.
+  std::vector<int> ports;
   bool wait = false;
   int wait_s = 300;
 };
@@ -59,6 +61,8 @@ int RunCreate(Session& s, const CreateArgs& a) {
   request.mutable_instance()->set_name(a.name);
   request.mutable_instance()->set_image(a.image);
   request.mutable_instance()->set_max_leaves(a.max_leaves);
+  for (const auto& m : a.mounts) request.mutable_instance()->add_library_mounts(m);
+  for (int p : a.ports) request.mutable_instance()->add_ports()->set_container_port(p);
   request.set_request_id(a.request_id.empty() ? NewUuid() : a.request_id);
   v1::Instance instance;
   // Retrying after a lost answer is safe: the request id stays the same.
@@ -153,6 +157,10 @@ void AddInstanceCommands(CLI::App& app, Action* action) {
                      "Gangs only: the most leaf switches to span (0: no limit)");
   create->add_option("--request-id", create_args->request_id,
                      "Idempotency key (default: a fresh UUID per invocation)");
+  create->add_option("--mount", create_args->mounts,
+                     "Public library item to mount read-only at /public/<name> (repeatable)");
+  create->add_option("--port", create_args->ports,
+                     "Container port to publish, e.g. 7860 (repeatable); see its URL in get");
   create->add_flag("--wait", create_args->wait, "Wait until the instance is RUNNING");
   create->add_option("--wait-timeout", create_args->wait_s, "How long --wait waits, seconds");
   create->callback([=] { *action = [=](Session& s) { return RunCreate(s, *create_args); }; });

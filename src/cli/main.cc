@@ -23,8 +23,10 @@ int main(int argc, char** argv) {
   sv::cli::AddBillingCommands(app, &action);
   sv::cli::AddSchedulingCommands(app, &action);
   sv::cli::AddLifecycleCommands(app, &action);
-  sv::cli::AddSecurityCommands(app, &action);
+  sv::cli::AddVolumeCommands(app, &action);
+  sv::cli::AddAppCommands(app, &action);
   sv::cli::AddSlaCommands(app, &action);
+  sv::cli::AddSecurityCommands(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -72,6 +72,7 @@ void PrintInstanceDetail(const v1::Instance& i, std::ostream& out) {
              {"created:", FormatTime(i.create_time())},
              {"updated:", FormatTime(i.update_time())}},
             out);
+  PrintInstanceExtras(i, out);
 }
 
 void PrintInstanceTable(const std::vector<v1::Instance>& instances, std::ostream& out) {

@@ -15,6 +15,8 @@ enum class Format { kTable, kJson };
 
 void PrintJson(const google::protobuf::Message& message, std::ostream& out);
 void PrintInstanceDetail(const v1::Instance& instance, std::ostream& out);
+// Ports with their URLs, library mounts, volumes and app (output_extras.cc).
+void PrintInstanceExtras(const v1::Instance& instance, std::ostream& out);
 void PrintInstanceTable(const std::vector<v1::Instance>& instances, std::ostream& out);
 void PrintAccount(const v1::Account& account, std::ostream& out);
 // Columns padded to the widest cell; the first row is the header.

@@ -157,7 +157,7 @@ absl::StatusOr<std::vector<AgentAssignment>> AgentStore::DesiredForNode(
         node_id);
     for (const auto& row : rows) {
       AgentAssignment a{row[0].as<std::string>(), {}, row[1].as<std::string>(),
-                        row[2].as<std::string>() != "RUNNING", row[4].as<int64_t>()};
+                        row[2].as<std::string>() != "RUNNING", row[4].as<int64_t>(), {}, {}};
       std::string gpus = row[3].as<std::string>();  // "{0,1,2}"
       for (const auto& part : absl::StrSplit(gpus.substr(1, gpus.size() - 2), ',')) {
         int gpu = 0;
@@ -178,7 +178,7 @@ absl::StatusOr<std::vector<AgentAssignment>> AgentStore::DesiredForNode(
       }
       desired.push_back(std::move(a));
     }
-    return absl::OkStatus();
+    return LoadAssignmentResources(txn, node_id, now, desired);
   }));
   return desired;
 }

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "store/database.h"
+#include "store/node_resources.h"
 #include "store/store.h"
 
 namespace sv::store {
@@ -36,6 +37,10 @@ struct AgentAssignment {
   // Changes with every start of the instance (its queue sequence), so a
   // stop and start between two polls still changes the desired set.
   int64_t run = 0;
+  // Volumes and library items to mount, and published ports with their
+  // node ports (store/node_resources.h).
+  std::vector<AssignedMount> mounts;
+  std::vector<AssignedPort> ports;
 };
 
 struct InstanceEventRecord {

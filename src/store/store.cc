@@ -372,6 +372,7 @@ absl::StatusOr<InstanceRecord> Store::CreateInstance(const std::string& tenant_i
           id, tenant_id, name, spec.gpu_count, spec.gpu_model, spec.image, request_id,
           fingerprint, SqlTime(now), spec.max_leaves);
       RecordEvent(txn, id, now, std::nullopt, "PENDING", "instance accepted");
+      SV_RETURN_IF_ERROR(InsertInstanceExtras(txn, id, spec.extras));
       existing = lookup();
     }
     const auto& row = existing[0];

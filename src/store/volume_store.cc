@@ -1,0 +1,474 @@
+#include "store/volume_store.h"
+
+#include <map>
+#include <pqxx/pqxx>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/ids.h"
+#include "common/status.h"
+
+namespace sv::store {
+namespace {
+
+// States in which an instance holds nodes whose agents must confirm a
+// mount change; in any other unfinished state a change applies at once
+// (the mounts go with the next start).
+constexpr char kPlacedStates[] = "('SCHEDULED', 'STARTING', 'RUNNING')";
+
+const std::string kVolumeColumns =
+    "id, tenant_id, name, size_gib, kind, read_many, coalesce(node_id, ''), request_id, " +
+    MicrosOf("created_at") + ", " + MicrosOf("deleted_at") +
+    ", coalesce(move_to_instance_id, '')";
+
+VolumeRecord VolumeFromRow(const pqxx::row& r) {
+  VolumeRecord v;
+  v.id = r[0].as<std::string>();
+  v.tenant_id = r[1].as<std::string>();
+  v.spec.name = r[2].as<std::string>();
+  v.spec.size_gib = r[3].as<int>();
+  v.spec.kind = r[4].as<std::string>() == "node_local" ? VolumeKind::kNodeLocal
+                                                       : VolumeKind::kNetwork;
+  v.spec.read_many = r[5].as<bool>();
+  v.spec.node_id = r[6].as<std::string>();
+  v.request_id = r[7].as<std::string>();
+  v.created_at = TimeFromMicros(r[8].as<int64_t>());
+  if (!r[9].is_null()) v.deleted_at = TimeFromMicros(r[9].as<int64_t>());
+  v.move_to_instance_id = r[10].as<std::string>();
+  return v;
+}
+
+void LoadAttachments(pqxx::work& txn, std::vector<VolumeRecord>& volumes) {
+  if (volumes.empty()) return;
+  std::map<std::string, VolumeRecord*> by_id;
+  std::vector<std::string> ids;
+  for (auto& v : volumes) {
+    by_id[v.id] = &v;
+    ids.push_back(txn.quote(v.id));
+  }
+  for (const auto& r : txn.exec(absl::StrCat(
+           "SELECT volume_id, instance_id, read_only, mount_path, state, reason, ",
+           MicrosOf("requested_at"), ", ", MicrosOf("confirmed_at"),
+           " FROM volume_attachments WHERE volume_id IN (", absl::StrJoin(ids, ","),
+           ") ORDER BY volume_id, requested_at, instance_id"))) {
+    AttachmentRecord a;
+    a.instance_id = r[1].as<std::string>();
+    a.read_only = r[2].as<bool>();
+    a.mount_path = r[3].as<std::string>();
+    const std::string state = r[4].as<std::string>();
+    a.state = state == "attached"    ? AttachmentState::kAttached
+              : state == "detaching" ? AttachmentState::kDetaching
+                                     : AttachmentState::kAttaching;
+    a.reason = r[5].as<std::string>();
+    a.requested_at = TimeFromMicros(r[6].as<int64_t>());
+    if (!r[7].is_null()) a.confirmed_at = TimeFromMicros(r[7].as<int64_t>());
+    by_id[r[0].as<std::string>()]->attachments.push_back(std::move(a));
+  }
+}
+
+absl::Status VolumeNotFound(const std::string& id) {
+  return Error(absl::StatusCode::kNotFound, "VOLUME_NOT_FOUND",
+               absl::StrCat("volume ", id, " not found"));
+}
+
+// Locks and reads a live volume of the tenant.
+absl::StatusOr<VolumeRecord> LockVolume(pqxx::work& txn, const std::string& tenant_id,
+                                        const std::string& id) {
+  auto rows = txn.exec_params("SELECT " + kVolumeColumns +
+                                  " FROM volumes WHERE tenant_id = $1 AND id = $2 "
+                                  "AND deleted_at IS NULL FOR UPDATE",
+                              tenant_id, id);
+  if (rows.empty()) return VolumeNotFound(id);
+  std::vector<VolumeRecord> v = {VolumeFromRow(rows[0])};
+  LoadAttachments(txn, v);
+  return v[0];
+}
+
+absl::StatusOr<VolumeRecord> Reread(pqxx::work& txn, const std::string& id) {
+  auto rows = txn.exec_params("SELECT " + kVolumeColumns + " FROM volumes WHERE id = $1", id);
+  std::vector<VolumeRecord> v = {VolumeFromRow(rows[0])};
+  LoadAttachments(txn, v);
+  return v[0];
+}
+
+struct TargetInstance {
+  std::string state;
+  std::vector<std::string> nodes;  // Nodes holding its GPUs.
+  bool placed = false;             // Its agents must confirm mount changes.
+};
+
+// Locks an instance of the tenant that may take a volume.
+absl::StatusOr<TargetInstance> LockTarget(pqxx::work& txn, const std::string& tenant_id,
+                                          const std::string& instance_id) {
+  auto rows = txn.exec_params(
+      "SELECT state FROM instances WHERE tenant_id = $1 AND id = $2 FOR UPDATE", tenant_id,
+      instance_id);
+  if (rows.empty()) {
+    return Error(absl::StatusCode::kNotFound, "INSTANCE_NOT_FOUND",
+                 absl::StrCat("instance ", instance_id, " not found"));
+  }
+  TargetInstance t;
+  t.state = rows[0][0].as<std::string>();
+  if (t.state == "DELETED" || t.state == "FAILED") {
+    return Error(absl::StatusCode::kFailedPrecondition, "INSTANCE_FINISHED",
+                 absl::StrCat("instance ", instance_id, " is ", t.state,
+                              "; volumes attach only to live instances"));
+  }
+  for (const auto& r : txn.exec_params(
+           "SELECT DISTINCT node_id FROM gpu_reservations WHERE instance_id = $1 ORDER BY 1",
+           instance_id)) {
+    t.nodes.push_back(r[0].as<std::string>());
+  }
+  t.placed = !t.nodes.empty() &&
+             (t.state == "SCHEDULED" || t.state == "STARTING" || t.state == "RUNNING");
+  return t;
+}
+
+absl::StatusOr<std::string> NormalizeMountPath(const VolumeRecord& v, const std::string& path) {
+  std::string p = path.empty() ? absl::StrCat("/mnt/", v.spec.name) : path;
+  if (p.size() > 255 || p.size() < 2 || p[0] != '/' || absl::StrContains(p, "/..") ||
+      absl::StrContains(p, "//") || absl::StartsWith(p, "/public") ||
+      p.find_first_of(" :,\t\n\"'\\") != std::string::npos) {
+    return Error(absl::StatusCode::kInvalidArgument, "INVALID_MOUNT_PATH",
+                 "mount_path must be an absolute path of at most 255 characters, without "
+                 "'..', spaces, ':' or ',', and outside /public");
+  }
+  return p;
+}
+
+// Checks that the volume may attach to the instance; binds an unplaced
+// node-local volume to the instance's node.
+absl::Status CheckPlacement(pqxx::work& txn, VolumeRecord& v, const TargetInstance& t,
+                            const std::string& instance_id, absl::Time now) {
+  if (v.spec.kind != VolumeKind::kNodeLocal || t.nodes.empty()) return absl::OkStatus();
+  if (t.nodes.size() > 1) {
+    return Error(absl::StatusCode::kFailedPrecondition, "VOLUME_NODE_MISMATCH",
+                 absl::StrCat("volume ", v.id, " is node-local and instance ", instance_id,
+                              " spans ", t.nodes.size(), " nodes; use a network volume"));
+  }
+  if (!v.spec.node_id.empty() && v.spec.node_id != t.nodes[0]) {
+    return Error(absl::StatusCode::kFailedPrecondition, "VOLUME_NODE_MISMATCH",
+                 absl::StrCat("volume ", v.id, " is node-local on node ", v.spec.node_id,
+                              " and instance ", instance_id, " runs on node ", t.nodes[0],
+                              "; use a network volume or an instance on that node"));
+  }
+  if (v.spec.node_id.empty()) {
+    txn.exec_params("UPDATE volumes SET node_id = $2, updated_at = $3::timestamptz WHERE id = $1",
+                    v.id, t.nodes[0], SqlTime(now));
+    v.spec.node_id = t.nodes[0];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InsertAttachment(pqxx::work& txn, const VolumeRecord& v,
+                              const std::string& instance_id, const TargetInstance& t,
+                              bool read_only, const std::string& mount_path, absl::Time now) {
+  auto count = txn.exec_params1(
+      "SELECT count(*), count(*) FILTER (WHERE mount_path = $2) FROM volume_attachments "
+      "WHERE instance_id = $1",
+      instance_id, mount_path);
+  if (count[1].as<int>() > 0) {
+    return Error(absl::StatusCode::kFailedPrecondition, "MOUNT_PATH_IN_USE",
+                 absl::StrCat("instance ", instance_id, " already has a volume at ", mount_path));
+  }
+  if (count[0].as<int>() >= kInstanceAttachmentsMax) {
+    return Error(absl::StatusCode::kResourceExhausted, "TOO_MANY_ATTACHMENTS",
+                 absl::StrCat("an instance takes at most ", kInstanceAttachmentsMax, " volumes"));
+  }
+  txn.exec_params(
+      "INSERT INTO volume_attachments (volume_id, instance_id, tenant_id, read_only, "
+      "mount_path, state, requested_at, confirmed_at) VALUES ($1, $2, $3, $4, $5, $6, "
+      "$7::timestamptz, $8::timestamptz)",
+      v.id, instance_id, v.tenant_id, read_only, mount_path,
+      t.placed ? "attaching" : "attached", SqlTime(now),
+      t.placed ? std::optional<std::string>() : std::optional<std::string>(SqlTime(now)));
+  return absl::OkStatus();
+}
+
+// Refuses a second writer, or any second attachment of a volume that is
+// not read-many.
+absl::Status CheckWriters(const VolumeRecord& v, bool read_only) {
+  for (const auto& a : v.attachments) {
+    if (!v.spec.read_many || (!read_only && !a.read_only)) {
+      return Error(absl::StatusCode::kFailedPrecondition, "VOLUME_IN_USE",
+                   absl::StrCat("volume ", v.id, " is attached to instance ", a.instance_id,
+                                v.spec.read_many ? " for writing; one writer at a time"
+                                                 : "; detach it first, or create the volume "
+                                                   "read-many to share it read-only"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<VolumeRecord> VolumeStore::Create(const std::string& tenant_id,
+                                                 const VolumeSpec& spec,
+                                                 const std::string& request_id,
+                                                 const std::string& fingerprint,
+                                                 absl::Time now) {
+  VolumeRecord result;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    // Creates of one tenant queue here, which keeps the volume limit exact.
+    txn.exec_params("SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE", tenant_id);
+    auto existing = txn.exec_params(
+        "SELECT id, request_fingerprint FROM volumes WHERE tenant_id = $1 AND request_id = $2",
+        tenant_id, request_id);
+    if (!existing.empty()) {
+      if (existing[0][1].as<std::string>() != fingerprint) {
+        return Error(absl::StatusCode::kAlreadyExists, "REQUEST_ID_REUSED",
+                     absl::StrCat("request_id '", request_id, "' was already used for volume ",
+                                  existing[0][0].as<std::string>(),
+                                  " with different parameters"));
+      }
+      SV_ASSIGN_OR_RETURN(result, Reread(txn, existing[0][0].as<std::string>()));
+      return absl::OkStatus();
+    }
+    const int live = txn.exec_params1(
+        "SELECT count(*) FROM volumes WHERE tenant_id = $1 AND deleted_at IS NULL",
+        tenant_id)[0].as<int>();
+    if (live >= kTenantVolumesMax) {
+      return Error(absl::StatusCode::kResourceExhausted, "VOLUME_LIMIT_REACHED",
+                   absl::StrCat("the tenant already has ", live, " volumes, the most allowed"));
+    }
+    if (!spec.node_id.empty() &&
+        txn.exec_params("SELECT 1 FROM nodes WHERE id = $1 OR name = $1", spec.node_id).empty()) {
+      return Error(absl::StatusCode::kInvalidArgument, "UNKNOWN_NODE",
+                   absl::StrCat("node ", spec.node_id, " does not exist"));
+    }
+    const std::string id = NewId("vol");
+    txn.exec_params(
+        "INSERT INTO volumes (id, tenant_id, name, size_gib, kind, read_many, node_id, "
+        "request_id, request_fingerprint, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, "
+        "$6, (SELECT id FROM nodes WHERE id = $7 OR name = $7), $8, $9, $10::timestamptz, "
+        "$10::timestamptz)",
+        id, tenant_id, spec.name.empty() ? id : spec.name, spec.size_gib,
+        spec.kind == VolumeKind::kNodeLocal ? "node_local" : "network", spec.read_many,
+        spec.node_id, request_id, fingerprint, SqlTime(now));
+    SV_ASSIGN_OR_RETURN(result, Reread(txn, id));
+    return absl::OkStatus();
+  }));
+  return result;
+}
+
+absl::StatusOr<VolumeRecord> VolumeStore::Get(const std::string& tenant_id,
+                                              const std::string& id) {
+  std::vector<VolumeRecord> found;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    found.clear();
+    for (const auto& r : txn.exec_params("SELECT " + kVolumeColumns +
+                                             " FROM volumes WHERE tenant_id = $1 AND id = $2",
+                                         tenant_id, id)) {
+      found.push_back(VolumeFromRow(r));
+    }
+    LoadAttachments(txn, found);
+    return absl::OkStatus();
+  }));
+  if (found.empty()) return VolumeNotFound(id);
+  return found[0];
+}
+
+absl::StatusOr<std::vector<VolumeRecord>> VolumeStore::List(
+    const std::string& tenant_id, const std::optional<VolumeListCursor>& after, int limit,
+    bool show_deleted) {
+  std::vector<VolumeRecord> list;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    list.clear();
+    const int64_t after_micros = after ? after->created_at_micros : -1;
+    const std::string after_id = after ? after->id : "";
+    for (const auto& r : txn.exec_params(
+             "SELECT " + kVolumeColumns +
+                 " FROM volumes WHERE tenant_id = $1 AND ($2 OR deleted_at IS NULL) "
+                 "AND (" + MicrosOf("created_at") + ", id) > ($3, $4) "
+                 "ORDER BY created_at, id LIMIT $5",
+             tenant_id, show_deleted, after_micros, after_id, limit)) {
+      list.push_back(VolumeFromRow(r));
+    }
+    LoadAttachments(txn, list);
+    return absl::OkStatus();
+  }));
+  return list;
+}
+
+absl::StatusOr<VolumeRecord> VolumeStore::Delete(const std::string& tenant_id,
+                                                 const std::string& id, absl::Time now) {
+  VolumeRecord result;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    SV_ASSIGN_OR_RETURN(VolumeRecord v, LockVolume(txn, tenant_id, id));
+    if (!v.attachments.empty() || !v.move_to_instance_id.empty()) {
+      std::vector<std::string> users;
+      for (const auto& a : v.attachments) users.push_back(a.instance_id);
+      if (!v.move_to_instance_id.empty()) users.push_back(v.move_to_instance_id);
+      return Error(absl::StatusCode::kFailedPrecondition, "VOLUME_ATTACHED",
+                   absl::StrCat("volume ", id, " is attached to instance ",
+                                absl::StrJoin(users, ", "), "; detach it before deleting"));
+    }
+    txn.exec_params(
+        "UPDATE volumes SET deleted_at = $2::timestamptz, updated_at = $2::timestamptz "
+        "WHERE id = $1",
+        id, SqlTime(now));
+    SV_ASSIGN_OR_RETURN(result, Reread(txn, id));
+    return absl::OkStatus();
+  }));
+  return result;
+}
+
+absl::StatusOr<VolumeRecord> VolumeStore::Attach(const std::string& tenant_id,
+                                                 const std::string& volume_id,
+                                                 const std::string& instance_id, bool read_only,
+                                                 const std::string& mount_path, absl::Time now) {
+  VolumeRecord result;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    SV_ASSIGN_OR_RETURN(VolumeRecord v, LockVolume(txn, tenant_id, volume_id));
+    SV_ASSIGN_OR_RETURN(std::string path, NormalizeMountPath(v, mount_path));
+    SV_ASSIGN_OR_RETURN(TargetInstance t, LockTarget(txn, tenant_id, instance_id));
+    for (const auto& a : v.attachments) {
+      if (a.instance_id != instance_id) continue;
+      if (a.state != AttachmentState::kDetaching && a.read_only == read_only &&
+          a.mount_path == path) {
+        result = v;  // A retry of this attach.
+        return absl::OkStatus();
+      }
+      return Error(absl::StatusCode::kFailedPrecondition,
+                   a.state == AttachmentState::kDetaching ? "VOLUME_BUSY" : "ALREADY_ATTACHED",
+                   absl::StrCat("volume ", volume_id, " is already attached to instance ",
+                                instance_id,
+                                a.state == AttachmentState::kDetaching
+                                    ? " and detaching; retry when the detach is confirmed"
+                                    : " with other settings"));
+    }
+    if (!v.move_to_instance_id.empty()) {
+      return Error(absl::StatusCode::kFailedPrecondition, "VOLUME_BUSY",
+                   absl::StrCat("volume ", volume_id, " is moving to instance ",
+                                v.move_to_instance_id));
+    }
+    SV_RETURN_IF_ERROR(CheckWriters(v, read_only));
+    SV_RETURN_IF_ERROR(CheckPlacement(txn, v, t, instance_id, now));
+    SV_RETURN_IF_ERROR(InsertAttachment(txn, v, instance_id, t, read_only, path, now));
+    SV_ASSIGN_OR_RETURN(result, Reread(txn, volume_id));
+    return absl::OkStatus();
+  }));
+  return result;
+}
+
+absl::StatusOr<VolumeRecord> VolumeStore::Detach(const std::string& tenant_id,
+                                                 const std::string& volume_id,
+                                                 const std::string& instance_id,
+                                                 absl::Time now) {
+  VolumeRecord result;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    SV_ASSIGN_OR_RETURN(VolumeRecord v, LockVolume(txn, tenant_id, volume_id));
+    const AttachmentRecord* found = nullptr;
+    for (const auto& a : v.attachments) {
+      if (a.instance_id == instance_id) found = &a;
+    }
+    if (found == nullptr) {
+      return Error(absl::StatusCode::kFailedPrecondition, "VOLUME_NOT_ATTACHED",
+                   absl::StrCat("volume ", volume_id, " is not attached to instance ",
+                                instance_id));
+    }
+    if (found->state != AttachmentState::kDetaching) {
+      auto placed = txn.exec_params(
+          absl::StrCat("SELECT 1 FROM instances i WHERE i.id = $1 AND i.state IN ",
+                       kPlacedStates,
+                       " AND EXISTS (SELECT 1 FROM gpu_reservations r "
+                       "WHERE r.instance_id = i.id)"),
+          instance_id);
+      if (placed.empty()) {
+        txn.exec_params("DELETE FROM volume_attachments WHERE volume_id = $1 AND instance_id = $2",
+                        volume_id, instance_id);
+        txn.exec_params("SELECT volumes_complete_moves($1::timestamptz)", SqlTime(now));
+      } else {
+        txn.exec_params(
+            "UPDATE volume_attachments SET state = 'detaching', confirmed_nodes = '{}', "
+            "reason = '', requested_at = $3::timestamptz "
+            "WHERE volume_id = $1 AND instance_id = $2",
+            volume_id, instance_id, SqlTime(now));
+      }
+    }
+    SV_ASSIGN_OR_RETURN(result, Reread(txn, volume_id));
+    return absl::OkStatus();
+  }));
+  return result;
+}
+
+absl::StatusOr<VolumeRecord> VolumeStore::Move(const std::string& tenant_id,
+                                               const std::string& volume_id,
+                                               const std::string& to_instance_id,
+                                               const std::string& mount_path, absl::Time now) {
+  VolumeRecord result;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    SV_ASSIGN_OR_RETURN(VolumeRecord v, LockVolume(txn, tenant_id, volume_id));
+    SV_ASSIGN_OR_RETURN(std::string path, NormalizeMountPath(v, mount_path));
+    if (v.attachments.size() != 1 || !v.move_to_instance_id.empty()) {
+      return Error(absl::StatusCode::kFailedPrecondition, "VOLUME_NOT_MOVABLE",
+                   absl::StrCat("volume ", volume_id, " has ", v.attachments.size(),
+                                " attachments", v.move_to_instance_id.empty() ? "" : " and a move",
+                                "; a move needs exactly one attachment"));
+    }
+    const AttachmentRecord from = v.attachments[0];
+    if (from.instance_id == to_instance_id) {
+      result = v;
+      return absl::OkStatus();
+    }
+    SV_ASSIGN_OR_RETURN(TargetInstance t, LockTarget(txn, tenant_id, to_instance_id));
+    SV_RETURN_IF_ERROR(CheckPlacement(txn, v, t, to_instance_id, now));
+    auto mount_taken = txn.exec_params(
+        "SELECT 1 FROM volume_attachments WHERE instance_id = $1 AND mount_path = $2",
+        to_instance_id, path);
+    if (!mount_taken.empty()) {
+      return Error(absl::StatusCode::kFailedPrecondition, "MOUNT_PATH_IN_USE",
+                   absl::StrCat("instance ", to_instance_id, " already has a volume at ", path));
+    }
+    // The move completes (volumes_complete_moves) once the old attachment is
+    // gone: at once when the old instance holds no node, else when its agent
+    // confirms the unmount, so two instances never mount it for writing.
+    txn.exec_params(
+        "UPDATE volumes SET move_to_instance_id = $2, move_mount_path = $3, "
+        "updated_at = $4::timestamptz WHERE id = $1",
+        volume_id, to_instance_id, path, SqlTime(now));
+    if (from.state != AttachmentState::kDetaching) {
+      auto placed = txn.exec_params(
+          absl::StrCat("SELECT 1 FROM instances i WHERE i.id = $1 AND i.state IN ",
+                       kPlacedStates,
+                       " AND EXISTS (SELECT 1 FROM gpu_reservations r "
+                       "WHERE r.instance_id = i.id)"),
+          from.instance_id);
+      if (placed.empty()) {
+        txn.exec_params("DELETE FROM volume_attachments WHERE volume_id = $1", volume_id);
+      } else {
+        txn.exec_params(
+            "UPDATE volume_attachments SET state = 'detaching', confirmed_nodes = '{}', "
+            "reason = '', requested_at = $2::timestamptz WHERE volume_id = $1",
+            volume_id, SqlTime(now));
+      }
+    }
+    txn.exec_params("SELECT volumes_complete_moves($1::timestamptz)", SqlTime(now));
+    SV_ASSIGN_OR_RETURN(result, Reread(txn, volume_id));
+    return absl::OkStatus();
+  }));
+  return result;
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> VolumeStore::AttachedTo(
+    const std::string& tenant_id, const std::vector<std::string>& instance_ids) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (instance_ids.empty()) return out;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    out.clear();
+    std::vector<std::string> quoted;
+    for (const auto& id : instance_ids) quoted.push_back(txn.quote(id));
+    for (const auto& r : txn.exec_params(
+             absl::StrCat("SELECT instance_id, volume_id FROM volume_attachments "
+                          "WHERE tenant_id = $1 AND instance_id IN (",
+                          absl::StrJoin(quoted, ","), ") ORDER BY instance_id, mount_path"),
+             tenant_id)) {
+      out.emplace_back(r[0].as<std::string>(), r[1].as<std::string>());
+    }
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+}  // namespace sv::store

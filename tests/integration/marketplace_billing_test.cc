@@ -1,0 +1,236 @@
+// The app marketplace against a real svd and simulated fleet: a publisher
+// registers an image, a buyer launches it, and the metering pass charges
+// the GPU rent and the app fee for every RUNNING minute, the fee split
+// exactly 70:30 between the publisher's payable and platform revenue. The
+// minutes are billed by the real ledger code under a fake clock on the same
+// database (simulated hours in milliseconds); an independent model predicts
+// every posting and the ledger auditor passes. See docs/marketplace.md.
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+#include <pqxx/pqxx>
+#include <thread>
+
+#include "api/errors.h"
+#include "billing/billing.h"
+#include "common/clock.h"
+#include "store/database.h"
+#include "store/store.h"
+#include "sv/v1/instance.grpc.pb.h"
+#include "sv/v1/marketplace.grpc.pb.h"
+#include "sv/v1/volume.grpc.pb.h"
+#include "tests/integration/harness.h"
+
+namespace sv::testing {
+namespace {
+
+constexpr int64_t kGpuMinuteMicros = 33'000;
+constexpr int64_t kAppPerHourMicros = 1'000'000;  // 1 CNY an hour: not a multiple of 60.
+
+// The model: an hourly price spread over the hour by cumulative flooring,
+// the publisher's part floor(70%).
+int64_t AppFee(int64_t minute) {
+  const int64_t k = minute % 60;
+  return kAppPerHourMicros * (k + 1) / 60 - kAppPerHourMicros * k / 60;
+}
+int64_t PublisherPart(int64_t fee) { return fee * 7 / 10; }
+
+bool WaitFor(const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return done();
+}
+
+// Goal: a marketplace launch pays rent plus the app fee every minute, the
+// fee split exactly 70:30 in the ledger; the publisher's earnings report
+// and a payout agree with the ledger, and the auditor passes.
+TEST(MarketplaceBillingTest, LaunchChargesRentAndSplitAppFeeEveryMinute) {
+  SvdOptions options{CreateTestDatabase(), 2, 1, {"--billing-interval-ms", "200"}};
+  SvdProcess svd(options);
+  ASSERT_TRUE(svd.Start());
+  const std::string publisher = CreateTenant(svd, "studio");
+  const std::string buyer = CreateTenant(svd, "buyer");
+  auto market = v1::MarketplaceService::NewStub(svd.channel());
+  auto instances = v1::InstanceService::NewStub(svd.channel());
+
+  v1::RegisterImageRequest reg;
+  reg.mutable_image()->set_name("sd-webui");
+  reg.mutable_image()->set_version("1.0");
+  reg.mutable_image()->set_image("ghcr.io/example/sd-webui:1.0");
+  reg.mutable_image()->add_ports(7860);
+  reg.mutable_image()->set_gpu_count(8);
+  reg.mutable_image()->set_price_per_hour_micros(kAppPerHourMicros);
+  reg.set_request_id("reg-1");
+  v1::MarketplaceImage image;
+  ASSERT_TRUE(market->RegisterImage(Context(publisher).get(), reg, &image).ok());
+  // Versions are immutable: the same name and version again is refused.
+  reg.set_request_id("reg-2");
+  v1::MarketplaceImage dup;
+  EXPECT_EQ(market->RegisterImage(Context(publisher).get(), reg, &dup).error_code(),
+            grpc::StatusCode::ALREADY_EXISTS);
+
+  v1::LaunchAppRequest launch;
+  launch.set_app("sd-webui");
+  launch.set_request_id("launch-1");
+  v1::Instance app;
+  ASSERT_TRUE(market->LaunchApp(Context(buyer).get(), launch, &app).ok());
+  EXPECT_EQ(app.app_image_id(), image.id());
+  EXPECT_EQ(app.gpu_count(), 8);
+  v1::LaunchAppRequest unknown;
+  unknown.set_app("no-such-app");
+  v1::Instance none;
+  EXPECT_EQ(market->LaunchApp(Context(buyer).get(), unknown, &none).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  // The app's port gets a node port and a URL once it runs.
+  v1::Instance running;
+  ASSERT_TRUE(WaitFor([&] {
+    v1::GetInstanceRequest get;
+    get.set_id(app.id());
+    instances->GetInstance(Context(buyer).get(), get, &running);
+    return running.state() == v1::RUNNING && running.ports_size() == 1 &&
+           !running.ports(0).url().empty();
+  }));
+  EXPECT_EQ(running.ports(0).container_port(), 7860);
+  EXPECT_GE(running.ports(0).node_port(), 30000);
+  EXPECT_EQ(running.ports(0).url(),
+            "http://127.0.0.1:" + std::to_string(running.ports(0).node_port()));
+
+  // A 100 GiB network disk of the buyer, billed per GiB-hour (400 micro-yuan).
+  auto volumes = v1::VolumeService::NewStub(svd.channel());
+  v1::CreateVolumeRequest create_volume;
+  create_volume.mutable_volume()->set_size_gib(100);
+  v1::Volume volume;
+  ASSERT_TRUE(volumes->CreateVolume(Context(buyer).get(), create_volume, &volume).ok());
+
+  // Bill 125 simulated minutes (always a whole clock hour) with the real metering.
+  store::DatabaseOptions db_options;
+  db_options.url = options.database_url;
+  store::Database db(db_options);
+  store::Store store(db);
+  pqxx::connection sql(options.database_url);
+  int64_t running_since_minute = 0;
+  {
+    pqxx::work txn(sql);
+    running_since_minute = txn.exec_params1(
+        "SELECT (extract(epoch from running_since) / 60)::bigint FROM instances WHERE id = $1",
+        app.id())[0].as<int64_t>();
+  }
+  FakeClock clock(absl::FromUnixSeconds((running_since_minute + 125) * 60 + 5));
+  billing::BillingOptions billing_options;
+  billing_options.metering_lag = absl::ZeroDuration();
+  billing::Billing billing(db, store, clock, billing_options);
+  // The trial (10 CNY) runs out within the hour; paid credit takes over in
+  // the same minute, so that minute's fee is split over both wallets.
+  std::string buyer_tenant;
+  {
+    pqxx::work txn(sql);
+    buyer_tenant = txn.exec_params1("SELECT tenant_id FROM instances WHERE id = $1",
+                                    app.id())[0].as<std::string>();
+  }
+  ASSERT_TRUE(billing.TopUp(buyer_tenant, "pay-1", 100 * billing::kMicrosPerYuan,
+                            clock.Now()).ok());
+  // Minute by minute, as the billing loop runs.
+  const absl::Time end = clock.Now();
+  for (absl::Time t = absl::FromUnixSeconds(running_since_minute * 60 + 5); t <= end;
+       t += absl::Minutes(1)) {
+    clock.Set(t);
+    ASSERT_TRUE(billing.RunOnce(clock.Now()).ok());
+  }
+  ASSERT_TRUE(billing.RunOnce(clock.Now()).ok()) << "a second pass is a no-op";
+
+  // Every billed minute: 8 GPUs of rent and the app fee, split 70:30.
+  std::map<int64_t, std::map<std::string, int64_t>> by_minute;  // minute -> kind/to -> amount
+  {
+    pqxx::work txn(sql);
+    for (const auto& r : txn.exec_params(
+             "SELECT t.usage_minute, t.kind || '/' || a.kind, sum(t.amount_micros)::bigint "
+             "FROM ledger_transfers t JOIN ledger_accounts a ON a.id = t.to_account_id "
+             "WHERE t.instance_id = $1 GROUP BY 1, 2",
+             app.id())) {
+      by_minute[r[0].as<int64_t>()][r[1].as<std::string>()] = r[2].as<int64_t>();
+    }
+  }
+  ASSERT_GE(by_minute.size(), 124u);
+  int64_t publisher_total = 0, fees_total = 0;
+  for (const auto& [minute, legs] : by_minute) {
+    const int64_t fee = AppFee(minute);
+    EXPECT_EQ(legs.at("charge/platform_revenue"), 8 * kGpuMinuteMicros) << minute;
+    EXPECT_EQ(legs.at("app_fee/publisher_payable"), PublisherPart(fee)) << minute;
+    EXPECT_EQ(legs.at("app_fee/platform_revenue"), fee - PublisherPart(fee)) << minute;
+    publisher_total += PublisherPart(fee);
+    fees_total += fee;
+  }
+  // A whole clock hour of app fees sums to the hourly price exactly.
+  int64_t hour_sum = 0;
+  const int64_t first_full_hour = (by_minute.begin()->first / 60 + 1) * 60;
+  for (int64_t m = first_full_hour; m < first_full_hour + 60; ++m) {
+    ASSERT_TRUE(by_minute.count(m)) << m;
+    hour_sum += by_minute[m]["app_fee/publisher_payable"] + by_minute[m]["app_fee/platform_revenue"];
+  }
+  EXPECT_EQ(hour_sum, kAppPerHourMicros);
+
+  {
+    pqxx::work txn(sql);
+    // Both wallets paid app fees: the trial ran out mid-way.
+    EXPECT_GT(txn.exec_params1("SELECT count(DISTINCT f.kind) FROM ledger_transfers t JOIN "
+                               "ledger_accounts f ON f.id = t.from_account_id WHERE "
+                               "t.instance_id = $1 AND t.kind = 'app_fee'",
+                               app.id())[0].as<int>(), 1);
+    // Storage: a whole clock hour of the disk costs 100 GiB x 400 exactly.
+    EXPECT_EQ(txn.exec_params1("SELECT sum(amount_micros)::bigint FROM ledger_transfers "
+                               "WHERE kind = 'storage' AND idempotency_key LIKE $1 "
+                               "AND usage_minute >= $2 AND usage_minute < $2 + 60",
+                               "storage:" + volume.id() + ":%", first_full_hour)[0]
+                  .as<int64_t>(),
+              100 * 400);
+  }
+  auto audit = billing.Audit();
+  ASSERT_TRUE(audit.ok());
+  EXPECT_TRUE(audit->empty()) << (audit->empty() ? "" : audit->front());
+
+  // The publisher's report agrees with the ledger.
+  v1::PublisherEarnings earnings;
+  v1::PublisherEarningsRequest window;  // The simulated minutes lie ahead of the real clock.
+  window.mutable_end_time()->set_seconds(absl::ToUnixSeconds(end) + 3600);
+  ASSERT_TRUE(market->GetPublisherEarnings(Context(publisher).get(), window, &earnings).ok());
+  EXPECT_EQ(earnings.fees_micros(), fees_total);
+  EXPECT_EQ(earnings.publisher_share_micros(), publisher_total);
+  EXPECT_EQ(earnings.platform_share_micros(), fees_total - publisher_total);
+  EXPECT_EQ(earnings.payable_balance_micros(), publisher_total);
+  ASSERT_EQ(earnings.images_size(), 1);
+  EXPECT_EQ(earnings.images(0).billed_minutes(), static_cast<int64_t>(by_minute.size()));
+
+  // Payouts: never beyond what is owed; idempotent by reference.
+  auto admin = v1::MarketplaceAdminService::NewStub(svd.channel());
+  v1::RecordPayoutRequest payout;
+  payout.set_publisher_tenant_id(earnings.publisher_tenant_id());
+  payout.set_amount_micros(publisher_total + 1);
+  payout.set_reference("bank-2026-11-001");
+  v1::Payout recorded;
+  grpc::Status too_much = admin->RecordPayout(Context(svd.admin_key()).get(), payout, &recorded);
+  EXPECT_EQ(too_much.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(api::ReasonOf(too_much), "INSUFFICIENT_PAYABLE");
+  payout.set_amount_micros(publisher_total - 1000);
+  ASSERT_TRUE(admin->RecordPayout(Context(svd.admin_key()).get(), payout, &recorded).ok());
+  ASSERT_TRUE(admin->RecordPayout(Context(svd.admin_key()).get(), payout, &recorded).ok());
+  EXPECT_EQ(admin->RecordPayout(Context(publisher).get(), payout, &recorded).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  ASSERT_TRUE(market->GetPublisherEarnings(Context(publisher).get(), window, &earnings).ok());
+  EXPECT_EQ(earnings.paid_out_micros(), publisher_total - 1000);
+  EXPECT_EQ(earnings.payable_balance_micros(), 1000);
+  v1::ListPayoutsResponse payouts;
+  ASSERT_TRUE(market->ListPayouts(Context(publisher).get(), {}, &payouts).ok());
+  ASSERT_EQ(payouts.payouts_size(), 1);
+
+  audit = billing.Audit();
+  ASSERT_TRUE(audit.ok());
+  EXPECT_TRUE(audit->empty()) << (audit->empty() ? "" : audit->front());
+}
+
+}  // namespace
+}  // namespace sv::testing

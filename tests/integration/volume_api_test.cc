@@ -1,0 +1,350 @@
+// Cloud disks against a real svd with a simulated fleet: the simulated
+// agents receive mounts in their assignments and confirm them, so an
+// attachment becomes ATTACHED (or a detach completes) only on an agent's
+// word. Each test states its goal; see docs/storage.md.
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <pqxx/pqxx>
+#include <thread>
+
+#include "api/errors.h"
+#include "sv/v1/instance.grpc.pb.h"
+#include "sv/v1/marketplace.grpc.pb.h"
+#include "sv/v1/volume.grpc.pb.h"
+#include "tests/integration/harness.h"
+
+namespace sv::testing {
+namespace {
+
+bool WaitFor(const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return done();
+}
+
+class VolumeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    options_ = SvdOptions{CreateTestDatabase(), 3, 1, {"--agent-heartbeat-interval-ms", "200"}};
+    svd_ = std::make_unique<SvdProcess>(options_);
+    ASSERT_TRUE(svd_->Start());
+    token_ = CreateTenant(*svd_, "alpha");
+    instances_ = v1::InstanceService::NewStub(svd_->channel());
+    volumes_ = v1::VolumeService::NewStub(svd_->channel());
+  }
+
+  // An 8-GPU instance, RUNNING; returns it.
+  v1::Instance RunInstance(const std::string& token) {
+    v1::CreateInstanceRequest request;
+    request.mutable_instance()->set_gpu_count(8);
+    v1::Instance out;
+    grpc::Status status = instances_->CreateInstance(Context(token).get(), request, &out);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_TRUE(WaitFor([&] { return Get(token, out.id()).state() == v1::RUNNING; }));
+    return Get(token, out.id());
+  }
+
+  v1::Instance Get(const std::string& token, const std::string& id) {
+    v1::GetInstanceRequest request;
+    request.set_id(id);
+    v1::Instance out;
+    instances_->GetInstance(Context(token).get(), request, &out);
+    return out;
+  }
+
+  v1::Volume CreateVolume(const std::string& name, bool read_many,
+                          v1::VolumeKind kind = v1::NETWORK) {
+    v1::CreateVolumeRequest request;
+    request.mutable_volume()->set_name(name);
+    request.mutable_volume()->set_size_gib(100);
+    request.mutable_volume()->set_kind(kind);
+    request.mutable_volume()->set_read_many(read_many);
+    request.set_request_id("create-" + name);
+    v1::Volume out;
+    grpc::Status status = volumes_->CreateVolume(Context(token_).get(), request, &out);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return out;
+  }
+
+  v1::Volume GetVolume(const std::string& id) {
+    v1::GetVolumeRequest request;
+    request.set_id(id);
+    v1::Volume out;
+    volumes_->GetVolume(Context(token_).get(), request, &out);
+    return out;
+  }
+
+  grpc::Status Attach(const std::string& volume, const std::string& instance, bool read_only,
+                      v1::Volume* out, const std::string& token = "") {
+    v1::AttachVolumeRequest request;
+    request.set_volume_id(volume);
+    request.set_instance_id(instance);
+    request.set_read_only(read_only);
+    return volumes_->AttachVolume(Context(token.empty() ? token_ : token).get(), request, out);
+  }
+
+  grpc::Status Detach(const std::string& volume, const std::string& instance, v1::Volume* out) {
+    v1::DetachVolumeRequest request;
+    request.set_volume_id(volume);
+    request.set_instance_id(instance);
+    return volumes_->DetachVolume(Context(token_).get(), request, out);
+  }
+
+  // The mounts the agent of the instance's node confirmed for it.
+  int ConfirmedLibraryMounts(const std::string& instance) {
+    pqxx::connection db(options_.database_url);
+    pqxx::work txn(db);
+    return txn.exec_params1("SELECT count(*) FROM instance_library_mounts WHERE "
+                            "instance_id = $1 AND cardinality(mounted_nodes) > 0",
+                            instance)[0].as<int>();
+  }
+
+  SvdOptions options_;
+  std::unique_ptr<SvdProcess> svd_;
+  std::string token_;
+  std::unique_ptr<v1::InstanceService::Stub> instances_;
+  std::unique_ptr<v1::VolumeService::Stub> volumes_;
+};
+
+// Goal: a volume attaches to and detaches from a RUNNING instance; it is
+// ATTACHING until the node agent confirms the mount, then ATTACHED, and
+// DETACHING until the agent confirms the unmount; the instance keeps
+// running throughout.
+TEST_F(VolumeTest, HotAttachAndDetachWhileRunning) {
+  v1::Instance instance = RunInstance(token_);
+  v1::Volume volume = CreateVolume("data", false);
+  EXPECT_EQ(volume.state(), v1::AVAILABLE);
+  v1::Volume out;
+  ASSERT_TRUE(Attach(volume.id(), instance.id(), false, &out).ok());
+  ASSERT_EQ(out.attachments_size(), 1);
+  EXPECT_EQ(out.attachments(0).mount_path(), "/mnt/data");
+  // Right after the call the agent cannot have confirmed yet in most runs;
+  // either way, the volume becomes ATTACHED only with a confirm time.
+  ASSERT_TRUE(WaitFor([&] { return GetVolume(volume.id()).state() == v1::ATTACHED; }));
+  out = GetVolume(volume.id());
+  EXPECT_TRUE(out.attachments(0).has_confirm_time());
+  EXPECT_EQ(out.attachments(0).state(), v1::ATTACHMENT_ATTACHED);
+  EXPECT_EQ(Get(token_, instance.id()).state(), v1::RUNNING);
+  ASSERT_EQ(Get(token_, instance.id()).volume_ids_size(), 1);
+
+  ASSERT_TRUE(Detach(volume.id(), instance.id(), &out).ok());
+  EXPECT_EQ(out.state(), v1::DETACHING);
+  ASSERT_TRUE(WaitFor([&] { return GetVolume(volume.id()).state() == v1::AVAILABLE; }));
+  EXPECT_EQ(GetVolume(volume.id()).attachments_size(), 0);
+  EXPECT_EQ(Get(token_, instance.id()).state(), v1::RUNNING);
+
+  // Attaching again works, and a retry of the same attach is a no-op.
+  ASSERT_TRUE(Attach(volume.id(), instance.id(), false, &out).ok());
+  ASSERT_TRUE(Attach(volume.id(), instance.id(), false, &out).ok());
+  EXPECT_EQ(out.attachments_size(), 1);
+  ASSERT_TRUE(WaitFor([&] { return GetVolume(volume.id()).state() == v1::ATTACHED; }));
+}
+
+// Goal: one writer at a time: a second attach of a volume that is not
+// read-many is refused with VOLUME_IN_USE; a read-many volume takes many
+// readers but still only one writer.
+TEST_F(VolumeTest, SecondAttachIsRefused) {
+  v1::Instance a = RunInstance(token_);
+  v1::Instance b = RunInstance(token_);
+  v1::Volume single = CreateVolume("single", false);
+  v1::Volume out;
+  ASSERT_TRUE(Attach(single.id(), a.id(), false, &out).ok());
+  grpc::Status second = Attach(single.id(), b.id(), false, &out);
+  EXPECT_EQ(second.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(api::ReasonOf(second), "VOLUME_IN_USE");
+  second = Attach(single.id(), b.id(), true, &out);
+  EXPECT_EQ(api::ReasonOf(second), "VOLUME_IN_USE") << "a single-attach volume takes no reader";
+
+  v1::Volume shared = CreateVolume("shared", true);
+  ASSERT_TRUE(Attach(shared.id(), a.id(), false, &out).ok());  // The writer.
+  ASSERT_TRUE(Attach(shared.id(), b.id(), true, &out).ok());   // A reader.
+  v1::Instance c = RunInstance(token_);
+  grpc::Status writer = Attach(shared.id(), c.id(), false, &out);
+  EXPECT_EQ(api::ReasonOf(writer), "VOLUME_IN_USE");
+  ASSERT_TRUE(Attach(shared.id(), c.id(), true, &out).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    v1::Volume v = GetVolume(shared.id());
+    for (const auto& at : v.attachments()) {
+      if (at.state() != v1::ATTACHMENT_ATTACHED) return false;
+    }
+    return v.attachments_size() == 3;
+  }));
+  // The database refuses a second writer whatever the code does.
+  pqxx::connection db(options_.database_url);
+  pqxx::work txn(db);
+  EXPECT_THROW(txn.exec_params("INSERT INTO volume_attachments (volume_id, instance_id, "
+                               "tenant_id, read_only, mount_path, state, requested_at) "
+                               "SELECT $1, $2, tenant_id, false, '/x', 'attached', now() "
+                               "FROM volumes WHERE id = $1",
+                               shared.id(), c.id()),
+               pqxx::sql_error);
+}
+
+// Goal: a volume cannot be deleted while attached (FAILED_PRECONDITION /
+// VOLUME_ATTACHED naming the instance); after the detach it can, and its
+// billing stops there.
+TEST_F(VolumeTest, DeleteWhileAttachedIsRefused) {
+  v1::Instance a = RunInstance(token_);
+  v1::Volume volume = CreateVolume("keep", false);
+  v1::Volume out;
+  ASSERT_TRUE(Attach(volume.id(), a.id(), false, &out).ok());
+  v1::DeleteVolumeRequest del;
+  del.set_id(volume.id());
+  grpc::Status refused = volumes_->DeleteVolume(Context(token_).get(), del, &out);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(api::ReasonOf(refused), "VOLUME_ATTACHED");
+  EXPECT_NE(refused.error_message().find(a.id()), std::string::npos) << refused.error_message();
+  EXPECT_EQ(GetVolume(volume.id()).state() == v1::VOLUME_DELETED, false);
+
+  ASSERT_TRUE(Detach(volume.id(), a.id(), &out).ok());
+  // Still detaching: the agent has not confirmed yet, or just has.
+  ASSERT_TRUE(WaitFor([&] { return GetVolume(volume.id()).state() == v1::AVAILABLE; }));
+  ASSERT_TRUE(volumes_->DeleteVolume(Context(token_).get(), del, &out).ok());
+  EXPECT_EQ(out.state(), v1::VOLUME_DELETED);
+  // A deleted volume attaches nowhere.
+  EXPECT_EQ(Attach(volume.id(), a.id(), false, &out).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// Goal: a volume moves from one running instance to another: it detaches
+// from the first (confirmed by that agent) and only then attaches to the
+// second, so two instances never mount it for writing.
+TEST_F(VolumeTest, MoveBetweenRunningInstances) {
+  v1::Instance a = RunInstance(token_);
+  v1::Instance b = RunInstance(token_);
+  v1::Volume volume = CreateVolume("work", false);
+  v1::Volume out;
+  ASSERT_TRUE(Attach(volume.id(), a.id(), false, &out).ok());
+  ASSERT_TRUE(WaitFor([&] { return GetVolume(volume.id()).state() == v1::ATTACHED; }));
+
+  v1::MoveVolumeRequest move;
+  move.set_volume_id(volume.id());
+  move.set_to_instance_id(b.id());
+  ASSERT_TRUE(volumes_->MoveVolume(Context(token_).get(), move, &out).ok());
+  // Never both at once.
+  for (const auto& at : out.attachments()) {
+    if (at.instance_id() == b.id()) EXPECT_EQ(out.attachments_size(), 1);
+  }
+  ASSERT_TRUE(WaitFor([&] {
+    v1::Volume v = GetVolume(volume.id());
+    return v.state() == v1::ATTACHED && v.attachments_size() == 1 &&
+           v.attachments(0).instance_id() == b.id();
+  }));
+  EXPECT_TRUE(GetVolume(volume.id()).move_to_instance_id().empty());
+  EXPECT_EQ(Get(token_, a.id()).volume_ids_size(), 0);
+  ASSERT_EQ(Get(token_, b.id()).volume_ids_size(), 1);
+
+  // Moving to a stopped instance is immediate (nothing to mount until it
+  // starts), and the move back works the same.
+  v1::StopInstanceRequest stop;
+  stop.set_id(a.id());
+  v1::Instance stopped;
+  ASSERT_TRUE(instances_->StopInstance(Context(token_).get(), stop, &stopped).ok());
+  move.set_to_instance_id(a.id());
+  ASSERT_TRUE(volumes_->MoveVolume(Context(token_).get(), move, &out).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    v1::Volume v = GetVolume(volume.id());
+    return v.attachments_size() == 1 && v.attachments(0).instance_id() == a.id() &&
+           v.attachments(0).state() == v1::ATTACHMENT_ATTACHED;
+  }));
+}
+
+// Goal: node-local volumes stay on their node (attaching to an instance on
+// another node is refused with VOLUME_NODE_MISMATCH); volumes are tenant
+// scoped (another tenant gets NOT_FOUND); creates are idempotent by
+// request_id.
+TEST_F(VolumeTest, NodeLocalTenancyAndIdempotency) {
+  v1::Instance a = RunInstance(token_);
+  v1::Instance b = RunInstance(token_);
+  ASSERT_NE(a.placement(0).node_id(), b.placement(0).node_id());
+  v1::Volume local = CreateVolume("scratch", false, v1::NODE_LOCAL);
+  v1::Volume out;
+  ASSERT_TRUE(Attach(local.id(), a.id(), false, &out).ok());
+  EXPECT_EQ(out.node_id(), a.placement(0).node_id());
+  ASSERT_TRUE(WaitFor([&] { return GetVolume(local.id()).state() == v1::ATTACHED; }));
+  ASSERT_TRUE(Detach(local.id(), a.id(), &out).ok());
+  ASSERT_TRUE(WaitFor([&] { return GetVolume(local.id()).state() == v1::AVAILABLE; }));
+  grpc::Status elsewhere = Attach(local.id(), b.id(), false, &out);
+  EXPECT_EQ(elsewhere.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(api::ReasonOf(elsewhere), "VOLUME_NODE_MISMATCH");
+  EXPECT_NE(elsewhere.error_message().find(a.placement(0).node_id()), std::string::npos);
+
+  // Network volumes attach anywhere.
+  v1::Volume net = CreateVolume("net", false);
+  ASSERT_TRUE(Attach(net.id(), b.id(), false, &out).ok());
+
+  // Idempotent create; the same id with other content is refused.
+  v1::Volume again = CreateVolume("net", false);
+  EXPECT_EQ(again.id(), net.id());
+  v1::CreateVolumeRequest clash;
+  clash.mutable_volume()->set_name("net");
+  clash.mutable_volume()->set_size_gib(5);
+  clash.set_request_id("create-net");
+  EXPECT_EQ(volumes_->CreateVolume(Context(token_).get(), clash, &out).error_code(),
+            grpc::StatusCode::ALREADY_EXISTS);
+  v1::CreateVolumeRequest bad;
+  bad.mutable_volume()->set_size_gib(0);
+  EXPECT_EQ(volumes_->CreateVolume(Context(token_).get(), bad, &out).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+
+  // Another tenant sees nothing and cannot attach to or from it.
+  const std::string other = CreateTenant(*svd_, "beta");
+  v1::GetVolumeRequest get;
+  get.set_id(net.id());
+  EXPECT_EQ(volumes_->GetVolume(Context(other).get(), get, &out).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Attach(net.id(), a.id(), false, &out, other).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  v1::ListVolumesRequest list;
+  v1::ListVolumesResponse listed;
+  ASSERT_TRUE(volumes_->ListVolumes(Context(other).get(), list, &listed).ok());
+  EXPECT_EQ(listed.volumes_size(), 0);
+  ASSERT_TRUE(volumes_->ListVolumes(Context(token_).get(), list, &listed).ok());
+  EXPECT_EQ(listed.volumes_size(), 2);
+}
+
+// Goal: `create --mount llama-2-70b` mounts a public library item
+// read-only at /public/llama-2-70b: the agent receives it and confirms it;
+// an unknown name is INVALID_ARGUMENT with a reason and creates nothing.
+TEST_F(VolumeTest, PublicLibraryMount) {
+  auto admin = v1::LibraryAdminService::NewStub(svd_->channel());
+  v1::CreateLibraryItemRequest add;
+  add.mutable_item()->set_name("llama-2-70b");
+  add.mutable_item()->set_kind(v1::MODEL);
+  add.mutable_item()->set_size_bytes(int64_t{140} << 30);
+  add.mutable_item()->set_source("hf://meta-llama/Llama-2-70b-hf");
+  v1::LibraryItem item;
+  ASSERT_TRUE(admin->CreateLibraryItem(Context(svd_->admin_key()).get(), add, &item).ok());
+  // Tenants may not manage the library.
+  EXPECT_EQ(admin->CreateLibraryItem(Context(token_).get(), add, &item).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  auto library = v1::LibraryService::NewStub(svd_->channel());
+  v1::ListLibraryItemsResponse items;
+  ASSERT_TRUE(library->ListLibraryItems(Context(token_).get(), {}, &items).ok());
+  ASSERT_EQ(items.items_size(), 1);
+
+  v1::CreateInstanceRequest request;
+  request.mutable_instance()->set_gpu_count(8);
+  request.mutable_instance()->add_library_mounts("llama-2-70b");
+  v1::Instance created;
+  ASSERT_TRUE(instances_->CreateInstance(Context(token_).get(), request, &created).ok());
+  ASSERT_EQ(created.library_mounts_size(), 1);
+  ASSERT_TRUE(WaitFor([&] { return ConfirmedLibraryMounts(created.id()) == 1; }));
+
+  v1::CreateInstanceRequest unknown;
+  unknown.mutable_instance()->set_gpu_count(1);
+  unknown.mutable_instance()->add_library_mounts("no-such-model");
+  grpc::Status status = instances_->CreateInstance(Context(token_).get(), unknown, &created);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(api::ReasonOf(status), "UNKNOWN_LIBRARY_ITEM");
+  v1::ListInstancesResponse all;
+  ASSERT_TRUE(instances_->ListInstances(Context(token_).get(), {}, &all).ok());
+  EXPECT_EQ(all.instances_size(), 1) << "a refused create leaves nothing behind";
+}
+
+}  // namespace
+}  // namespace sv::testing

@@ -1,0 +1,120 @@
+// Volumes, the app marketplace, the public library, published ports and
+// publisher earnings (docs/storage.md, docs/marketplace.md).
+'use strict';
+
+let stoppers = [];
+let instanceCache = [];
+
+function status(id, text, isError) {
+  const line = document.getElementById(id);
+  line.textContent = text;
+  line.classList.toggle('error', !!isError);
+}
+
+function failText(label, e) { return `${label} failed: ${e.message} (${e.reason || e.code || e.status})`; }
+
+async function loadInstances() {
+  const data = await api('GET', '/v1/instances?pageSize=200');
+  instanceCache = (data.instances || []).filter((i) => i.state !== 'DELETED');
+  return instanceCache;
+}
+
+function instanceChooser(label) {
+  const select = el('select', { 'aria-label': label });
+  for (const i of instanceCache) {
+    select.append(el('option', { value: i.id, text: `${i.name || i.id} (${i.state})` }));
+  }
+  return select;
+}
+
+function volumeActions(v) {
+  const box = el('div', { class: 'actions' });
+  const run = async (label, fn) => {
+    try { await fn(); status('volume-status', `${label}: ${v.name || v.id}`); await refreshVolumes(); }
+    catch (e) { status('volume-status', failText(label, e), true); }
+  };
+  const chooser = instanceChooser(`Instance for ${v.name || v.id}`);
+  box.append(chooser);
+  box.append(el('button', { type: 'button', onclick: () => run('Attach', () =>
+    api('POST', `/v1/volumes/${encodeURIComponent(v.id)}:attach`, { instanceId: chooser.value })) }, 'Attach'));
+  box.append(el('button', { type: 'button', onclick: () => run('Move', () =>
+    api('POST', `/v1/volumes/${encodeURIComponent(v.id)}:move`, { toInstanceId: chooser.value })) }, 'Move'));
+  for (const a of v.attachments || []) {
+    box.append(el('button', { type: 'button', onclick: () => run('Detach', () =>
+      api('POST', `/v1/volumes/${encodeURIComponent(v.id)}:detach`, { instanceId: a.instanceId })) },
+      `Detach from ${a.instanceId}`));
+  }
+  box.append(el('button', { type: 'button', class: 'danger', onclick: () => {
+    if (confirm(`Delete volume ${v.name || v.id}?`)) run('Delete', () => api('DELETE', `/v1/volumes/${encodeURIComponent(v.id)}`));
+  } }, 'Delete'));
+  return box;
+}
+
+async function refreshVolumes() {
+  await loadInstances();
+  const data = await api('GET', '/v1/volumes?pageSize=200');
+  fillTable(document.querySelector('#volumes-table tbody'), data.volumes || [], (v) => [
+    v.name || '—', el('code', { text: v.id }), `${v.sizeGib} GiB`,
+    v.kind === 'NODE_LOCAL' ? `node-local${v.nodeId ? ' on ' + v.nodeId : ''}` : 'network',
+    el('span', { class: `state state-${v.state}`, text: v.state }),
+    (v.attachments || []).map((a) => `${a.instanceId} at ${a.mountPath} ${a.readOnly ? '(ro)' : '(rw)'} ` +
+      `${(a.state || '').replace('ATTACHMENT_', '')}${a.reason ? ': ' + a.reason : ''}`).join('; ') || '—',
+    volumeActions(v),
+  ], 'No volumes yet.');
+  const rows = [];
+  for (const i of instanceCache) for (const p of i.ports || []) rows.push({ i, p });
+  fillTable(document.querySelector('#ports-table tbody'), rows, ({ i, p }) => [
+    i.name || i.id, `${p.containerPort}/${p.protocol || 'tcp'}`,
+    p.url ? el('a', { href: p.url, text: p.url, target: '_blank', rel: 'noopener' }) : 'not placed yet',
+  ], 'No published ports.');
+}
+
+async function refreshCatalog() {
+  const apps = await api('GET', '/v1/images?pageSize=200');
+  fillTable(document.querySelector('#apps-table tbody'), apps.images || [], (img) => [
+    img.name, img.version, String(img.gpuCount || 1), (img.ports || []).join(', ') || '—',
+    formatMoney(img.pricePerHourMicros || 0),
+    el('button', { type: 'button', onclick: async () => {
+      try {
+        const inst = await api('POST', '/v1/apps:launch', { app: img.id, requestId: crypto.randomUUID() });
+        status('app-status', `Launched ${img.name} as ${inst.id}; its URLs appear under Ports.`);
+        await refreshVolumes();
+      } catch (e) { status('app-status', failText('Launch', e), true); }
+    } }, `Launch ${img.name}`),
+  ], 'No apps offered yet.');
+  const library = await api('GET', '/v1/library?pageSize=200');
+  fillTable(document.querySelector('#library-table tbody'), library.items || [], (item) => [
+    item.name, (item.kind || '').toLowerCase(), `/public/${item.name}`, item.source,
+  ], 'The library is empty.');
+  const earnings = await api('GET', '/v1/marketplace/earnings');
+  document.getElementById('fees').textContent = formatMoney(earnings.feesMicros || 0);
+  document.getElementById('share').textContent = formatMoney(earnings.publisherShareMicros || 0);
+  document.getElementById('paid-out').textContent = formatMoney(earnings.paidOutMicros || 0);
+  document.getElementById('owed').textContent = formatMoney(earnings.payableBalanceMicros || 0);
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  document.getElementById('volume-form').addEventListener('submit', async (event) => {
+    event.preventDefault();
+    try {
+      const v = await api('POST', '/v1/volumes', {
+        volume: {
+          name: document.getElementById('volume-name').value.trim(),
+          sizeGib: Number(document.getElementById('volume-size').value),
+          kind: document.getElementById('volume-kind').value,
+          readMany: document.getElementById('volume-read-many').checked,
+        },
+        requestId: crypto.randomUUID(),
+      });
+      status('volume-status', `Created ${v.name || v.id}`);
+      await refreshVolumes();
+    } catch (e) { status('volume-status', failText('Create', e), true); }
+  });
+  setupSignIn({
+    onSignedIn: async () => {
+      stoppers.forEach((s) => s());
+      stoppers = [poll(refreshVolumes, 2000), poll(refreshCatalog, 10000)];
+    },
+    onSignedOut: () => { stoppers.forEach((s) => s()); stoppers = []; },
+  });
+});
