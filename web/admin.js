@@ -80,7 +80,7 @@ async function refreshFleet() {
   const height = byLeaf.size * (cell + 4) + 4;
   const width = labelW + cols * (cell + 4);
   let allocated = 0, total = 0;
-  const svg = svgEl('svg', { viewBox: `0 0 ${width} ${height}`, role: 'img', class: 'chart heat',
+  const svg = svgEl('svg', { viewBox: `0 0 ${width} ${height}`, width, height, role: 'img', class: 'chart heat',
     'aria-label': 'Fleet heatmap: ' + leaves.map((l) =>
       `${l.leafSwitch} ${l.allocatedGpuCount} of ${l.gpuCount} GPUs allocated`).join('; ') });
   [...byLeaf.entries()].forEach(([key, list], row) => {

@@ -105,7 +105,7 @@ function barChart(container, { labels, series, unit, title }) {
   }
   labels.forEach((label, i) => {
     let y = top + plotH;
-    const x = left + i * band + band * 0.15, w = Math.max(1, band * 0.7);
+    const w = Math.max(1, Math.min(56, band * 0.7)), x = left + i * band + (band - w) / 2;
     for (const s of series) {
       const v = Math.max(0, s.values[i] || 0);
       const h = (plotH * v) / max;
