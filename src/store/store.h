@@ -11,16 +11,16 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "store/database.h"
+#include "store/marketplace_store.h"
 
 namespace sv::store {
 
 // ---- Tenancy ---------------------------------------------------------------
 
-enum class Role { kMember, kOperator };
 // kOperator marks the platform admin (users.role = 'operator'); every other
 // user is kMember here and has a TenantRole in the tenant of its key.
+enum class Role { kMember, kOperator };
 
-// Who is behind an API key.
 // A user's role in an organisation (memberships.role). See docs/security.md.
 enum class TenantRole { kViewer, kBilling, kMember, kOwner };
 
@@ -31,6 +31,7 @@ const char* TenantRoleName(TenantRole role);
 std::optional<TenantRole> ParseTenantRole(const std::string& name);
 const char* KeyScopeName(KeyScope scope);
 
+// Who is behind an API key.
 struct Principal {
   std::string api_key_id;
   std::string user_id;
@@ -48,8 +49,8 @@ struct ApiKeyRecord {
   std::string salt;
   std::string secret_hash;  // See api/api_keys.h for how it is computed.
   bool revoked = false;
-};
   std::optional<absl::Time> expires_at;
+};
 
 struct TenantRecord {
   std::string id;
@@ -110,6 +111,9 @@ struct InstanceSpec {
   std::string gpu_model;
   std::string image;
   int max_leaves = 0;  // Gangs only; 0 = no limit.
+  // Ports, public library mounts and marketplace app, written in the create
+  // transaction (store/marketplace_store.h).
+  InstanceExtras extras;
 };
 
 struct InstanceRecord {
