@@ -44,7 +44,8 @@ Invoice ReadInvoice(pqxx::work& txn, const pqxx::row& r) {
 }
 
 // Usage lines per instance and GPU model (what the receivable was charged;
-// trial credit is not invoiced), then SLA refunds as negative lines, then
+// trial credit is not invoiced), app fees per instance and storage (one line
+// for all volumes), then SLA refunds as negative lines, then
 // late-event adjustments of the receivable (billing/adjustments.cc).
 constexpr char kLinesSql[] = R"sql(
 SELECT 'usage', t.instance_id, t.gpu_model,
@@ -54,6 +55,13 @@ FROM ledger_transfers t JOIN instances i ON i.id = t.instance_id AND i.tenant_id
 JOIN ledger_accounts fa ON fa.id = t.from_account_id AND fa.kind = 'receivable'
 WHERE t.tenant_id = $1 AND t.kind = 'charge' AND t.usage_minute >= $2 AND t.usage_minute < $3
 GROUP BY t.instance_id, t.gpu_model
+UNION ALL
+SELECT t.kind, coalesce(t.instance_id, ''), '', 0, sum(t.amount_micros)::bigint
+FROM ledger_transfers t
+JOIN ledger_accounts fa ON fa.id = t.from_account_id AND fa.kind = 'receivable'
+WHERE t.tenant_id = $1 AND t.kind IN ('app_fee', 'storage') AND t.usage_minute >= $2
+  AND t.usage_minute < $3
+GROUP BY 1, 2
 UNION ALL
 SELECT 'sla_refund', coalesce(t.instance_id, ''), coalesce(t.gpu_model, ''), 0,
        -sum(t.amount_micros)::bigint

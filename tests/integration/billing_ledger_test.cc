@@ -354,6 +354,17 @@ TEST_F(BillingTest, PostpaidInvoiceEqualsLedger) {
   ASSERT_TRUE(billing.SetBillingMode(tenant, BillingMode::kPostpaid,
                                      100'000 * kMicrosPerYuan).ok());
   const std::string id = Run(tenant, 3);
+  // A 100 GiB network disk from the same instant: storage is charged to the
+  // receivable too and must be invoiced (400 micro-yuan per GiB-hour).
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+                   txn.exec_params(
+                       "INSERT INTO volumes (id, tenant_id, name, size_gib, kind, request_id, "
+                       "request_fingerprint, created_at, updated_at) VALUES ('vol-inv', $1, "
+                       "'data', 100, 'network', 'r-vol', 'f', $2::timestamptz, $2::timestamptz)",
+                       tenant, absl::FormatTime(absl::RFC3339_full, clock_.Now(),
+                                                absl::UTCTimeZone()));
+                   return absl::OkStatus();
+                 }).ok());
   clock_.Advance(absl::Hours(3));
   ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
   auto early = billing.IssueInvoice(tenant, clock_.Now(), clock_.Now());
@@ -366,25 +377,36 @@ TEST_F(BillingTest, PostpaidInvoiceEqualsLedger) {
   // November in Shanghai ends at 16:00 UTC on the 30th: 1 h 59 min 50 s of
   // running, i.e. 120 started minutes of 3 GPUs, less the 10 CNY trial
   // (spent first and not invoiced).
-  const int64_t expected = 120 * 3 * kPrice - 10 * kMicrosPerYuan;
+  // The disk: 120 minutes (14:00 to 15:59 UTC, two whole clock hours) of
+  // 100 GiB at 400 per GiB-hour. The trial pays for the first minutes of
+  // both, so only the total is fixed, not how it splits between the lines.
+  const int64_t expected = 120 * 3 * kPrice + 2 * 100 * 400 - 10 * kMicrosPerYuan;
   EXPECT_EQ(invoice->total_micros, expected);
-  ASSERT_EQ(invoice->lines.size(), 1u);
+  ASSERT_EQ(invoice->lines.size(), 2u);
+  EXPECT_EQ(invoice->lines[0].kind, "usage");
   EXPECT_EQ(invoice->lines[0].instance_id, id);
   EXPECT_GT(invoice->lines[0].gpu_minutes, 0);
-  EXPECT_EQ(invoice->total_fen, RoundToFen(expected));
+  EXPECT_EQ(invoice->lines[1].kind, "storage");
+  EXPECT_GT(invoice->lines[1].amount_micros, 0);
+  EXPECT_EQ(invoice->lines[0].amount_micros + invoice->lines[1].amount_micros, expected);
+  EXPECT_EQ(invoice->total_fen, RoundToFen(invoice->lines[0].amount_micros) +
+                                    RoundToFen(invoice->lines[1].amount_micros));
   int64_t ledger = 0;
-  // Hold the result: iterating *ListTransfers(...) directly would read a
-  // destroyed temporary (ASan: stack-use-after-scope).
-  auto transfers = billing.ListTransfers(tenant, {.kind = "charge", .limit = 1000});
-  ASSERT_TRUE(transfers.ok()) << transfers.status();
-  for (const auto& t : *transfers) {
-    if (*t.usage_minute < MinuteOf(invoice->period_end) && t.from_kind == "receivable") {
-      ledger += t.amount_micros;
+  for (const std::string kind : {"charge", "storage"}) {
+    // Hold the result: iterating *ListTransfers(...) directly would read a
+    // destroyed temporary (ASan: stack-use-after-scope).
+    auto transfers = billing.ListTransfers(tenant, {.kind = kind, .limit = 1000});
+    ASSERT_TRUE(transfers.ok()) << transfers.status();
+    for (const auto& t : *transfers) {
+      if (*t.usage_minute < MinuteOf(invoice->period_end) && t.from_kind == "receivable") {
+        ledger += t.amount_micros;
+      }
     }
   }
   EXPECT_EQ(invoice->total_micros, ledger);
   auto balance = billing.GetBalance(tenant, clock_.Now());
-  EXPECT_EQ(balance->receivable_micros, -(180 * 3 * kPrice - 10 * kMicrosPerYuan));
+  EXPECT_EQ(balance->receivable_micros,
+            -(180 * 3 * kPrice - 10 * kMicrosPerYuan + 3 * 100 * 400));
   // Issued once; immutable.
   auto again = billing.IssueInvoice(tenant, month, clock_.Now());
   EXPECT_EQ(again->id, invoice->id);
