@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
@@ -93,6 +94,29 @@ void PrintAccount(const v1::Account& a, std::ostream& out) {
              {"role:", v1::Role_Name(a.role())},
              {"api key:", a.api_key_id()}},
             out);
+}
+
+std::string Yuan(int64_t micros) {
+  const bool negative = micros < 0;
+  const uint64_t abs = negative ? 0 - static_cast<uint64_t>(micros) : micros;
+  std::string frac = std::to_string(abs % 1'000'000);
+  frac.insert(0, 6 - frac.size(), '0');
+  return absl::StrCat(negative ? "-" : "", abs / 1'000'000, ".", frac, " CNY");
+}
+
+bool ParseYuan(const std::string& text, int64_t* micros) {
+  const size_t dot = text.find('.');
+  const std::string whole = text.substr(0, dot);
+  std::string frac = dot == std::string::npos ? "" : text.substr(dot + 1);
+  if (whole.empty() || frac.size() > 6 || whole.size() > 12) return false;
+  for (char c : whole + frac) {
+    if (c < '0' || c > '9') return false;
+  }
+  frac.append(6 - frac.size(), '0');
+  int64_t w = 0, f = 0;
+  if (!absl::SimpleAtoi(whole, &w) || !absl::SimpleAtoi(frac, &f)) return false;
+  *micros = w * 1'000'000 + f;
+  return true;
 }
 
 }  // namespace sv::cli

@@ -1,7 +1,9 @@
 #ifndef SV_CLI_OUTPUT_H_
 #define SV_CLI_OUTPUT_H_
 
+#include <cstdint>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include "google/protobuf/message.h"
@@ -21,6 +23,12 @@ void PrintInstanceTable(const std::vector<v1::Instance>& instances, std::ostream
 void PrintAccount(const v1::Account& account, std::ostream& out);
 // Columns padded to the widest cell; the first row is the header.
 void PrintTable(const std::vector<std::vector<std::string>>& rows, std::ostream& out);
+
+// Money for people: 12345678 micro-yuan -> "12.345678 CNY".
+std::string Yuan(int64_t micros);
+// "12.5" (CNY) -> 12500000 micro-yuan; at most six decimals, no sign or
+// exponent. False for anything else.
+bool ParseYuan(const std::string& text, int64_t* micros);
 
 // "RUNNING", "PENDING", ...
 std::string StateName(v1::InstanceState state);

@@ -15,13 +15,6 @@
 namespace sv::cli {
 namespace {
 
-std::string Yuan(int64_t micros) {
-  const bool negative = micros < 0;
-  const uint64_t abs = negative ? 0 - static_cast<uint64_t>(micros) : micros;
-  return absl::StrFormat("%s%d.%06d CNY", negative ? "-" : "", abs / 1'000'000,
-                         abs % 1'000'000);
-}
-
 std::string Hour(const google::protobuf::Timestamp& t) {
   return absl::FormatTime("%Y-%m-%d %H:00Z", absl::FromUnixSeconds(t.seconds()),
                           absl::UTCTimeZone());
