@@ -7,30 +7,10 @@
 #include "billing/internal/ledger_sql.h"
 #include "common/status.h"
 #include "store/database.h"
+#include "store/sql_arrays.h"
 
 namespace sv::billing {
 namespace {
-
-// A Postgres array literal of quoted elements.
-std::string QuotedArray(const std::vector<std::string>& values) {
-  std::string out = "{";
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (i > 0) out += ',';
-    out += '"';
-    for (char c : values[i]) {
-      if (c == '"' || c == '\\') out += '\\';
-      out += c;
-    }
-    out += '"';
-  }
-  return out + "}";
-}
-
-std::string IntArray(const std::vector<int64_t>& values) {
-  std::string out = "{";
-  for (size_t i = 0; i < values.size(); ++i) absl::StrAppend(&out, i ? "," : "", values[i]);
-  return out + "}";
-}
 
 // The destination and content of one refund, as PostSingle hashes content.
 constexpr char kPostSql[] = R"sql(
@@ -79,8 +59,8 @@ absl::StatusOr<std::vector<PostedRefund>> PostSlaRefunds(pqxx::work& txn,
     amounts.push_back(r.amount_micros);
   }
   const int64_t expense = internal::PlatformAccount(txn, "sla_refund_expense");
-  auto rows = txn.exec_params(kPostSql, QuotedArray(keys), QuotedArray(tenants),
-                              QuotedArray(instances), IntArray(minutes), IntArray(amounts),
+  auto rows = txn.exec_params(kPostSql, store::TextArrayLiteral(keys), store::TextArrayLiteral(tenants),
+                              store::TextArrayLiteral(instances), store::IntArrayLiteral(minutes), store::IntArrayLiteral(amounts),
                               expense, store::SqlTime(at));
   if (rows.size() != refunds.size()) {
     return Error(absl::StatusCode::kNotFound, "UNKNOWN_TENANT",

@@ -6,6 +6,7 @@
 #include "absl/strings/str_split.h"
 #include "common/ids.h"
 #include "common/status.h"
+#include "store/sql_arrays.h"
 
 namespace sv::store {
 namespace {
@@ -41,10 +42,6 @@ ImageRecord ImageFromRow(const pqxx::row& r) {
   i.listed = r[9].as<bool>();
   i.created_at = TimeFromMicros(r[10].as<int64_t>());
   return i;
-}
-
-std::string IntArray(const std::vector<int>& v) {
-  return absl::StrCat("{", absl::StrJoin(v, ","), "}");
 }
 
 absl::Status ImageNotFound(const std::string& ref) {
@@ -233,7 +230,7 @@ absl::StatusOr<ImageRecord> MarketplaceStore::RegisterImage(
         "description, ports, gpu_count, price_per_hour_micros, request_id, created_at) "
         "VALUES ($1, $2, $3, $4, $5, $6, $7::integer[], $8, $9, $10, $11::timestamptz)",
         id, publisher_tenant_id, image.name, image.version, image.image, image.description,
-        IntArray(image.ports), image.gpu_count, image.price_per_hour_micros, request_id,
+        IntArrayLiteral(image.ports), image.gpu_count, image.price_per_hour_micros, request_id,
         SqlTime(now));
     result = ImageFromRow(txn.exec_params1(
         "SELECT " + kImageColumns + " FROM marketplace_images WHERE id = $1", id));

@@ -7,24 +7,10 @@
 #include "common/status.h"
 #include "store/agent_store.h"
 #include "store/database.h"
+#include "store/sql_arrays.h"
 
 namespace sv::store {
 namespace {
-
-// A Postgres text[] literal of ids (ids are [a-z0-9-] only, but quote them).
-std::string TextArray(const std::vector<std::string>& items) {
-  std::string out = "{";
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (i > 0) out += ",";
-    out += "\"";
-    for (char c : items[i]) {
-      if (c == '"' || c == '\\') out += '\\';
-      out += c;
-    }
-    out += "\"";
-  }
-  return out + "}";
-}
 
 // Hands out a node port to every declared port of the instances that has
 // none on this node yet: the lowest free ports of the node's range. The
@@ -75,7 +61,7 @@ absl::Status LoadAssignmentResources(pqxx::work& txn, const std::string& node_id
     by_id[a.instance_id] = &a;
     id_list.push_back(a.instance_id);
   }
-  const std::string ids = TextArray(id_list);
+  const std::string ids = TextArrayLiteral(id_list);
   AllocatePorts(txn, node_id, ids, now);
   for (const auto& row : txn.exec_params(
            "SELECT instance_id, container_port, node_port, protocol FROM node_port_bindings "
@@ -137,7 +123,7 @@ absl::Status ConfirmMounts(pqxx::work& txn, const std::string& node_id,
     if (!m.volume_id.empty()) volumes.push_back(m.volume_id);
     targets.push_back(m.target);
   }
-  const std::string mounted = TextArray(volumes);
+  const std::string mounted = TextArrayLiteral(volumes);
   // This node has done its part of an attach (mounted) or a detach (gone).
   txn.exec_params(
       "UPDATE volume_attachments SET confirmed_nodes = array_append(confirmed_nodes, $2) "
@@ -168,7 +154,7 @@ absl::Status ConfirmMounts(pqxx::work& txn, const std::string& node_id,
       "UPDATE instance_library_mounts SET mounted_nodes = array_append(mounted_nodes, $2) "
       "WHERE instance_id = $1 AND NOT ($2 = ANY(mounted_nodes)) "
       "AND $4 || name = ANY($3::text[])",
-      instance_id, node_id, TextArray(targets), std::string(kLibraryMountRoot));
+      instance_id, node_id, TextArrayLiteral(targets), std::string(kLibraryMountRoot));
   txn.exec_params("SELECT volumes_complete_moves($1::timestamptz)", SqlTime(now));
   return absl::OkStatus();
 }
@@ -182,7 +168,7 @@ absl::Status ConfirmDetachesOnly(pqxx::work& txn, const std::string& node_id,
       "UPDATE volume_attachments SET confirmed_nodes = array_append(confirmed_nodes, $2) "
       "WHERE instance_id = $1 AND NOT ($2 = ANY(confirmed_nodes)) AND state = 'detaching' "
       "AND NOT (volume_id = ANY($3::text[]))",
-      instance_id, node_id, TextArray(volumes));
+      instance_id, node_id, TextArrayLiteral(volumes));
   txn.exec_params(
       "DELETE FROM volume_attachments WHERE instance_id = $1 AND state = 'detaching' AND "
       "NOT EXISTS (SELECT 1 FROM gpu_reservations r WHERE r.instance_id = $1 "

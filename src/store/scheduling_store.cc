@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
+#include "store/sql_arrays.h"
 
 namespace sv::store {
 namespace {
@@ -33,10 +34,6 @@ const char* NodeStateText(NodeState s) {
     case NodeState::kDown: return "down";
   }
   return "down";
-}
-
-std::string IntArray(const std::vector<int>& values) {
-  return absl::StrCat("{", absl::StrJoin(values, ","), "}");
 }
 
 void RecordEvent(pqxx::work& txn, const std::string& instance_id, absl::Time at,
@@ -92,24 +89,6 @@ std::string GrantText(const FleetView& view, const std::vector<GpuGrant>& grants
   return absl::StrJoin(parts, " ");
 }
 
-// A PostgreSQL array literal of quoted text elements: one bound parameter
-// carries a whole column, so a pass writes in a few statements whatever the
-// queue length (row-by-row writes made a 1,000-node pass take 300 ms).
-std::string QuotedArray(const std::vector<std::string>& values) {
-  std::string out = "{";
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (i > 0) out += ',';
-    out += '"';
-    for (char c : values[i]) {
-      if (c == '"' || c == '\\') out += '\\';
-      out += c;
-    }
-    out += '"';
-  }
-  out += '}';
-  return out;
-}
-
 // Waiting instances: reason and position, only where they changed, so an
 // idle pass writes nothing.
 void WriteWaiting(pqxx::work& txn, const std::vector<const QueueVerdict*>& waiting) {
@@ -126,7 +105,7 @@ void WriteWaiting(pqxx::work& txn, const std::vector<const QueueVerdict*>& waiti
       "FROM unnest($1::text[], $2::text[], $3::int[]) AS v(id, reason, position) "
       "WHERE i.id = v.id AND i.state = 'PENDING' "
       "AND (i.state_reason <> v.reason OR i.queue_position <> v.position)",
-      QuotedArray(ids), QuotedArray(reasons), IntArray(positions));
+      TextArrayLiteral(ids), TextArrayLiteral(reasons), IntArrayLiteral(positions));
 }
 
 // Placed instances: SCHEDULED, their reservations and their events. Returns
@@ -147,7 +126,7 @@ int WritePlaced(pqxx::work& txn, const FleetView& view,
       "queue_position = 0, updated_at = $3::timestamptz "
       "FROM unnest($1::text[], $2::text[]) AS v(id, reason) "
       "WHERE i.id = v.id AND i.state = 'PENDING' RETURNING i.id, v.reason",
-      QuotedArray(ids), QuotedArray(reasons), SqlTime(now));
+      TextArrayLiteral(ids), TextArrayLiteral(reasons), SqlTime(now));
   std::vector<std::string> nodes, holders, event_ids, event_reasons;
   std::vector<int> gpus;
   for (const auto& row : updated) {
@@ -175,12 +154,12 @@ int WritePlaced(pqxx::work& txn, const FleetView& view,
       "INSERT INTO gpu_reservations (node_id, gpu_index, instance_id, reserved_at) "
       "SELECT n, g, h, $4::timestamptz FROM unnest($1::text[], $2::int[], $3::text[]) "
       "AS t(n, g, h)",
-      QuotedArray(nodes), IntArray(gpus), QuotedArray(holders), SqlTime(now));
+      TextArrayLiteral(nodes), IntArrayLiteral(gpus), TextArrayLiteral(holders), SqlTime(now));
   txn.exec_params(
       "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
       "SELECT id, $3::timestamptz, 'PENDING', 'SCHEDULED', reason "
       "FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(id, reason, n) ORDER BY n",
-      QuotedArray(event_ids), QuotedArray(event_reasons), SqlTime(now));
+      TextArrayLiteral(event_ids), TextArrayLiteral(event_reasons), SqlTime(now));
   return static_cast<int>(updated.size());
 }
 
@@ -294,7 +273,7 @@ absl::StatusOr<int> SchedulingStore::ResizeInstance(const std::string& tenant_id
       txn.exec_params(
           "DELETE FROM gpu_reservations WHERE node_id = $1 "
           "AND gpu_index = ANY($2::int[]) AND instance_id = $3",
-          g.node_id, IntArray(g.gpu_indices), id);
+          g.node_id, IntArrayLiteral(g.gpu_indices), id);
     }
     for (const auto& g : verdict.added) {
       for (int gpu : g.gpu_indices) {
@@ -335,7 +314,7 @@ absl::StatusOr<std::map<std::string, int>> SchedulingStore::QueuePositions(
     for (const auto& row : txn.exec_params(
              "SELECT id, queue_position FROM instances WHERE tenant_id = $1 "
              "AND id = ANY($2::text[]) AND state = 'PENDING'",
-             tenant_id, QuotedArray(ids))) {
+             tenant_id, TextArrayLiteral(ids))) {
       positions[row[0].as<std::string>()] = row[1].as<int>();
     }
     return absl::OkStatus();

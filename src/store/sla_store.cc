@@ -4,32 +4,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status.h"
+#include "store/sql_arrays.h"
 
 namespace sv::store {
 namespace {
 
 constexpr size_t kInsertBatchRows = 5000;
 constexpr int kReportRowsMax = 100;
-
-std::string QuotedArray(const std::vector<std::string>& values) {
-  std::string out = "{";
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (i > 0) out += ',';
-    out += '"';
-    for (char c : values[i]) {
-      if (c == '"' || c == '\\') out += '\\';
-      out += c;
-    }
-    out += '"';
-  }
-  return out + "}";
-}
-
-std::string IntArray(const std::vector<int64_t>& values) {
-  std::string out = "{";
-  for (size_t i = 0; i < values.size(); ++i) absl::StrAppend(&out, i ? "," : "", values[i]);
-  return out + "}";
-}
 
 std::string Hex(const std::string& bytes) {
   static const char kDigits[] = "0123456789abcdef";
@@ -122,7 +103,7 @@ absl::Status SlaStore::WriteCheckpoints(const std::string& replica,
           "ON CONFLICT (instance_id, hour_start, replica) DO UPDATE SET "
           "gpu_count = EXCLUDED.gpu_count, evidence = EXCLUDED.evidence, "
           "updated_at = EXCLUDED.updated_at",
-          QuotedArray(ids), IntArray(hours), IntArray(gpus), QuotedArray(evidence), replica,
+          TextArrayLiteral(ids), IntArrayLiteral(hours), IntArrayLiteral(gpus), TextArrayLiteral(evidence), replica,
           SqlTime(now));
       return absl::OkStatus();
     }));
@@ -177,7 +158,7 @@ absl::Status SlaStore::AddLateSamples(
         "UPDATE sla_windows w SET late_samples_ignored = w.late_samples_ignored + v.n "
         "FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS v(id, h, n) "
         "WHERE w.instance_id = v.id AND w.hour_start = to_timestamp(v.h)",
-        QuotedArray(ids), IntArray(hours), IntArray(n));
+        TextArrayLiteral(ids), IntArrayLiteral(hours), IntArrayLiteral(n));
     return absl::OkStatus();
   });
 }
@@ -420,7 +401,7 @@ std::map<std::string, std::vector<std::string>> SlaStore::ReservedNodes(
            "SELECT DISTINCT g.instance_id, n.name FROM gpu_reservations g "
            "JOIN nodes n ON n.id = g.node_id WHERE g.instance_id = ANY($1::text[]) "
            "ORDER BY 1, 2",
-           QuotedArray(instance_ids))) {
+           TextArrayLiteral(instance_ids))) {
     out[r[0].as<std::string>()].push_back(r[1].as<std::string>());
   }
   return out;
@@ -439,8 +420,8 @@ void SlaStore::WindowWriter::Write(const SlaWindowRow& w) {
   *stream_ << std::make_tuple(w.instance_id, w.tenant_id, SqlTime(w.hour_start), w.gpu_count,
                               SqlTime(w.billed_from), SqlTime(w.billed_to), w.rent_micros,
                               "\\x" + Hex(w.evidence), w.verdicts_json,
-                              QuotedArray(w.breached_metrics), w.refund_micros_total,
-                              QuotedArray(w.node_names), w.late_samples_ignored,
+                              TextArrayLiteral(w.breached_metrics), w.refund_micros_total,
+                              TextArrayLiteral(w.node_names), w.late_samples_ignored,
                               SqlTime(w.judged_at));
 }
 
