@@ -11,6 +11,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "agent/assignment.h"
 #include "agent/telemetry_collector.h"
 #include "google/protobuf/util/time_util.h"
 #include "spdlog/spdlog.h"
@@ -26,19 +27,6 @@ constexpr char kAgentVersion[] = "0.1.0";
 
 google::protobuf::Timestamp ToProto(absl::Time t) {
   return TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(t));
-}
-
-RuntimeInstance FromProto(const v1::InstanceAssignment& a) {
-  RuntimeInstance r{a.instance_id(), {a.gpu_indices().begin(), a.gpu_indices().end()},
-                    a.image(), {}, {}};
-  for (const auto& v : a.volumes()) {
-    r.volumes.push_back({v.source(), v.target(), v.read_only(), v.volume_id()});
-  }
-  for (const auto& p : a.ports()) {
-    r.ports.push_back({p.host_port(), p.container_port(), p.protocol()});
-  }
-  r.run = a.run();
-  return r;
 }
 
 }  // namespace
@@ -131,7 +119,9 @@ class Agent::Session {
       if (m.has_desired()) {
         std::lock_guard<std::mutex> lock(mutex_);
         desired_.clear();
-        for (const auto& a : m.desired().instances()) desired_[a.instance_id()] = FromProto(a);
+        for (const auto& a : m.desired().instances()) {
+          desired_[a.instance_id()] = InstanceFromAssignment(a);
+        }
         desired_changed_ = true;
       } else if (m.has_error()) {
         spdlog::warn("agent: {}: svd refused a message: {} {}", o_.node_name,
@@ -431,6 +421,8 @@ void Agent::Run() {
               static_cast<int>(absl::ToInt64Milliseconds(options_.reconnect_backoff_max)));
   grpc::SslCredentialsOptions tls;
   tls.pem_root_certs = options_.ca_pem;
+  tls.pem_cert_chain = options_.client_cert_pem;
+  tls.pem_private_key = options_.client_key_pem;
   auto channel = grpc::CreateCustomChannel(
       options_.endpoint,
       options_.ca_pem.empty() ? grpc::InsecureChannelCredentials() : grpc::SslCredentials(tls),

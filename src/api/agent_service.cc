@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "api/auth.h"
 #include "api/errors.h"
+#include "api/internal/agent_messages.h"
 #include "api/internal/agent_resources.h"
 #include "common/ids.h"
 #include "common/status.h"
@@ -25,48 +26,12 @@ namespace {
 
 using AgentStream = grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>;
 
-// Limits on what one agent message may carry.
-constexpr int kRunningIdsMax = 64;
-constexpr size_t kLabelLengthMax = 63;
-constexpr int kCredentialIdLength = 14;
-constexpr int kCredentialSecretLength = 40;
-
-// A node credential is "svn_<id part>_<secret>"; the row id is "ncr-<id part>".
-struct ParsedCredential {
-  std::string id;
-  std::string secret;
-};
-
-std::optional<ParsedCredential> ParseCredential(const std::string& text) {
-  std::vector<std::string> parts = absl::StrSplit(text, '_');
-  if (parts.size() != 3 || parts[0] != "svn" || parts[1].size() != kCredentialIdLength ||
-      parts[2].size() != kCredentialSecretLength) {
-    return std::nullopt;
-  }
-  return ParsedCredential{"ncr-" + parts[1], parts[2]};
-}
-
-absl::Status BadRegistration(const std::string& why) {
-  return Error(absl::StatusCode::kInvalidArgument, "INVALID_REGISTRATION", why);
-}
-
-absl::Status ValidateRegistration(const v1::RegisterNode& r) {
-  if (r.node_name().empty() || r.node_name().size() > kLabelLengthMax) {
-    return BadRegistration("node_name must have 1 to 63 characters");
-  }
-  if (r.gpu_count() < 1 || r.gpu_count() > 8) {
-    return BadRegistration("gpu_count must be 1 to 8");
-  }
-  for (const std::string* label : {&r.gpu_model(), &r.zone(), &r.pod(), &r.leaf_switch()}) {
-    if (label->empty() || label->size() > kLabelLengthMax) {
-      return BadRegistration("gpu_model, zone, pod and leaf_switch need 1 to 63 characters");
-    }
-  }
-  if (r.running_instance_ids_size() > kRunningIdsMax) {
-    return BadRegistration("too many running instances");
-  }
-  return absl::OkStatus();
-}
+// Limits on what one agent message may carry (api/internal/agent_messages.h).
+constexpr size_t kLabelLengthMax = internal::kAgentLabelLengthMax;
+constexpr int kCredentialIdLength = internal::kNodeCredentialIdLength;
+constexpr int kCredentialSecretLength = internal::kNodeCredentialSecretLength;
+using internal::ParseNodeCredential;
+using internal::ValidateRegistration;
 
 bool SameDesired(const std::vector<store::AgentAssignment>& a,
                  const std::vector<store::AgentAssignment>& b) {
@@ -239,12 +204,11 @@ class AgentSession {
 
   void Handle(const v1::AgentMessage& m) {
     const absl::Time now = api_.clock.Now();
+    // Bounds, a report's state, and bodies that do not belong here.
+    absl::Status checked = internal::CheckStreamMessage(m);
+    if (!checked.ok()) return SendError(checked);
     switch (m.body_case()) {
       case v1::AgentMessage::kHeartbeat: {
-        if (m.heartbeat().running_instance_ids_size() > kRunningIdsMax) {
-          return SendError(Error(absl::StatusCode::kInvalidArgument, "TOO_MANY_INSTANCES",
-                                 "a heartbeat lists too many running instances"));
-        }
         auto alive = api_.agents.Heartbeat(node_id_, now);
         if (alive.ok() && !*alive) {
           node_down_ = true;
@@ -256,8 +220,6 @@ class AgentSession {
       }
       case v1::AgentMessage::kReport:
         return HandleReport(m.report(), now);
-      case v1::AgentMessage::kTelemetry:
-        return HandleTelemetry();
       case v1::AgentMessage::kMounts: {
         absl::Status confirmed =
             internal::HandleMountReport(api_.store.database(), node_id_, m.mounts(), now);
@@ -266,12 +228,8 @@ class AgentSession {
         }
         return;
       }
-      case v1::AgentMessage::kRegister:
-        return SendError(Error(absl::StatusCode::kFailedPrecondition, "ALREADY_REGISTERED",
-                               "register is only the first message of a stream"));
       default:
-        return SendError(Error(absl::StatusCode::kInvalidArgument, "EMPTY_MESSAGE",
-                               "the message has no body"));
+        return;  // CheckStreamMessage answered every other body.
     }
   }
 
@@ -304,13 +262,6 @@ class AgentSession {
                        "a report needs a state");
     }
     if (!status.ok()) SendError(status);
-  }
-
-  // Telemetry moved to SlaTelemetryService.StreamTelemetry (docs/sla.md);
-  // an agent that still sends it here is told so and loses nothing else.
-  void HandleTelemetry() {
-    SendError(Error(absl::StatusCode::kFailedPrecondition, "TELEMETRY_MOVED",
-                    "send telemetry on sv.v1.SlaTelemetryService/StreamTelemetry"));
   }
 
   AgentApi::Impl& api_;
@@ -423,7 +374,7 @@ absl::StatusOr<store::NodeCredentialRecord> AgentApi::Impl::AuthenticateNode(
     return Error(absl::StatusCode::kUnauthenticated, "MALFORMED_CREDENTIALS",
                  "authorization must be 'Bearer <node credential>'");
   }
-  auto parsed = ParseCredential(value.substr(7));
+  auto parsed = ParseNodeCredential(value.substr(7));
   if (!parsed) {
     return Error(absl::StatusCode::kUnauthenticated, "MALFORMED_CREDENTIALS",
                  "not a node credential");
