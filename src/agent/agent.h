@@ -23,6 +23,9 @@ struct AgentOptions {
   std::string endpoint;    // host:port of svd.
   std::string credential;  // svn_<id>_<secret>.
   std::string ca_pem;      // PEM CA bundle: TLS to svd trusting it; empty: plaintext.
+  // PEM client certificate and key for svd's --tls-client-ca (mutual TLS).
+  std::string client_cert_pem;
+  std::string client_key_pem;
   std::string node_name;
   std::string zone = "zone-a";
   std::string pod = "pod-1";

@@ -66,6 +66,12 @@ int main(int argc, char** argv) {
   std::string ca_file;
   app.add_option("--ca-file", ca_file, "PEM CA bundle: connect with TLS, trusting it")
       ->check(CLI::ExistingFile);
+  std::string client_cert_file, client_key_file;
+  app.add_option("--client-cert", client_cert_file,
+                 "PEM client certificate for svd's --tls-client-ca (with --client-key)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--client-key", client_key_file, "PEM private key of --client-cert")
+      ->check(CLI::ExistingFile);
   app.add_option("--credential-file", credential_file,
                  "File holding this node's credential (svn_...)")
       ->envname("SVAGENT_CREDENTIAL_FILE");
@@ -132,6 +138,21 @@ int main(int argc, char** argv) {
     o.ca_pem.assign(std::istreambuf_iterator<char>(ca), std::istreambuf_iterator<char>());
     if (o.ca_pem.empty()) {
       std::cerr << "svagent: cannot read CA file " << ca_file << "\n";
+      return 2;
+    }
+  }
+  if (client_cert_file.empty() != client_key_file.empty() ||
+      (!client_cert_file.empty() && ca_file.empty())) {
+    std::cerr << "svagent: --client-cert and --client-key go together, with --ca-file\n";
+    return 2;
+  }
+  if (!client_cert_file.empty()) {
+    std::ifstream cert(client_cert_file), key(client_key_file);
+    o.client_cert_pem.assign(std::istreambuf_iterator<char>(cert),
+                             std::istreambuf_iterator<char>());
+    o.client_key_pem.assign(std::istreambuf_iterator<char>(key), std::istreambuf_iterator<char>());
+    if (o.client_cert_pem.empty() || o.client_key_pem.empty()) {
+      std::cerr << "svagent: cannot read --client-cert or --client-key\n";
       return 2;
     }
   }
