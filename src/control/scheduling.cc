@@ -81,6 +81,28 @@ absl::StatusOr<scheduler::Snapshot> BuildSnapshot(const store::FleetView& view, 
   return snapshot;
 }
 
+// The queue in library form. A pinned node that is gone maps past the
+// fleet, so the request waits (the filters reject every node).
+std::vector<scheduler::PendingRequest> PendingOf(const store::FleetView& view, IdMap& ids) {
+  std::map<std::string, scheduler::NodeIndex> node_index;
+  for (size_t i = 0; i < view.nodes.size(); ++i) {
+    node_index[view.nodes[i].id] = static_cast<scheduler::NodeIndex>(i);
+  }
+  std::vector<scheduler::PendingRequest> pending;
+  pending.reserve(view.pending.size());
+  for (const store::PendingRow& p : view.pending) {
+    scheduler::Request request{ids.Intern(p.id), p.gpu_count, p.max_leaves};
+    if (!p.pinned_node_id.empty()) {
+      auto it = node_index.find(p.pinned_node_id);
+      request.pinned_node = it != node_index.end()
+                                ? it->second
+                                : static_cast<scheduler::NodeIndex>(view.nodes.size());
+    }
+    pending.push_back({request, p.tenant_id, p.priority, p.queue_seq});
+  }
+  return pending;
+}
+
 std::map<std::string, int> GpusInUse(const store::FleetView& view) {
   std::map<std::string, int> in_use;
   for (const store::ReservationRow& r : view.reservations) ++in_use[r.tenant_id];
@@ -168,11 +190,7 @@ absl::Status ServeQueueFirst(const store::FleetView& view, IdMap& ids,
                              scheduler::Scheduler& scheduler, const SchedulingOptions& options,
                              scheduler::Snapshot& snapshot) {
   if (view.pending.empty()) return absl::OkStatus();
-  std::vector<scheduler::PendingRequest> pending;
-  for (const store::PendingRow& p : view.pending) {
-    pending.push_back({{ids.Intern(p.id), p.gpu_count, p.max_leaves}, p.tenant_id,
-                       p.priority, p.queue_seq});
-  }
+  std::vector<scheduler::PendingRequest> pending = PendingOf(view, ids);
   scheduler::QueueOptions queue = QueueOptionsFor(view, options);
   queue.explain = false;
   scheduler::QueuePassResult pass = scheduler.RunQueuePass(snapshot, pending, queue);
@@ -190,12 +208,7 @@ absl::StatusOr<std::vector<store::QueueVerdict>> DecideQueue(const store::FleetV
                                                              const SchedulingOptions& options) {
   IdMap ids;
   SV_ASSIGN_OR_RETURN(scheduler::Snapshot snapshot, BuildSnapshot(view, ids));
-  std::vector<scheduler::PendingRequest> pending;
-  pending.reserve(view.pending.size());
-  for (const store::PendingRow& p : view.pending) {
-    pending.push_back({{ids.Intern(p.id), p.gpu_count, p.max_leaves}, p.tenant_id,
-                       p.priority, p.queue_seq});
-  }
+  std::vector<scheduler::PendingRequest> pending = PendingOf(view, ids);
   scheduler::Scheduler scheduler(options.scheduler);
   scheduler::QueuePassResult pass =
       scheduler.RunQueuePass(snapshot, pending, QueueOptionsFor(view, options));

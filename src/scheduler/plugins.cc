@@ -16,6 +16,16 @@ int NeededOnNode(const Request& request) {
 
 }  // namespace
 
+FilterResult PinnedNodeFilter::Filter(const SnapshotState& state,
+                                      const Request& request,
+                                      NodeIndex node) const {
+  (void)state;
+  if (request.pinned_node >= 0 && node != request.pinned_node) {
+    return {false, "not the node that holds its node-local volumes"};
+  }
+  return {true, {}};
+}
+
 FilterResult NodeStateFilter::Filter(const SnapshotState& state,
                                      const Request& request,
                                      NodeIndex node) const {

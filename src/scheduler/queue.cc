@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <numeric>
 
@@ -121,13 +122,17 @@ std::vector<NodeIndex> ChooseHold(const SnapshotState& state,
 class FailureCache {
  public:
   FailureCache() { gang_nodes_.fill(std::numeric_limits<int>::max()); }
+  // A pinned request's failure says nothing about other nodes, nor theirs
+  // about its node, so pinned requests neither use nor feed the cache.
   bool KnownToFail(const Request& request) const {
+    if (request.pinned_node >= 0) return false;
     if (request.gpu_count <= kGpusPerNode) {
       return request.gpu_count >= small_gpus_;
     }
     return request.gpu_count / kGpusPerNode >= gang_nodes_[request.max_leaves];
   }
   void Record(const Request& request) {
+    if (request.pinned_node >= 0) return;
     if (request.gpu_count <= kGpusPerNode) {
       small_gpus_ = std::min(small_gpus_, request.gpu_count);
       return;
@@ -202,7 +207,7 @@ QueuePassResult Scheduler::RunQueuePass(Snapshot& snapshot,
   FailureCache failures;
   // Explaining costs a scan of every node; requests of the same shape share
   // one explanation until the snapshot changes (a placement or the hold).
-  std::map<std::pair<int, int>, std::string> explained;
+  std::map<std::tuple<int, int, NodeIndex>, std::string> explained;
   InstanceId blocked_by = kNoInstance;
   for (size_t rank = 0; rank < order.size(); ++rank) {
     const PendingRequest& item = pending[order[rank]];
@@ -234,7 +239,7 @@ QueuePassResult Scheduler::RunQueuePass(Snapshot& snapshot,
     decision.cause = WaitCause::kNoCapacity;
     if (options.explain) {
       auto [it, inserted] = explained.try_emplace(
-          std::pair{request.gpu_count, request.max_leaves});
+          std::tuple{request.gpu_count, request.max_leaves, request.pinned_node});
       if (inserted) it->second = Explain(snapshot, request);
       decision.reason = it->second;
     }
@@ -242,17 +247,34 @@ QueuePassResult Scheduler::RunQueuePass(Snapshot& snapshot,
       blocked_by = request.instance;
       continue;
     }
+    if (request.pinned_node >= 0) {
+      if (request.pinned_node >= snapshot.node_count()) continue;
+      // Only its own node can take it, so hold that node against younger
+      // requests (else small backfills could starve it without limit); it
+      // does not use up the one gang-sized hold below.
+      const internal::NodeRecord& node = snapshot.state().nodes[request.pinned_node];
+      if (node.state == NodeState::kReady && !node.held) {
+        snapshot.mutable_state().SetHeld(request.pinned_node, true);
+        result.held_nodes.push_back(request.pinned_node);
+        explained.clear();
+        if (options.explain) absl::StrAppend(&decision.reason, "; its node is held for it");
+      }
+      continue;
+    }
     if (result.held_for != kNoInstance) continue;
     // The oldest blocked request: hold the nodes it will need, so younger
     // requests backfill only elsewhere and cannot delay it without limit.
     result.held_for = request.instance;
-    result.held_nodes = ChooseHold(snapshot.state(), request);
-    for (NodeIndex node : result.held_nodes) {
-      snapshot.mutable_state().SetHeld(node, true);
+    const size_t first_new = result.held_nodes.size();
+    for (NodeIndex node : ChooseHold(snapshot.state(), request)) {
+      if (!snapshot.state().nodes[node].held) result.held_nodes.push_back(node);
+    }
+    for (size_t i = first_new; i < result.held_nodes.size(); ++i) {
+      snapshot.mutable_state().SetHeld(result.held_nodes[i], true);
     }
     explained.clear();
     if (options.explain) {
-      absl::StrAppend(&decision.reason, "; ", result.held_nodes.size(),
+      absl::StrAppend(&decision.reason, "; ", result.held_nodes.size() - first_new,
                       " nodes held for it");
     }
   }

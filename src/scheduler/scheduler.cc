@@ -42,6 +42,7 @@ Scheduler::Scheduler(SchedulerOptions options)
       plugins_(std::make_unique<Plugins>()),
       rng_state_(options.seed) {
   assert(options_.candidates_max >= 1 && options_.candidates_max <= 4096);
+  plugins_->filters.push_back(std::make_unique<internal::PinnedNodeFilter>());
   plugins_->filters.push_back(std::make_unique<internal::NodeStateFilter>());
   plugins_->filters.push_back(std::make_unique<internal::FreeGpusFilter>());
   plugins_->reservers.push_back(std::make_unique<internal::GpuReservePlugin>());
@@ -124,6 +125,10 @@ absl::Status ValidateRequest(const Request& request) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_leaves must be 0 (no limit) to ", kGangNodeCountMax));
   }
+  if (request.pinned_node >= 0 && count > kGpusPerNode) {
+    return absl::InvalidArgumentError(
+        "a gang spans several nodes and cannot be pinned to one");
+  }
   return absl::OkStatus();
 }
 
@@ -150,9 +155,15 @@ absl::StatusOr<Placement> Scheduler::Find(const Snapshot& snapshot,
     placement.leaf_count = internal::CountLeaves(state, nodes);
     return placement;
   }
-  std::vector<NodeIndex> candidates = internal::SmallCandidates(
-      state, request.gpu_count, plugins_->source, options_.candidates_max,
-      rng_state_);
+  std::vector<NodeIndex> candidates;
+  if (request.pinned_node >= 0) {
+    if (request.pinned_node < snapshot.node_count()) {
+      candidates.push_back(request.pinned_node);
+    }
+  } else {
+    candidates = internal::SmallCandidates(state, request.gpu_count, plugins_->source,
+                                           options_.candidates_max, rng_state_);
+  }
   std::erase_if(candidates, [&](NodeIndex node) {
     return !PassesFilters(*plugins_, state, request, node);
   });

@@ -80,10 +80,13 @@ struct Placement {
 
 // 1-8 GPUs go on one node; 16-128 GPUs (multiples of 8) are a gang of whole
 // nodes. max_leaves limits how many leaf switches a gang may span (0: none).
+// pinned_node (1-8 GPUs only) allows that one node and no other: the
+// instance's node-local volumes live there.
 struct Request {
   InstanceId instance = kNoInstance;
   int gpu_count = 0;
   int max_leaves = 0;
+  NodeIndex pinned_node = -1;
 };
 absl::Status ValidateRequest(const Request& request);
 

@@ -46,13 +46,17 @@ void RecordEvent(pqxx::work& txn, const std::string& instance_id, absl::Time at,
 
 void LoadPending(pqxx::work& txn, int queue_max, FleetView& view) {
   for (const auto& row : txn.exec_params(
-           "SELECT id, tenant_id, gpu_count, max_leaves, priority, queue_seq "
-           "FROM instances WHERE state = 'PENDING' "
-           "ORDER BY priority DESC, queue_seq LIMIT $1",
+           "SELECT i.id, i.tenant_id, i.gpu_count, i.max_leaves, i.priority, i.queue_seq, "
+           "  (SELECT min(v.node_id) FROM volume_attachments a "
+           "   JOIN volumes v ON v.id = a.volume_id "
+           "   WHERE a.instance_id = i.id AND v.kind = 'node_local' AND v.node_id IS NOT NULL) "
+           "FROM instances i WHERE i.state = 'PENDING' "
+           "ORDER BY i.priority DESC, i.queue_seq LIMIT $1",
            queue_max)) {
     view.pending.push_back({row[0].as<std::string>(), row[1].as<std::string>(),
                             row[2].as<int>(), row[3].as<int>(), row[4].as<int>(),
-                            row[5].as<int64_t>()});
+                            row[5].as<int64_t>(),
+                            row[6].is_null() ? std::string() : row[6].as<std::string>()});
   }
 }
 

@@ -49,6 +49,8 @@ struct PendingRow {
   int max_leaves = 0;
   int priority = 0;
   int64_t queue_seq = 0;
+  // The node of its node-local volumes; empty when it has none.
+  std::string pinned_node_id;
 };
 
 struct TenantQuotaRow {

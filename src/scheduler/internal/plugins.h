@@ -61,6 +61,14 @@ class NodeStateFilter final : public FilterPlugin {
                       NodeIndex node) const override;
 };
 
+// A pinned request (node-local volumes) keeps only its node.
+class PinnedNodeFilter final : public FilterPlugin {
+ public:
+  absl::string_view Name() const override { return "PinnedNode"; }
+  FilterResult Filter(const SnapshotState& state, const Request& request,
+                      NodeIndex node) const override;
+};
+
 // Small requests need gpu_count free GPUs; gangs need a wholly free node.
 class FreeGpusFilter final : public FilterPlugin {
  public:

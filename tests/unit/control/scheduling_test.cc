@@ -43,7 +43,7 @@ void ReserveWhole(FleetView& view, int node, const std::string& instance,
 
 void Queue(FleetView& view, const std::string& id, int gpus, int64_t seq,
            const std::string& tenant = "t1") {
-  view.pending.push_back({id, tenant, gpus, 0, 0, seq});
+  view.pending.push_back({id, tenant, gpus, 0, 0, seq, {}});
 }
 
 int GrantedGpus(const store::QueueVerdict& v) {
@@ -71,6 +71,29 @@ TEST(DecideQueueTest, PlacesOnFreeGpusAndNamesDatabaseIds) {
   EXPECT_EQ(v.grants[0].node_id, "id-n01");
   EXPECT_EQ(v.grants[0].gpu_indices, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
   EXPECT_EQ(v.queue_position, 0);
+}
+
+// An instance with a node-local volume goes to that volume's node (by
+// database id), even where the default policy would pick another; a node
+// that no longer exists leaves it waiting with the reason.
+TEST(DecideQueueTest, NodeLocalVolumePinsThePlacement) {
+  FleetView view = Fleet(3, 3);
+  Queue(view, "ins-pinned", 2, 1);
+  view.pending.back().pinned_node_id = "id-n02";
+  Queue(view, "ins-free", 2, 2);
+  Queue(view, "ins-gone", 1, 3);
+  view.pending.back().pinned_node_id = "id-removed";
+  auto verdicts = DecideQueue(view, {});
+  ASSERT_TRUE(verdicts.ok()) << verdicts.status();
+  auto by_id = ById(*verdicts);
+  ASSERT_EQ(by_id["ins-pinned"].grants.size(), 1u);
+  EXPECT_EQ(by_id["ins-pinned"].grants[0].node_id, "id-n02");
+  ASSERT_EQ(by_id["ins-free"].grants.size(), 1u);
+  EXPECT_EQ(by_id["ins-free"].grants[0].node_id, "id-n00");
+  EXPECT_TRUE(by_id["ins-gone"].grants.empty());
+  EXPECT_NE(by_id["ins-gone"].reason.find("not the node that holds its node-local volumes"),
+            std::string::npos)
+      << by_id["ins-gone"].reason;
 }
 
 TEST(DecideQueueTest, UnschedulableNodesGetNothing) {

@@ -217,5 +217,78 @@ TEST(QueueTest, StreamOfSmallRequestsNeverStarvesAnOlderGang) {
   EXPECT_EQ(testing::HeldGpus(snapshot, 1), 32);
 }
 
+// Node-local volumes pin an instance to their node: it goes there or
+// nowhere, waits with a reason naming that, and its node is held against
+// younger requests so small backfills cannot starve it.
+TEST(QueueTest, PinnedRequestGoesOnlyToItsNodeAndHoldsIt) {
+  std::vector<NodeSpec> nodes = MakeFleet(FleetShape{1, 1, 1, 3});
+  Occupy(nodes, 2, 6, 100);  // node 2: two free GPUs
+  Snapshot snapshot = MustBuild(nodes);
+  Scheduler scheduler(SchedulerOptions{});
+
+  PendingRequest fits = Pending(1, 2, 1);
+  fits.request.pinned_node = 2;
+  QueuePassResult result = scheduler.RunQueuePass(snapshot, std::vector{fits}, {});
+  ASSERT_TRUE(DecisionFor(result, 1).placed);
+  ASSERT_EQ(DecisionFor(result, 1).placement.nodes.size(), 1u);
+  EXPECT_EQ(DecisionFor(result, 1).placement.nodes[0].node, 2);
+
+  // Node 2 is now full; nodes 0 and 1 are empty. A pinned 4-GPU request
+  // waits, the reason says why, and a younger 1-GPU request may not take
+  // node 2 (nothing free there anyway) but also not be starved elsewhere.
+  PendingRequest waits = Pending(2, 4, 2);
+  waits.request.pinned_node = 2;
+  std::vector<PendingRequest> pending = {waits, Pending(3, 1, 3)};
+  result = scheduler.RunQueuePass(snapshot, pending, {});
+  const QueueDecision& pinned = DecisionFor(result, 2);
+  EXPECT_FALSE(pinned.placed);
+  EXPECT_EQ(pinned.cause, WaitCause::kNoCapacity);
+  EXPECT_NE(pinned.reason.find("2 nodes not the node that holds its node-local volumes"),
+            std::string::npos)
+      << pinned.reason;
+  EXPECT_NE(pinned.reason.find("its node is held for it"), std::string::npos) << pinned.reason;
+  ASSERT_TRUE(DecisionFor(result, 3).placed);
+  EXPECT_NE(DecisionFor(result, 3).placement.nodes[0].node, 2);
+  EXPECT_TRUE(snapshot.CheckInvariants());
+}
+
+TEST(QueueTest, PinnedNodeHoldKeepsYoungerSmallRequestsOff) {
+  std::vector<NodeSpec> nodes = MakeFleet(FleetShape{1, 1, 1, 2});
+  Occupy(nodes, 1, 5, 100);  // node 1: three free GPUs
+  Snapshot snapshot = MustBuild(nodes);
+  Scheduler scheduler(SchedulerOptions{});
+  PendingRequest pinned = Pending(1, 4, 1);
+  pinned.request.pinned_node = 1;
+  // Younger 1-GPU requests: the front-first policy would put the first on
+  // node 0 anyway, so fill node 0 first to make node 1 the only room.
+  std::vector<PendingRequest> pending = {pinned};
+  for (InstanceId id = 2; id <= 10; ++id) pending.push_back(Pending(id, 1, id));
+  QueuePassResult result = scheduler.RunQueuePass(snapshot, pending, {});
+  EXPECT_FALSE(DecisionFor(result, 1).placed);
+  int placed = 0;
+  for (InstanceId id = 2; id <= 10; ++id) {
+    const QueueDecision& d = DecisionFor(result, id);
+    if (!d.placed) continue;
+    ++placed;
+    EXPECT_EQ(d.placement.nodes[0].node, 0) << "instance " << id << " took the pinned node";
+  }
+  EXPECT_EQ(placed, 8);  // node 0 only
+  EXPECT_EQ(testing::HeldGpus(snapshot, 100), 5);  // node 1 unchanged
+}
+
+TEST(QueueTest, PinnedGangIsInvalid) {
+  Snapshot snapshot = MustBuild(MakeFleet(FleetShape{1, 1, 1, 4}));
+  Scheduler scheduler(SchedulerOptions{});
+  PendingRequest gang = Pending(1, 16, 1);
+  gang.request.pinned_node = 0;
+  QueuePassResult result = scheduler.RunQueuePass(snapshot, std::vector{gang}, {});
+  EXPECT_EQ(DecisionFor(result, 1).cause, WaitCause::kInvalid);
+  // An index past the fleet (a node gone since) waits without crashing.
+  PendingRequest gone = Pending(2, 1, 2);
+  gone.request.pinned_node = 99;
+  result = scheduler.RunQueuePass(snapshot, std::vector{gone}, {});
+  EXPECT_FALSE(DecisionFor(result, 2).placed);
+}
+
 }  // namespace
 }  // namespace sv::scheduler
