@@ -166,12 +166,33 @@ absl::Status JudgedToProto(const store::SlaWindowRow& row, v1::SlaWindow* out) {
 
 // ---- Telemetry ingest ----------------------------------------------------------
 
-// The node's GPUs -> RUNNING instances, refreshed per stream.
+// The node's GPUs -> RUNNING instances, refreshed per stream, in the form
+// the hot loop wants: one ingest target per instance, a GPU's target by
+// vector index, and scratch space reused by every batch of the stream.
 struct Holders {
-  std::map<int, store::NodeGpuHolder> by_gpu;
-  std::map<std::string, store::NodeGpuHolder> by_instance;  // Any GPU of it.
+  std::vector<store::NodeGpuHolder> rows;  // As loaded; targets point into it.
+  struct Gpu {
+    int target = -1;  // -1: no RUNNING instance holds it (or no such GPU).
+    int ordinal = 0;  // The GPU's number within its instance.
+  };
+  std::vector<Gpu> by_gpu;                   // Node GPU index -> holder.
+  std::map<std::string, int> by_instance;    // Instance id -> target.
+  std::vector<sla::IngestTarget> targets;    // One per instance.
+  std::vector<const store::NodeGpuHolder*> target_rows;  // Any GPU of it.
   std::chrono::steady_clock::time_point loaded;
   bool valid = false;
+
+  // Per batch, reused.
+  sla::PackedBatch packed;
+  std::vector<std::pair<int64_t, int64_t>> utilization;  // Per target: (sum, samples).
+
+  const Gpu* GpuAt(int node_gpu_index) const {
+    if (node_gpu_index < 0 || static_cast<size_t>(node_gpu_index) >= by_gpu.size()) {
+      return nullptr;
+    }
+    const Gpu& g = by_gpu[node_gpu_index];
+    return g.target < 0 ? nullptr : &g;
+  }
 };
 
 }  // namespace
@@ -209,11 +230,25 @@ struct SlaApi::Impl {
 
   absl::Status Refresh(const std::string& node, Holders& h) {
     SV_ASSIGN_OR_RETURN(auto rows, agents.RunningOnNode(node));
+    h.rows = std::move(rows);
     h.by_gpu.clear();
     h.by_instance.clear();
-    for (auto& row : rows) {
-      h.by_instance[row.instance_id] = row;
-      h.by_gpu[row.node_gpu_index] = std::move(row);
+    h.targets.clear();
+    h.target_rows.clear();
+    constexpr int kNodeGpusMax = 1024;  // Bounds the vector; real nodes have 8.
+    for (const auto& row : h.rows) {
+      if (row.node_gpu_index < 0 || row.node_gpu_index >= kNodeGpusMax) continue;
+      auto [it, added] = h.by_instance.try_emplace(row.instance_id, 0);
+      if (added) {
+        it->second = static_cast<int>(h.targets.size());
+        h.targets.push_back({&row.instance_id, row.instance_gpu_count});
+        h.target_rows.push_back(&row);
+      }
+      h.target_rows[it->second] = &row;  // As before: the last row of the instance.
+      if (static_cast<size_t>(row.node_gpu_index) >= h.by_gpu.size()) {
+        h.by_gpu.resize(row.node_gpu_index + 1);
+      }
+      h.by_gpu[row.node_gpu_index] = {it->second, row.instance_gpu_ordinal};
     }
     h.loaded = std::chrono::steady_clock::now();
     h.valid = true;
@@ -281,73 +316,95 @@ absl::Status SlaApi::Impl::IngestBatch(const std::string& node,
   if (!holders.valid || age > absl::ToChronoNanoseconds(options.holders_ttl)) {
     SV_RETURN_IF_ERROR(Refresh(node, holders));
   }
+  // The target of a probe's or histogram's instance id; they come in runs
+  // of one instance, so the map is searched once per run.
+  const std::string* last_id = nullptr;
+  int last_target = -1;
+  auto target_of = [&](const std::string& id) {
+    if (last_id == nullptr || *last_id != id) {
+      auto h = holders.by_instance.find(id);
+      last_id = &id;
+      last_target = h == holders.by_instance.end() ? -1 : h->second;
+    }
+    return last_target;
+  };
   // A GPU or instance we do not know may have started since: look again,
   // at most every kHoldersRefreshMin.
   bool unknown = false;
-  for (const auto& s : batch.gpu_samples()) unknown |= !holders.by_gpu.count(s.gpu_index());
-  for (const auto& p : batch.storage_probes()) {
-    unknown |= !holders.by_instance.count(p.instance_id());
-  }
-  for (const auto& l : batch.latency()) unknown |= !holders.by_instance.count(l.instance_id());
+  for (const auto& s : batch.gpu_samples()) unknown |= holders.GpuAt(s.gpu_index()) == nullptr;
+  for (const auto& p : batch.storage_probes()) unknown |= target_of(p.instance_id()) < 0;
+  for (const auto& l : batch.latency()) unknown |= target_of(l.instance_id()) < 0;
   if (unknown && std::chrono::steady_clock::now() - holders.loaded >
                      absl::ToChronoNanoseconds(kHoldersRefreshMin)) {
     SV_RETURN_IF_ERROR(Refresh(node, holders));
   }
+  last_id = nullptr;
 
-  sla::AttributedBatch in;
+  // Attribution, in the packed form (sla/monitor.h): a GPU's instance by
+  // vector index, times without absl::Time arithmetic, nothing allocated
+  // once the stream's scratch has grown to its batches.
+  sla::PackedBatch& in = holders.packed;
+  in.Clear();
   in.node_name = node;
+  in.targets = holders.targets;
+  const sla::PackedTime received = sla::PackTime(now);
+  auto packed_time = [&received](const google::protobuf::Timestamp& t) {
+    if (t.seconds() == 0 && t.nanos() == 0) return received;  // As FromProto.
+    return sla::PackedTime{t.seconds(), t.nanos()};
+  };
   int64_t dropped = 0;
-  std::map<std::string, std::pair<int64_t, int64_t>> utilization;  // id -> (sum, samples)
+  holders.utilization.assign(holders.targets.size(), {0, 0});
+  bool idle_watched = false;
   in.gpu_samples.reserve(batch.gpu_samples_size());
   for (const auto& s : batch.gpu_samples()) {
-    auto h = holders.by_gpu.find(s.gpu_index());
-    if (h == holders.by_gpu.end() || !ValidTimestamp(s.sample_time())) {
+    const Holders::Gpu* h = holders.GpuAt(s.gpu_index());
+    if (h == nullptr || !ValidTimestamp(s.sample_time())) {
       ++dropped;  // An idle GPU belongs to nobody.
       continue;
     }
-    sla::GpuSample g;
-    g.at = FromProto(s.sample_time(), now);
-    g.gpu_index = h->second.instance_gpu_ordinal;
-    g.xid_error = s.xid_errors() > 0;
-    g.ecc_uncorrectable = s.ecc_uncorrected_errors() > 0;
-    g.throttled_by_platform = (s.throttle_reasons() & agent::kThrottleUnhealthyMask) != 0;
-    in.gpu_samples.push_back({&h->second.instance_id, h->second.instance_gpu_count, g});
-    if (h->second.idle_seconds > 0) {
-      auto& u = utilization[h->second.instance_id];
+    in.gpu_samples.push_back(
+        {packed_time(s.sample_time()), static_cast<uint32_t>(h->target), h->ordinal,
+         s.xid_errors() > 0 || s.ecc_uncorrected_errors() > 0 ||
+             (s.throttle_reasons() & agent::kThrottleUnhealthyMask) != 0});
+    if (holders.target_rows[h->target]->idle_seconds > 0) {
+      auto& u = holders.utilization[h->target];
       u.first += std::clamp(s.utilization_pct(), 0, 100);
       ++u.second;
+      idle_watched = true;
     }
   }
+  in.storage_probes.reserve(batch.storage_probes_size());
   for (const auto& p : batch.storage_probes()) {
-    auto h = holders.by_instance.find(p.instance_id());
-    if (h == holders.by_instance.end() || p.bytes_written() <= 0 ||
-        p.bytes_written() > kProbeBytesMax || p.duration_us() <= 0 ||
-        !ValidTimestamp(p.probe_time())) {
+    const int target = target_of(p.instance_id());
+    if (target < 0 || p.bytes_written() <= 0 || p.bytes_written() > kProbeBytesMax ||
+        p.duration_us() <= 0 || !ValidTimestamp(p.probe_time())) {
       ++dropped;
       continue;
     }
-    in.storage_probes.push_back({p.instance_id(), h->second.instance_gpu_count,
-                                 FromProto(p.probe_time(), now),
+    in.storage_probes.push_back({packed_time(p.probe_time()), static_cast<uint32_t>(target),
                                  p.bytes_written() * 1'000'000 / p.duration_us()});
   }
+  in.latency.reserve(batch.latency_size());
   for (const auto& l : batch.latency()) {
-    auto h = holders.by_instance.find(l.instance_id());
-    bool ok = h != holders.by_instance.end() && ValidTimestamp(l.sample_time()) &&
+    const int target = target_of(l.instance_id());
+    bool ok = target >= 0 && ValidTimestamp(l.sample_time()) &&
               l.bucket_indices_size() == l.bucket_counts_size() &&
               l.bucket_indices_size() <= sla::LatencyHistogram::kBucketsMax &&
               l.zero_count() >= 0;
-    std::map<int, int64_t> buckets;
     for (int i = 0; ok && i < l.bucket_indices_size(); ++i) {
       ok = l.bucket_counts(i) >= 0 && l.bucket_counts(i) <= (int64_t{1} << 40);
-      buckets[l.bucket_indices(i)] += l.bucket_counts(i);
     }
     if (!ok) {
       ++dropped;
       continue;
     }
-    in.latency.push_back({l.instance_id(), h->second.instance_gpu_count,
-                          FromProto(l.sample_time(), now),
-                          sla::LatencyHistogram::FromBuckets(buckets, l.zero_count())});
+    in.latency.push_back({packed_time(l.sample_time()), static_cast<uint32_t>(target),
+                          l.zero_count(), static_cast<uint32_t>(in.bucket_indices.size()),
+                          static_cast<uint32_t>(l.bucket_indices_size())});
+    in.bucket_indices.insert(in.bucket_indices.end(), l.bucket_indices().begin(),
+                             l.bucket_indices().end());
+    in.bucket_counts.insert(in.bucket_counts.end(), l.bucket_counts().begin(),
+                            l.bucket_counts().end());
   }
   sla::IngestCounts counts = runtime.monitor().Ingest(in, now);
   counts.dropped += dropped;
@@ -370,11 +427,13 @@ absl::Status SlaApi::Impl::IngestBatch(const std::string& node,
     spdlog::info("sla: node {} sent {} sample(s) after their hour's grace period; ignored",
                  node, counts.late);
   }
-  if (!utilization.empty()) {
+  if (idle_watched) {
     std::map<std::string, bool> idle;
-    for (const auto& [id, u] : utilization) {
-      idle[id] = u.first < static_cast<int64_t>(holders.by_instance[id].idle_utilization_pct) *
-                               u.second;
+    for (size_t t = 0; t < holders.utilization.size(); ++t) {
+      const auto& [sum, samples] = holders.utilization[t];
+      if (samples == 0) continue;
+      const store::NodeGpuHolder& row = *holders.target_rows[t];
+      idle[row.instance_id] = sum < static_cast<int64_t>(row.idle_utilization_pct) * samples;
     }
     absl::Status s = agents.UpdateIdleStreaks(idle, now);
     if (!s.ok()) spdlog::warn("sla: node {}: idle streaks not updated: {}", node, s.ToString());

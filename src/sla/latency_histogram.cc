@@ -52,6 +52,20 @@ void LatencyHistogram::Merge(const LatencyHistogram& other) {
   FoldToCap();
 }
 
+void LatencyHistogram::MergeBuckets(const int32_t* indices, const int64_t* counts, size_t size,
+                                    int64_t zero_count) {
+  if (zero_count > 0) {
+    zero_count_ += zero_count;
+    count_ += zero_count;
+  }
+  for (size_t i = 0; i < size; ++i) {
+    if (counts[i] <= 0) continue;
+    buckets_[indices[i]] += counts[i];
+    count_ += counts[i];
+  }
+  FoldToCap();
+}
+
 int64_t LatencyHistogram::Quantile(double q) const {
   if (count_ == 0) return 0;
   q = std::min(1.0, std::max(0.0, q));

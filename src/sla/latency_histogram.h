@@ -1,6 +1,7 @@
 #ifndef SV_SLA_LATENCY_HISTOGRAM_H_
 #define SV_SLA_LATENCY_HISTOGRAM_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 
@@ -19,6 +20,10 @@ class LatencyHistogram {
 
   void Record(int64_t value_ns, int64_t count = 1);
   void Merge(const LatencyHistogram& other);
+  // Merge(FromBuckets(...)) without building the histogram: `size` pairs
+  // (a bucket may repeat; counts <= 0 are skipped) and the zero bucket.
+  void MergeBuckets(const int32_t* indices, const int64_t* counts, size_t size,
+                    int64_t zero_count);
 
   // The value at quantile q in [0, 1]; 0 for an empty histogram.
   int64_t Quantile(double q) const;

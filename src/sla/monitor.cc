@@ -43,74 +43,168 @@ Monitor::Entry* Monitor::EntryFor(const std::string& instance_id, absl::Time hou
   return &e;
 }
 
+void PackedBatch::Clear() {
+  node_name.clear();
+  targets.clear();
+  gpu_samples.clear();
+  storage_probes.clear();
+  latency.clear();
+  bucket_indices.clear();
+  bucket_counts.clear();
+}
+
+PackedTime PackTime(absl::Time t) {
+  const int64_t seconds = absl::ToUnixSeconds(t);  // Rounds down.
+  return {seconds, static_cast<int32_t>(absl::ToInt64Nanoseconds(t - absl::FromUnixSeconds(seconds)))};
+}
+
+namespace {
+
+bool After(const PackedTime& a, const PackedTime& b) {
+  return a.seconds > b.seconds || (a.seconds == b.seconds && a.nanos > b.nanos);
+}
+
+// The start of the hour holding `seconds`, in Unix seconds (rounds down).
+int64_t HourSeconds(int64_t seconds) {
+  int64_t q = seconds / 3600;
+  if (seconds % 3600 < 0) --q;
+  return q * 3600;
+}
+
+}  // namespace
+
 IngestCounts Monitor::Ingest(const AttributedBatch& batch, absl::Time now) {
+  // One target per run of samples naming the same instance and GPU count.
+  PackedBatch packed;
+  packed.node_name = batch.node_name;
+  auto target = [&packed](const std::string* id, int gpu_count) {
+    if (packed.targets.empty() || *packed.targets.back().instance_id != *id ||
+        packed.targets.back().gpu_count != gpu_count) {
+      packed.targets.push_back({id, gpu_count});
+    }
+    return static_cast<uint32_t>(packed.targets.size() - 1);
+  };
+  for (const AttributedGpuSample& s : batch.gpu_samples) {
+    packed.gpu_samples.push_back(
+        {PackTime(s.sample.at), target(s.instance_id, s.gpu_count), s.sample.gpu_index,
+         s.sample.xid_error || s.sample.ecc_uncorrectable || s.sample.throttled_by_platform});
+  }
+  for (const AttributedStorageProbe& p : batch.storage_probes) {
+    packed.storage_probes.push_back(
+        {PackTime(p.at), target(&p.instance_id, p.gpu_count), p.bytes_per_second});
+  }
+  for (const AttributedLatency& l : batch.latency) {
+    PackedLatency out{PackTime(l.at), target(&l.instance_id, l.gpu_count),
+                      l.histogram.zero_count(),
+                      static_cast<uint32_t>(packed.bucket_indices.size()),
+                      static_cast<uint32_t>(l.histogram.buckets().size())};
+    for (const auto& [bucket, n] : l.histogram.buckets()) {
+      packed.bucket_indices.push_back(bucket);
+      packed.bucket_counts.push_back(n);
+    }
+    packed.latency.push_back(out);
+  }
+  return Ingest(packed, now);
+}
+
+IngestCounts Monitor::Ingest(const PackedBatch& batch, absl::Time now) {
   IngestCounts counts;
+  const PackedTime newest = PackTime(now + options_.future_skew_max);
   std::lock_guard<std::mutex> lock(mutex_);
-  const absl::Time newest = now + options_.future_skew_max;
-  // Batches come grouped by instance and hour: look the window up once per run.
-  const std::string* last_instance = nullptr;
-  absl::Time last_hour;
+  // Lateness depends only on the hour: decide it once per hour seen.
+  bool late_known = false;
+  int64_t late_hour = 0;
+  bool late_value = false;
+  auto late = [&](int64_t hour) {
+    if (!late_known || hour != late_hour) {
+      late_known = true;
+      late_hour = hour;
+      late_value = Late(absl::FromUnixSeconds(hour), now);
+    }
+    return late_value;
+  };
+  // Batches come grouped by instance and hour: look the window up once per
+  // run (a run ends where the instance or the hour changes).
+  bool cached = false;
+  uint32_t cached_target = 0;
+  int64_t cached_hour = 0;
   Entry* entry = nullptr;
-  auto find = [&](const std::string& id, absl::Time at, int gpu_count) -> Entry* {
-    const absl::Time hour = HourOf(at);
-    if (last_instance != nullptr && *last_instance == id && hour == last_hour) return entry;
-    last_instance = &id;
-    last_hour = hour;
-    entry = EntryFor(id, hour, gpu_count, batch.node_name, now);
+  auto find = [&](uint32_t target, int64_t hour) -> Entry* {
+    const IngestTarget& t = batch.targets[target];
+    if (cached && cached_hour == hour &&
+        (cached_target == target ||
+         *batch.targets[cached_target].instance_id == *t.instance_id)) {
+      return entry;
+    }
+    cached = true;
+    cached_target = target;
+    cached_hour = hour;
+    entry = EntryFor(*t.instance_id, absl::FromUnixSeconds(hour), t.gpu_count, batch.node_name,
+                     now);
     return entry;
   };
-  // `weight`: samples the item stands for (a histogram holds many).
-  auto admit = [&](const std::string& id, absl::Time at, int gpu_count,
-                   int64_t weight) -> Entry* {
-    if (at > newest) {
+  // `weight`: samples the item stands for (a histogram holds many). Sets
+  // `hour` to the sample's hour (Unix seconds).
+  auto admit = [&](uint32_t target, const PackedTime& at, int64_t weight,
+                   int64_t& hour) -> Entry* {
+    if (target >= batch.targets.size() || After(at, newest)) {
       counts.dropped += weight;
       return nullptr;
     }
-    if (Late(HourOf(at), now)) {
+    hour = HourSeconds(at.seconds);
+    if (late(hour)) {
       counts.late += weight;
       // Held windows (not judged yet) count them in their evidence; judged
       // ones get them added to their record at the next checkpoint.
-      auto held = windows_.find({id, absl::ToUnixSeconds(HourOf(at))});
+      const std::string& id = *batch.targets[target].instance_id;
+      auto held = windows_.find({id, hour});
       if (held != windows_.end()) {
         held->second.evidence.late_samples_ignored += weight;
         held->second.dirty = true;
       } else {
-        late_[{id, HourOf(at)}] += weight;
+        late_[{id, absl::FromUnixSeconds(hour)}] += weight;
       }
       return nullptr;
     }
-    Entry* e = find(id, at, gpu_count);
+    Entry* e = find(target, hour);
     if (e == nullptr) counts.dropped += weight;
     return e;
   };
-  for (const AttributedGpuSample& s : batch.gpu_samples) {
-    Entry* e = admit(*s.instance_id, s.sample.at, s.gpu_count, 1);
+  int64_t hour = 0;
+  for (const PackedGpuSample& s : batch.gpu_samples) {
+    Entry* e = admit(s.target, s.at, 1, hour);
     if (e == nullptr) continue;
-    if (e->evidence.window.AddGpuSample(s.sample).ok()) {
+    const int slot = static_cast<int>((s.at.seconds - hour) / kSlotSeconds);
+    if (e->evidence.window.AddGpuSlot(s.gpu_index, slot, s.unusable)) {
       ++counts.accepted;
     } else {
       ++counts.dropped;
     }
   }
-  last_instance = nullptr;
-  for (const AttributedStorageProbe& p : batch.storage_probes) {
-    Entry* e = admit(p.instance_id, p.at, p.gpu_count, 1);
+  cached = false;
+  for (const PackedStorageProbe& p : batch.storage_probes) {
+    Entry* e = admit(p.target, p.at, 1, hour);
     if (e == nullptr) continue;
-    if (e->evidence.window.AddStorageProbe(p.at, p.bytes_per_second).ok()) {
+    if (e->evidence.window.AddStorageRate(p.bytes_per_second)) {
       ++counts.accepted;
     } else {
       ++counts.dropped;
     }
   }
-  last_instance = nullptr;
-  for (const AttributedLatency& l : batch.latency) {
-    Entry* e = admit(l.instance_id, l.at, l.gpu_count, l.histogram.count());
-    if (e == nullptr) continue;
-    if (e->evidence.window.AddLatency(l.at, l.histogram).ok()) {
-      counts.accepted += l.histogram.count();
-    } else {
-      counts.dropped += l.histogram.count();
+  cached = false;
+  for (const PackedLatency& l : batch.latency) {
+    if (static_cast<size_t>(l.first_bucket) + l.bucket_count > batch.bucket_indices.size() ||
+        batch.bucket_counts.size() != batch.bucket_indices.size()) {
+      continue;  // A malformed packed batch: the caller's bug, never the wire's.
     }
+    const int32_t* indices = batch.bucket_indices.data() + l.first_bucket;
+    const int64_t* bucket_counts = batch.bucket_counts.data() + l.first_bucket;
+    int64_t weight = std::max<int64_t>(0, l.zero_count);
+    for (uint32_t i = 0; i < l.bucket_count; ++i) weight += std::max<int64_t>(0, bucket_counts[i]);
+    Entry* e = admit(l.target, l.at, weight, hour);
+    if (e == nullptr) continue;
+    e->evidence.window.AddLatencyBuckets(indices, bucket_counts, l.bucket_count, l.zero_count);
+    counts.accepted += weight;
   }
   return counts;
 }

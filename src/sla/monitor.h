@@ -59,6 +59,51 @@ struct AttributedBatch {
   std::vector<AttributedLatency> latency;
 };
 
+// The same telemetry in the ingest hot path's form (what the API layer
+// builds): times as Unix seconds and nanos, no absl::Time arithmetic, and
+// every sample naming one of a few targets (an instance and its GPU count)
+// that the API layer attributed once per batch, not once per sample.
+struct PackedTime {
+  int64_t seconds = 0;
+  int32_t nanos = 0;  // 0 .. 999,999,999
+};
+struct IngestTarget {
+  const std::string* instance_id = nullptr;  // Points into the caller's storage.
+  int gpu_count = 1;
+};
+struct PackedGpuSample {
+  PackedTime at;
+  uint32_t target = 0;  // Index into PackedBatch::targets.
+  int32_t gpu_index = 0;  // The instance's own numbering.
+  bool unusable = false;  // XID, uncorrectable ECC or platform throttling.
+};
+struct PackedStorageProbe {
+  PackedTime at;
+  uint32_t target = 0;
+  int64_t bytes_per_second = 0;
+};
+struct PackedLatency {
+  PackedTime at;
+  uint32_t target = 0;
+  int64_t zero_count = 0;
+  // This histogram's buckets in PackedBatch::bucket_indices/bucket_counts.
+  uint32_t first_bucket = 0;
+  uint32_t bucket_count = 0;
+};
+struct PackedBatch {
+  std::string node_name;
+  std::vector<IngestTarget> targets;
+  std::vector<PackedGpuSample> gpu_samples;
+  std::vector<PackedStorageProbe> storage_probes;
+  std::vector<PackedLatency> latency;
+  std::vector<int32_t> bucket_indices;  // Counts >= 0.
+  std::vector<int64_t> bucket_counts;
+  // Empties it and keeps the capacity, for reuse by the next batch.
+  void Clear();
+};
+
+PackedTime PackTime(absl::Time t);
+
 struct IngestCounts {
   int64_t accepted = 0;
   int64_t dropped = 0;  // Malformed, from the future, or over the memory bound.
@@ -80,6 +125,9 @@ class Monitor {
   explicit Monitor(MonitorOptions options);
 
   IngestCounts Ingest(const AttributedBatch& batch, absl::Time now);
+  // The same, for the packed form: one lock, one window lookup per run of
+  // samples of one instance-hour, and slots set directly.
+  IngestCounts Ingest(const PackedBatch& batch, absl::Time now);
 
   // Windows changed since the last call (cleared), for the checkpoint.
   std::vector<WindowSnapshot> TakeDirty();

@@ -35,12 +35,19 @@ absl::Status InstanceHourWindow::AddGpuSample(const GpuSample& s) {
 
 absl::Status InstanceHourWindow::AddStorageProbe(absl::Time at, int64_t bytes_per_second) {
   if (SlotOf(at) < 0) return absl::InvalidArgumentError("storage probe outside the hour");
-  if (bytes_per_second < 0) return absl::InvalidArgumentError("negative throughput");
+  if (!AddStorageRate(bytes_per_second)) {
+    return absl::InvalidArgumentError("negative throughput");
+  }
+  return absl::OkStatus();
+}
+
+bool InstanceHourWindow::AddStorageRate(int64_t bytes_per_second) {
+  if (bytes_per_second < 0) return false;
   storage_min_ = storage_probe_count_ == 0 ? bytes_per_second
                                            : std::min(storage_min_, bytes_per_second);
   ++storage_probe_count_;
   storage_sum_ += bytes_per_second;
-  return absl::OkStatus();
+  return true;
 }
 
 absl::Status InstanceHourWindow::AddLatency(absl::Time at, const LatencyHistogram& h) {

@@ -43,6 +43,22 @@ class InstanceHourWindow {
   absl::Status AddLatency(absl::Time at, const LatencyHistogram& histogram);
   void Merge(const InstanceHourWindow& other);
 
+  // The ingest hot path's forms of the three above, for callers that
+  // already placed the sample in this hour (0 <= slot < kSlotsPerHour).
+  // False, and nothing changes, for a GPU the instance does not have or a
+  // negative throughput.
+  bool AddGpuSlot(int gpu, int slot, bool unusable) {
+    if (gpu < 0 || gpu >= gpu_count_ || slot < 0 || slot >= kSlotsPerHour) return false;
+    reported_[gpu][slot] = true;
+    if (unusable) unusable_[gpu][slot] = true;
+    return true;
+  }
+  bool AddStorageRate(int64_t bytes_per_second);
+  void AddLatencyBuckets(const int32_t* indices, const int64_t* counts, size_t size,
+                         int64_t zero_count) {
+    latency_.MergeBuckets(indices, counts, size, zero_count);
+  }
+
   // Slots in [from, to) (clamped to the hour) where every GPU reported and
   // was usable, and the number of slots in that span.
   int UsableSlots(absl::Time from, absl::Time to) const;
