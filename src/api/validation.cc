@@ -85,6 +85,11 @@ absl::StatusOr<store::InstanceSpec> NormalizeInstanceSpec(store::InstanceSpec sp
     return Invalid("INVALID_IMAGE", absl::StrCat("image is longer than ",
                                                  kImageLengthMax, " characters"));
   }
+  // A leading '-' would reach the node's runtime as an option (docker run
+  // ... IMAGE), so a reference starts with a letter or digit.
+  if (!IsLowerAlnum(spec.image[0]) && !(spec.image[0] >= 'A' && spec.image[0] <= 'Z')) {
+    return Invalid("INVALID_IMAGE", "image must start with a letter or digit");
+  }
   for (char c : spec.image) {
     bool ok = IsLowerAlnum(c) || (c >= 'A' && c <= 'Z') || c == '.' || c == '_' ||
               c == '-' || c == '/' || c == ':' || c == '@';

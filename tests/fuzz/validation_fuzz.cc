@@ -47,6 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(spec->gpu_count <= 8 || spec->gpu_count % 8 == 0);
     Check(spec->name.size() <= 63 && spec->image.size() <= 256);
     Check(spec->gpu_model == "RTX 4090");
+    // What reaches a node's runtime as IMAGE never reads as an option.
+    Check(!spec->image.empty() && spec->image[0] != '-');
   } else {
     Check(spec.status().code() == absl::StatusCode::kInvalidArgument);
     Check(!sv::ReasonOf(spec.status()).empty());

@@ -40,6 +40,10 @@ TEST(NormalizeInstanceSpecTest, FillsDefaultsAndRejectsBadFields) {
             "INVALID_IMAGE");
   EXPECT_TRUE(NormalizeInstanceSpec({"", 4, "", std::string(256, 'a')}).ok());
   EXPECT_TRUE(NormalizeInstanceSpec({"", 4, "", "nvcr.io/nvidia/pytorch:24.01-py3"}).ok());
+  // A leading '-' would reach `docker run` as an option, not an image.
+  EXPECT_EQ(ReasonOf(NormalizeInstanceSpec({"", 4, "", "--privileged"}).status()),
+            "INVALID_IMAGE");
+  EXPECT_EQ(ReasonOf(NormalizeInstanceSpec({"", 4, "", "-v/:/host"}).status()), "INVALID_IMAGE");
   EXPECT_TRUE(NormalizeInstanceSpec({"", 64, "", "", 2}).ok());
   EXPECT_TRUE(NormalizeInstanceSpec({"", 64, "", "", 16}).ok());
   EXPECT_EQ(ReasonOf(NormalizeInstanceSpec({"", 64, "", "", 17}).status()), "INVALID_MAX_LEAVES");
