@@ -48,7 +48,9 @@ if [[ ! -d "$ROOT/tests/e2e/node_modules" ]]; then
 fi
 
 JOBS="${SV_BUILD_JOBS:-$(nproc)}"
-if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
-  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# SV_CMAKE_ARGS: extra configure arguments (deploy/test.sh --sanitize).
+if [[ ! -f "$BUILD_DIR/build.ninja" || -n "${SV_CMAKE_ARGS:-}" ]]; then
+  # shellcheck disable=SC2086
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${SV_CMAKE_ARGS:-} >/dev/null
 fi
 cmake --build "$BUILD_DIR" -j "$JOBS"
