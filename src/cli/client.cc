@@ -22,6 +22,18 @@ std::string DefaultConfigPath() {
   return (home.empty() ? std::string(".") : home) + "/.config/svctl/config.json";
 }
 
+// The whole of a small PEM file; false (with `error`) if unreadable or empty.
+bool ReadPem(const std::string& path, const char* what, std::string* out, std::string* error) {
+  std::ifstream in(path);
+  std::string pem((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) pem.clear();
+  if (pem.empty()) {
+    if (error != nullptr) *error = absl::StrCat("cannot read ", what, " ", path);
+    return false;
+  }
+  *out = std::move(pem);
+  return true;
+}
 
 }  // namespace
 
@@ -45,6 +57,8 @@ bool ResolveConnection(const ConnectionFlags& flags, Connection* out, std::strin
   };
   out->endpoint = pick(flags.endpoint, "SVCTL_ENDPOINT", "endpoint");
   out->ca_file = pick(flags.ca_file, "SVCTL_CA_FILE", "ca_file");
+  out->client_cert_file = pick(flags.client_cert_file, "SVCTL_CLIENT_CERT", "client_cert");
+  out->client_key_file = pick(flags.client_key_file, "SVCTL_CLIENT_KEY", "client_key");
   out->token = flags.admin ? pick(flags.token, "SVCTL_ADMIN_TOKEN", "admin_token")
                            : pick(flags.token, "SVCTL_TOKEN", "token");
   out->timeout = absl::Seconds(flags.timeout_s);
@@ -59,6 +73,14 @@ bool ResolveConnection(const ConnectionFlags& flags, Connection* out, std::strin
                           path);
     return false;
   }
+  if (out->client_cert_file.empty() != out->client_key_file.empty()) {
+    *error = "--client-cert and --client-key go together";
+    return false;
+  }
+  if (!out->client_cert_file.empty() && out->ca_file.empty()) {
+    *error = "a client certificate needs TLS: pass --ca-file too";
+    return false;
+  }
   return true;
 }
 
@@ -66,15 +88,18 @@ std::shared_ptr<grpc::Channel> Dial(const Connection& connection, std::string* e
   if (connection.ca_file.empty()) {
     return grpc::CreateChannel(connection.endpoint, grpc::InsecureChannelCredentials());
   }
-  std::ifstream in(connection.ca_file);
-  std::string pem((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) pem.clear();
-  if (pem.empty()) {
-    if (error != nullptr) *error = absl::StrCat("cannot read CA file ", connection.ca_file);
+  grpc::SslCredentialsOptions options;
+  if (!ReadPem(connection.ca_file, "CA file", &options.pem_root_certs, error)) return nullptr;
+  if (connection.client_cert_file.empty() != connection.client_key_file.empty()) {
+    if (error != nullptr) *error = "--client-cert and --client-key go together";
     return nullptr;
   }
-  grpc::SslCredentialsOptions options;
-  options.pem_root_certs = pem;
+  if (!connection.client_cert_file.empty() &&
+      (!ReadPem(connection.client_cert_file, "client certificate", &options.pem_cert_chain,
+                error) ||
+       !ReadPem(connection.client_key_file, "client key", &options.pem_private_key, error))) {
+    return nullptr;
+  }
   return grpc::CreateChannel(connection.endpoint, grpc::SslCredentials(options));
 }
 

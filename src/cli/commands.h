@@ -66,6 +66,10 @@ void AddAppCommands(CLI::App& app, Action* action);
 // svctl keys ..., users ..., audit and spend-cap (security_commands.cc).
 void AddSecurityCommands(CLI::App& app, Action* action);
 
+// The whole command tree (cli/app.cc): global flags into `session`, every
+// group above. Parsing does no I/O; the stored action dials.
+void BuildApp(CLI::App& app, Session& session, Action* action);
+
 }  // namespace sv::cli
 
 #endif  // SV_CLI_COMMANDS_H_

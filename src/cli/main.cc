@@ -7,26 +7,7 @@ int main(int argc, char** argv) {
   sv::cli::Session session;
   sv::cli::Action action;
   CLI::App app{"svctl - command-line client of the sv GPU cloud"};
-  app.require_subcommand(1);
-  app.add_option("--endpoint", session.flags.endpoint, "svd address host:port");
-  app.add_option("--token", session.flags.token, "API key");
-  app.add_option("--config", session.flags.config_path, "Config file path");
-  app.add_option("--ca-file", session.flags.ca_file,
-                 "PEM CA bundle: use TLS and trust it (or SVCTL_CA_FILE)");
-  app.add_option("--timeout", session.flags.timeout_s, "Deadline of each call, seconds")
-      ->check(CLI::Range(1, 3600));
-  app.add_option("-o,--output", session.output, "Output format")
-      ->check(CLI::IsMember({"table", "json"}));
-  sv::cli::AddInstanceCommands(app, &action);
-  sv::cli::AddAccountCommands(app, &action);
-  sv::cli::AddAdminCommands(app, &action);
-  sv::cli::AddBillingCommands(app, &action);
-  sv::cli::AddSchedulingCommands(app, &action);
-  sv::cli::AddLifecycleCommands(app, &action);
-  sv::cli::AddVolumeCommands(app, &action);
-  sv::cli::AddAppCommands(app, &action);
-  sv::cli::AddSlaCommands(app, &action);
-  sv::cli::AddSecurityCommands(app, &action);
+  sv::cli::BuildApp(app, session, &action);  // cli/app.cc
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
