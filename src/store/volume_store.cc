@@ -94,6 +94,7 @@ absl::StatusOr<VolumeRecord> Reread(pqxx::work& txn, const std::string& id) {
 
 struct TargetInstance {
   std::string state;
+  int gpu_count = 0;
   std::vector<std::string> nodes;  // Nodes holding its GPUs.
   bool placed = false;             // Its agents must confirm mount changes.
 };
@@ -102,7 +103,8 @@ struct TargetInstance {
 absl::StatusOr<TargetInstance> LockTarget(pqxx::work& txn, const std::string& tenant_id,
                                           const std::string& instance_id) {
   auto rows = txn.exec_params(
-      "SELECT state FROM instances WHERE tenant_id = $1 AND id = $2 FOR UPDATE", tenant_id,
+      "SELECT state, gpu_count FROM instances WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
+      tenant_id,
       instance_id);
   if (rows.empty()) {
     return Error(absl::StatusCode::kNotFound, "INSTANCE_NOT_FOUND",
@@ -110,6 +112,7 @@ absl::StatusOr<TargetInstance> LockTarget(pqxx::work& txn, const std::string& te
   }
   TargetInstance t;
   t.state = rows[0][0].as<std::string>();
+  t.gpu_count = rows[0][1].as<int>();
   if (t.state == "DELETED" || t.state == "FAILED") {
     return Error(absl::StatusCode::kFailedPrecondition, "INSTANCE_FINISHED",
                  absl::StrCat("instance ", instance_id, " is ", t.state,
@@ -139,9 +142,38 @@ absl::StatusOr<std::string> NormalizeMountPath(const VolumeRecord& v, const std:
 
 // Checks that the volume may attach to the instance; binds an unplaced
 // node-local volume to the instance's node.
+// An instance that holds no node yet (PENDING, STOPPED) is placed on the
+// node of its node-local volumes by the scheduler (docs/storage.md), so those
+// must agree with each other and the instance must fit on one node.
+absl::Status CheckColdPlacement(pqxx::work& txn, const VolumeRecord& v, const TargetInstance& t,
+                                const std::string& instance_id) {
+  if (t.gpu_count > 8) {
+    return Error(absl::StatusCode::kFailedPrecondition, "VOLUME_NODE_MISMATCH",
+                 absl::StrCat("volume ", v.id, " is node-local and instance ", instance_id,
+                              " is a gang of ", t.gpu_count,
+                              " GPUs over several nodes; use a network volume"));
+  }
+  if (v.spec.node_id.empty()) return absl::OkStatus();
+  auto other = txn.exec_params(
+      "SELECT v.id, v.node_id FROM volume_attachments a JOIN volumes v ON v.id = a.volume_id "
+      "WHERE a.instance_id = $1 AND v.kind = 'node_local' AND v.node_id IS NOT NULL "
+      "AND v.node_id <> $2 AND v.id <> $3 LIMIT 1",
+      instance_id, v.spec.node_id, v.id);
+  if (!other.empty()) {
+    return Error(absl::StatusCode::kFailedPrecondition, "VOLUME_NODE_MISMATCH",
+                 absl::StrCat("volume ", v.id, " is node-local on node ", v.spec.node_id,
+                              " and instance ", instance_id, " already has node-local volume ",
+                              other[0][0].as<std::string>(), " on node ",
+                              other[0][1].as<std::string>(),
+                              "; an instance runs on one node"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckPlacement(pqxx::work& txn, VolumeRecord& v, const TargetInstance& t,
                             const std::string& instance_id, absl::Time now) {
-  if (v.spec.kind != VolumeKind::kNodeLocal || t.nodes.empty()) return absl::OkStatus();
+  if (v.spec.kind != VolumeKind::kNodeLocal) return absl::OkStatus();
+  if (t.nodes.empty()) return CheckColdPlacement(txn, v, t, instance_id);
   if (t.nodes.size() > 1) {
     return Error(absl::StatusCode::kFailedPrecondition, "VOLUME_NODE_MISMATCH",
                  absl::StrCat("volume ", v.id, " is node-local and instance ", instance_id,

@@ -307,6 +307,75 @@ TEST_F(VolumeTest, NodeLocalTenancyAndIdempotency) {
   EXPECT_EQ(listed.volumes_size(), 2);
 }
 
+// Goal: an instance with a node-local volume starts only on that volume's
+// node. Stopped, it waits while that node is full (even with another node
+// free), with a reason naming the volume's node; it runs there once that
+// node frees, and the agent confirms the mount. A second node-local volume
+// on another node cannot join it.
+TEST_F(VolumeTest, NodeLocalVolumeSteersTheStartToItsNode) {
+  v1::Instance a = RunInstance(token_);
+  const std::string home = a.placement(0).node_id();
+  v1::Volume local = CreateVolume("data", false, v1::NODE_LOCAL);
+  v1::Volume out;
+  ASSERT_TRUE(Attach(local.id(), a.id(), false, &out).ok());
+  ASSERT_TRUE(WaitFor([&] { return GetVolume(local.id()).state() == v1::ATTACHED; }));
+  v1::StopInstanceRequest stop;
+  stop.set_id(a.id());
+  v1::Instance ignored;
+  ASSERT_TRUE(instances_->StopInstance(Context(token_).get(), stop, &ignored).ok());
+
+  // Fill the three nodes; note which instance sits on the volume's node.
+  std::string on_home, elsewhere;
+  for (int i = 0; i < 3; ++i) {
+    v1::Instance x = RunInstance(token_);
+    (x.placement(0).node_id() == home ? on_home : elsewhere) = x.id();
+  }
+  ASSERT_FALSE(on_home.empty());
+  ASSERT_FALSE(elsewhere.empty());
+
+  v1::StartInstanceRequest start;
+  start.set_id(a.id());
+  ASSERT_TRUE(instances_->StartInstance(Context(token_).get(), start, &ignored).ok());
+  v1::DeleteInstanceRequest del;
+  del.set_id(elsewhere);
+  ASSERT_TRUE(instances_->DeleteInstance(Context(token_).get(), del, &ignored).ok());
+  // Another node is free now; the instance still waits for its own.
+  ASSERT_TRUE(WaitFor([&] {
+    return Get(token_, a.id()).state_reason().find("node-local") != std::string::npos;
+  })) << Get(token_, a.id()).state_reason();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  v1::Instance waiting = Get(token_, a.id());
+  EXPECT_EQ(waiting.state(), v1::PENDING) << waiting.state_reason();
+  EXPECT_NE(waiting.state_reason().find("node-local"), std::string::npos)
+      << waiting.state_reason();
+
+  del.set_id(on_home);
+  ASSERT_TRUE(instances_->DeleteInstance(Context(token_).get(), del, &ignored).ok());
+  ASSERT_TRUE(WaitFor([&] { return Get(token_, a.id()).state() == v1::RUNNING; }));
+  ASSERT_EQ(Get(token_, a.id()).placement_size(), 1);
+  EXPECT_EQ(Get(token_, a.id()).placement(0).node_id(), home);
+  ASSERT_TRUE(WaitFor([&] {
+    v1::Volume v = GetVolume(local.id());
+    return v.state() == v1::ATTACHED && v.attachments_size() == 1 &&
+           v.attachments(0).state() == v1::ATTACHMENT_ATTACHED;
+  }));
+
+  // A node-local volume bound to another node cannot join the stopped
+  // instance: it would have two homes.
+  v1::Instance other = RunInstance(token_);
+  ASSERT_NE(other.placement(0).node_id(), home);
+  v1::Volume second = CreateVolume("data2", false, v1::NODE_LOCAL);
+  ASSERT_TRUE(Attach(second.id(), other.id(), false, &out).ok());
+  ASSERT_TRUE(Detach(second.id(), other.id(), &out).ok());
+  ASSERT_TRUE(WaitFor([&] { return GetVolume(second.id()).state() == v1::AVAILABLE; }));
+  ASSERT_TRUE(instances_->StopInstance(Context(token_).get(), stop, &ignored).ok());
+  grpc::Status two_homes = Attach(second.id(), a.id(), false, &out);
+  EXPECT_EQ(two_homes.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(api::ReasonOf(two_homes), "VOLUME_NODE_MISMATCH");
+  EXPECT_NE(two_homes.error_message().find(local.id()), std::string::npos)
+      << two_homes.error_message();
+}
+
 // Goal: `create --mount llama-2-70b` mounts a public library item
 // read-only at /public/llama-2-70b: the agent receives it and confirms it;
 // an unknown name is INVALID_ARGUMENT with a reason and creates nothing.
