@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "agent/host_mounts.h"
 #include "agent/runtime_driver.h"
 #include "agent/subprocess.h"
 #include "common/status.h"
@@ -19,20 +20,76 @@ constexpr char kLabel[] = "sv.instance";
 
 std::string ContainerName(const std::string& id) { return "sv-" + id; }
 
+// Volumes under /mnt go through HostMounts (hot-pluggable); the others are
+// `-v` binds fixed at start.
+void SplitVolumes(const std::vector<VolumeMap>& all, std::vector<VolumeMap>* hot,
+                  std::vector<VolumeMap>* cold) {
+  for (const VolumeMap& v : all) {
+    (HostMounts::HotPath(v.target) ? hot : cold)->push_back(v);
+  }
+}
+
 class DockerDriver final : public RuntimeDriver {
  public:
-  explicit DockerDriver(std::string docker) : docker_(std::move(docker)) {}
+  DockerDriver(std::string docker, std::string mounts_root)
+      : docker_(std::move(docker)) {
+    if (!mounts_root.empty()) hot_ = std::make_unique<HostMounts>(std::move(mounts_root));
+  }
 
   std::string Name() const override { return "docker"; }
 
   absl::Status Start(const RuntimeInstance& instance) override {
+    RuntimeInstance run = instance;
+    std::string hot_dir;
+    if (hot_) {
+      std::vector<VolumeMap> hot;
+      run.volumes.clear();
+      SplitVolumes(instance.volumes, &hot, &run.volumes);
+      SV_ASSIGN_OR_RETURN(hot_dir, hot_->Prepare(instance.instance_id));
+      SV_RETURN_IF_ERROR(hot_->Apply(instance.instance_id, hot));
+      std::lock_guard<std::mutex> lock(mutex_);
+      cold_[instance.instance_id] = run.volumes;
+    }
     std::vector<std::string> argv = {docker_};
-    for (auto& a : DockerRunArgs(instance)) argv.push_back(std::move(a));
-    return Run(argv, "docker run");
+    for (auto& a : DockerRunArgs(run, hot_dir)) argv.push_back(std::move(a));
+    absl::Status started = Run(argv, "docker run");
+    if (!started.ok() && hot_) (void)hot_->Release(instance.instance_id);
+    return started;
   }
 
   absl::Status Stop(const std::string& instance_id) override {
-    return Run({docker_, "rm", "-f", ContainerName(instance_id)}, "docker rm");
+    SV_RETURN_IF_ERROR(Run({docker_, "rm", "-f", ContainerName(instance_id)}, "docker rm"));
+    if (hot_) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        cold_.erase(instance_id);
+      }
+      SV_RETURN_IF_ERROR(hot_->Release(instance_id));
+    }
+    return absl::OkStatus();
+  }
+
+  // Volumes under /mnt attach and detach while the container runs (mount
+  // propagation, see host_mounts.h). A change to a volume elsewhere needs a
+  // restart: then nothing changes and the error says so.
+  absl::Status SetVolumes(const std::string& instance_id,
+                          const std::vector<VolumeMap>& volumes) override {
+    if (!hot_) return RuntimeDriver::SetVolumes(instance_id, volumes);
+    std::vector<VolumeMap> hot, cold;
+    SplitVolumes(volumes, &hot, &cold);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      // After an agent restart the start set is unknown; like the agent,
+      // take the running container to have what svd asks for.
+      auto [it, unknown] = cold_.try_emplace(instance_id, cold);
+      if (!unknown && it->second != cold) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the docker runtime attaches and detaches volumes while an instance runs only "
+            "under ", kHotMountTarget, "/; a change to a mount elsewhere applies at the "
+            "instance's next start"));
+      }
+    }
+    return hot_->Apply(instance_id, hot);
   }
 
   absl::StatusOr<std::vector<RuntimeStatus>> List() override {
@@ -73,6 +130,9 @@ class DockerDriver final : public RuntimeDriver {
   }
 
   const std::string docker_;
+  std::unique_ptr<HostMounts> hot_;
+  std::mutex mutex_;
+  std::map<std::string, std::vector<VolumeMap>> cold_;  // `-v` volumes at start
 };
 
 class SimulatedDriver final : public RuntimeDriver {
@@ -116,6 +176,11 @@ class SimulatedDriver final : public RuntimeDriver {
 }  // namespace
 
 std::vector<std::string> DockerRunArgs(const RuntimeInstance& instance) {
+  return DockerRunArgs(instance, "");
+}
+
+std::vector<std::string> DockerRunArgs(const RuntimeInstance& instance,
+                                       const std::string& hot_mount_dir) {
   std::vector<std::string> args = {"run", "-d", "--name", ContainerName(instance.instance_id),
                                    "--label", absl::StrCat(kLabel, "=", instance.instance_id)};
   if (!instance.gpu_indices.empty()) {
@@ -128,6 +193,12 @@ std::vector<std::string> DockerRunArgs(const RuntimeInstance& instance) {
     args.push_back(absl::StrCat(p.host_port, ":", p.container_port, "/",
                                 p.protocol.empty() ? "tcp" : p.protocol));
   }
+  if (!hot_mount_dir.empty()) {
+    // rslave: mounts made later under the host directory show up inside.
+    args.push_back("--mount");
+    args.push_back(absl::StrCat("type=bind,source=", hot_mount_dir, ",target=", kHotMountTarget,
+                                ",bind-propagation=rslave"));
+  }
   for (const VolumeMap& v : instance.volumes) {
     args.push_back("-v");
     args.push_back(absl::StrCat(v.source, ":", v.target, v.read_only ? ":ro" : ""));
@@ -136,8 +207,9 @@ std::vector<std::string> DockerRunArgs(const RuntimeInstance& instance) {
   return args;
 }
 
-std::unique_ptr<RuntimeDriver> NewDockerDriver(const std::string& docker_path) {
-  return std::make_unique<DockerDriver>(docker_path);
+std::unique_ptr<RuntimeDriver> NewDockerDriver(const std::string& docker_path,
+                                               const std::string& hot_mounts_root) {
+  return std::make_unique<DockerDriver>(docker_path, hot_mounts_root);
 }
 
 std::unique_ptr<RuntimeDriver> NewSimulatedDriver() {

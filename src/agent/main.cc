@@ -88,6 +88,11 @@ int main(int argc, char** argv) {
                  "Shell command the process driver runs per instance")
       ->capture_default_str();
   app.add_option("--docker", docker_path, "The docker CLI")->capture_default_str();
+  std::string hot_mounts_dir = "/var/lib/sv/instance-mounts";
+  app.add_option("--hot-mounts-dir", hot_mounts_dir,
+                 "docker: per-instance directories bound at /mnt with mount propagation, so "
+                 "volumes under /mnt attach while a container runs (empty: at start only)")
+      ->capture_default_str();
   app.add_option("--state-dir", state_dir, "Pid files and probe files")->capture_default_str();
   app.add_option("--telemetry", telemetry, "nvml, simulated or none")
       ->check(CLI::IsMember({"nvml", "simulated", "none"}))
@@ -185,7 +190,7 @@ int main(int argc, char** argv) {
     source = std::move(simulated);
   }
   auto runtime = driver == "docker"
-                     ? sv::agent::NewDockerDriver(docker_path)
+                     ? sv::agent::NewDockerDriver(docker_path, hot_mounts_dir)
                      : sv::agent::NewProcessDriver(state_dir + "/instances", process_command);
 
   sigset_t signals;

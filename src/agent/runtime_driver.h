@@ -77,13 +77,21 @@ std::unique_ptr<RuntimeDriver> NewProcessDriver(const std::string& state_dir,
                                                 const std::string& command);
 
 // Runs each instance as a container through the docker CLI at `docker_path`.
-std::unique_ptr<RuntimeDriver> NewDockerDriver(const std::string& docker_path);
+// With `hot_mounts_root` (e.g. /var/lib/sv/instance-mounts), volumes under
+// /mnt attach and detach while the container runs (agent/host_mounts.h);
+// empty: every volume is bound at start only.
+std::unique_ptr<RuntimeDriver> NewDockerDriver(const std::string& docker_path,
+                                               const std::string& hot_mounts_root = "");
 
 // Keeps instances in memory only; used by simulated agents.
 std::unique_ptr<RuntimeDriver> NewSimulatedDriver();
 
 // The argv of `docker run` for an instance (without the program name).
 std::vector<std::string> DockerRunArgs(const RuntimeInstance& instance);
+// The same, with `hot_mount_dir` bound at /mnt with rslave propagation
+// (HostMounts); the instance's volumes are then only the `-v` ones.
+std::vector<std::string> DockerRunArgs(const RuntimeInstance& instance,
+                                       const std::string& hot_mount_dir);
 
 }  // namespace sv::agent
 

@@ -2,6 +2,7 @@
 // arguments, and the process driver with real local processes.
 
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/host_mounts.h"
 #include "agent/runtime_driver.h"
 
 namespace sv::agent {
@@ -94,6 +96,105 @@ TEST(DockerDriverTest, MissingDockerIsAnError) {
   auto driver = NewDockerDriver("/nonexistent/docker");
   absl::Status status = driver->Start({"ins-abc", {0}, "img", {}, {}});
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Bind mounts need CAP_SYS_ADMIN (CI runs as root); elsewhere the hot-mount
+// test is skipped and says why.
+bool CanMount(const std::string& dir) {
+  fs::create_directories(dir + "/probe-a");
+  fs::create_directories(dir + "/probe-b");
+  if (::mount((dir + "/probe-a").c_str(), (dir + "/probe-b").c_str(), nullptr, MS_BIND,
+              nullptr) != 0) {
+    return false;
+  }
+  ::umount2((dir + "/probe-b").c_str(), MNT_DETACH);
+  return true;
+}
+
+bool Exists(const std::string& path) { return fs::exists(path); }
+
+// Goal: with the docker driver, volumes under /mnt attach and detach while
+// the container runs. The container's /mnt is an rslave bind of the
+// instance's host directory (made here exactly as docker makes it for the
+// --mount argument the driver passes); hot mounts show up in it and go
+// away from it, read-only ones are read-only, a change outside /mnt is
+// refused with nothing changed, and Stop releases every mount and leaves
+// the volumes' data alone.
+TEST(DockerDriverTest, VolumesUnderMntAttachAndDetachWhileRunning) {
+  TempDir dir;
+  if (!CanMount(dir.path())) GTEST_SKIP() << "bind mounts need CAP_SYS_ADMIN here";
+  const std::string root = dir.path() + "/hot";
+  const std::string vol_a = dir.path() + "/vol-a", vol_b = dir.path() + "/vol-b";
+  const std::string lib = dir.path() + "/lib", container = dir.path() + "/container-mnt";
+  fs::create_directories(vol_a);
+  fs::create_directories(vol_b);
+  fs::create_directories(lib);
+  fs::create_directories(container);
+  std::ofstream(vol_a + "/a.txt") << "a";
+  std::ofstream(vol_b + "/b.txt") << "b";
+  struct Unmount {
+    std::string path;
+    bool armed = false;
+    ~Unmount() {
+      if (armed) ::umount2(path.c_str(), MNT_DETACH);
+    }
+  } container_view{container};
+
+  auto driver = NewDockerDriver(WriteFakeDocker(dir.path()), root);
+  const VolumeMap a{vol_a, "/mnt/a", false, "vol-a"};
+  const VolumeMap b{vol_b, "/mnt/data/b", true, "vol-b"};
+  const VolumeMap library{lib, "/public/lib", true, ""};
+  ASSERT_TRUE(driver->Start({"ins-hot", {0}, "img", {a, library}, {}}).ok());
+  const std::string calls = Slurp(dir.path() + "/calls.txt");
+  EXPECT_NE(calls.find("--mount\ntype=bind,source=" + root +
+                       "/ins-hot,target=/mnt,bind-propagation=rslave\n"),
+            std::string::npos)
+      << calls;
+  EXPECT_NE(calls.find("-v\n" + lib + ":/public/lib:ro\n"), std::string::npos) << calls;
+  EXPECT_EQ(calls.find(vol_a), std::string::npos) << "a hot volume is not a -v bind";
+
+  // docker --mount type=bind: a recursive bind, then rslave.
+  ASSERT_EQ(::mount((root + "/ins-hot").c_str(), container.c_str(), nullptr, MS_BIND | MS_REC,
+                    nullptr),
+            0);
+  container_view.armed = true;
+  ASSERT_EQ(::mount(nullptr, container.c_str(), nullptr, MS_SLAVE | MS_REC, nullptr), 0);
+  EXPECT_EQ(Slurp(container + "/a/a.txt"), "a");
+
+  // Hot attach, read-only, nested below /mnt.
+  absl::Status attached = driver->SetVolumes("ins-hot", {a, b, library});
+  ASSERT_TRUE(attached.ok()) << attached;
+  EXPECT_EQ(Slurp(container + "/data/b/b.txt"), "b");
+  std::ofstream write_b(container + "/data/b/new.txt");
+  EXPECT_FALSE(write_b.is_open()) << "a read-only volume took a write";
+
+  // Hot detach.
+  absl::Status detached = driver->SetVolumes("ins-hot", {b, library});
+  ASSERT_TRUE(detached.ok()) << detached;
+  EXPECT_FALSE(Exists(container + "/a/a.txt"));
+  EXPECT_EQ(Slurp(container + "/data/b/b.txt"), "b");
+
+  // Outside /mnt: refused, and /mnt/data/b stays.
+  absl::Status outside = driver->SetVolumes("ins-hot", {b});
+  EXPECT_EQ(outside.code(), absl::StatusCode::kFailedPrecondition) << outside;
+  EXPECT_EQ(Slurp(container + "/data/b/b.txt"), "b");
+
+  ASSERT_TRUE(driver->Stop("ins-hot").ok());
+  EXPECT_TRUE(HostMounts(root).MountedPaths("ins-hot").empty());
+  EXPECT_FALSE(Exists(root + "/ins-hot"));
+  EXPECT_EQ(Slurp(vol_a + "/a.txt"), "a");
+  EXPECT_EQ(Slurp(vol_b + "/b.txt"), "b");
+}
+
+TEST(HostMountsTest, OnlyPlainPathsUnderMntAreHot) {
+  EXPECT_EQ(HostMounts::HotPath("/mnt/data"), "data");
+  EXPECT_EQ(HostMounts::HotPath("/mnt/a/b/"), "a/b");
+  EXPECT_FALSE(HostMounts::HotPath("/mnt"));
+  EXPECT_FALSE(HostMounts::HotPath("/mnt/"));
+  EXPECT_FALSE(HostMounts::HotPath("/mntx/a"));
+  EXPECT_FALSE(HostMounts::HotPath("/data"));
+  EXPECT_FALSE(HostMounts::HotPath("/mnt/../etc"));
+  EXPECT_FALSE(HostMounts::HotPath("/mnt/a//b"));
 }
 
 std::optional<RuntimeStatus> Find(RuntimeDriver& driver, const std::string& id) {
