@@ -57,18 +57,21 @@ async function refreshRefunds() {
   });
 }
 
-// Green to red by allocation; grey for down nodes.
-function cellColor(node) {
+// Blue (0) to red (1) by a share; grey for down nodes, white for no data.
+function shareColor(node, share) {
   if (node.state === 'down') return '#8a8a8a';
-  const share = node.gpuCount ? node.allocatedGpuCount / node.gpuCount : 0;
+  if (share === null) return '#ffffff';
   const hue = 210 - Math.round(share * 170);
   return `hsl(${hue}, 65%, ${88 - Math.round(share * 40)}%)`;
 }
 
-async function refreshFleet() {
-  const data = await api('GET', '/v1/admin/dashboard/fleet');
-  const nodes = data.nodes || [];
-  const leaves = data.leaves || [];
+// Proto3 JSON leaves out zero values, so a missing field is 0.
+const num = (v) => Number(v || 0);
+const utilText = (pct) => (num(pct) < 0 ? '–' : `${num(pct)}%`);
+
+// One row per leaf switch, one cell per node; `view` gives a node's share
+// (0..1 or null), its label and its tooltip.
+function heatmap(container, nodes, ariaLabel, view) {
   const byLeaf = new Map();
   for (const n of nodes) {
     const key = `${n.pod} / ${n.leafSwitch}`;
@@ -79,30 +82,61 @@ async function refreshFleet() {
   const cols = Math.max(1, ...[...byLeaf.values()].map((l) => l.length));
   const height = byLeaf.size * (cell + 4) + 4;
   const width = labelW + cols * (cell + 4);
-  let allocated = 0, total = 0;
   const svg = svgEl('svg', { viewBox: `0 0 ${width} ${height}`, width, height, role: 'img', class: 'chart heat',
-    'aria-label': 'Fleet heatmap: ' + leaves.map((l) =>
-      `${l.leafSwitch} ${l.allocatedGpuCount} of ${l.gpuCount} GPUs allocated`).join('; ') });
+    'aria-label': ariaLabel });
   [...byLeaf.entries()].forEach(([key, list], row) => {
     const y = 4 + row * (cell + 4);
     svg.append(svgEl('text', { x: 0, y: y + cell / 2 + 4, class: 'axis' }, document.createTextNode(key)));
     list.forEach((n, col) => {
-      allocated += n.allocatedGpuCount;
-      total += n.gpuCount;
       const x = labelW + col * (cell + 4);
-      const rect = svgEl('rect', { x, y, width: cell, height: cell, rx: 4, fill: cellColor(n), class: 'cell' });
-      rect.append(svgEl('title', {}, document.createTextNode(
-        `${n.nodeName} (${n.state}): ${n.allocatedGpuCount}/${n.gpuCount} GPUs allocated, ${n.instanceCount} instances`)));
+      const v = view(n);
+      const rect = svgEl('rect', { x, y, width: cell, height: cell, rx: 4, fill: shareColor(n, v.share), class: 'cell' });
+      rect.append(svgEl('title', {}, document.createTextNode(v.title)));
       svg.append(rect);
       svg.append(svgEl('text', { x: x + cell / 2, y: y + cell / 2 + 4, 'text-anchor': 'middle', class: 'cell-text' },
-        document.createTextNode(`${n.allocatedGpuCount}/${n.gpuCount}`)));
+        document.createTextNode(v.label)));
     });
   });
-  document.getElementById('fleet-heatmap').replaceChildren(svg);
-  document.getElementById('kpi-gpus').textContent = `${allocated} / ${total}`;
+  container.replaceChildren(svg);
+}
+
+async function refreshFleet() {
+  const data = await api('GET', '/v1/admin/dashboard/fleet');
+  const nodes = data.nodes || [];
+  const leaves = data.leaves || [];
+  heatmap(document.getElementById('fleet-heatmap'), nodes,
+    'Fleet allocation heatmap: ' + leaves.map((l) =>
+      `${l.leafSwitch} ${num(l.allocatedGpuCount)} of ${num(l.gpuCount)} GPUs allocated`).join('; '),
+    (n) => ({
+      share: num(n.gpuCount) ? num(n.allocatedGpuCount) / num(n.gpuCount) : 0,
+      label: `${num(n.allocatedGpuCount)}/${num(n.gpuCount)}`,
+      title: `${n.nodeName} (${n.state}): ${num(n.allocatedGpuCount)}/${num(n.gpuCount)} GPUs allocated, ` +
+        `${num(n.instanceCount)} instances`,
+    }));
+  heatmap(document.getElementById('fleet-util-heatmap'), nodes,
+    'Fleet utilization heatmap, last hour: ' + leaves.map((l) =>
+      `${l.leafSwitch} ${utilText(l.gpuUtilizationPct)}`).join('; '),
+    (n) => ({
+      share: num(n.gpuUtilizationPct) < 0 ? null : num(n.gpuUtilizationPct) / 100,
+      label: utilText(n.gpuUtilizationPct),
+      title: `${n.nodeName} (${n.state}): GPU utilization ${utilText(n.gpuUtilizationPct)} over the last hour`,
+    }));
+  const series = data.utilizationSeries || [];
+  const chart = document.getElementById('fleet-util-chart');
+  if (!series.length) {
+    chart.replaceChildren(el('p', { class: 'help', text: 'No GPU telemetry in the last 48 hours.' }));
+  } else {
+    barChart(chart, {
+      title: 'Fleet GPU utilization per hour', unit: '%',
+      labels: series.map((p) => p.hourStartTime.slice(5, 13).replace('T', ' ') + 'h'),
+      series: [{ label: 'Utilization', color: '#2b6cb0', values: series.map((p) => num(p.gpuUtilizationPct)) }],
+    });
+  }
+  document.getElementById('kpi-gpus').textContent = `${num(data.allocatedGpuCount)} / ${num(data.gpuCount)}`;
+  document.getElementById('kpi-util').textContent = utilText(data.gpuUtilizationPct);
   fillTable(document.querySelector('#leaves-table tbody'), leaves, (l) => [
-    l.pod, l.leafSwitch, String(l.nodeCount), String(l.downNodeCount),
-    `${l.allocatedGpuCount} / ${l.gpuCount}`, `${l.allocatedPct}%`]);
+    l.pod, l.leafSwitch, String(num(l.nodeCount)), String(num(l.downNodeCount)),
+    `${num(l.allocatedGpuCount)} / ${num(l.gpuCount)}`, `${num(l.allocatedPct)}%`, utilText(l.gpuUtilizationPct)]);
 }
 
 async function refreshTenants() {

@@ -3,10 +3,12 @@
 #include <charconv>
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "api/internal/dashboard_service.h"
 #include "api/internal/service_util.h"
 #include "common/status.h"
 #include "store/dashboard_store.h"
+#include "store/utilization_store.h"
 #include "sv/v1/dashboard.grpc.pb.h"
 
 namespace sv::api::internal {
@@ -15,6 +17,7 @@ namespace {
 constexpr int kPageDefault = 100;
 constexpr int kPageMax = 500;
 constexpr int kNodesMax = 5000;
+constexpr int kSeriesHoursMax = 24 * 35;
 constexpr absl::Duration kRangeMax = absl::Hours(24 * 366 * 5);
 
 absl::StatusOr<absl::Time> TimeOf(const char* field, const google::protobuf::Timestamp& t) {
@@ -61,7 +64,10 @@ absl::Status BadToken() {
 class DashboardAdminServiceImpl final : public v1::DashboardAdminService::Service {
  public:
   DashboardAdminServiceImpl(const ApiDependencies& deps, const Authenticator& auth)
-      : deps_(deps), auth_(auth), dashboard_(deps.store->database()) {}
+      : deps_(deps),
+        auth_(auth),
+        dashboard_(deps.store->database()),
+        utilization_(deps.store->database()) {}
 
   grpc::Status GetRevenueSeries(grpc::ServerContext* context,
                                 const v1::GetRevenueSeriesRequest* request,
@@ -110,14 +116,29 @@ class DashboardAdminServiceImpl final : public v1::DashboardAdminService::Servic
   }
 
   grpc::Status GetFleetUtilization(grpc::ServerContext* context,
-                                   const v1::GetFleetUtilizationRequest*,
+                                   const v1::GetFleetUtilizationRequest* request,
                                    v1::GetFleetUtilizationResponse* response) override {
     return Run("GetFleetUtilization", *context, [&]() -> absl::Status {
+      if (request->series_hours() < 0 || request->series_hours() > kSeriesHoursMax) {
+        return Error(absl::StatusCode::kInvalidArgument, "INVALID_SERIES_HOURS",
+                     absl::StrCat("series_hours must be 0 (48) to ", kSeriesHoursMax));
+      }
       SV_ASSIGN_OR_RETURN(auto nodes, dashboard_.FleetNodes(kNodesMax));
+      // Utilization: the current hour and the one before, so the figure
+      // never drops to "no samples" just after the hour turns.
+      const absl::Time now = deps_.clock->Now();
+      const absl::Time this_hour = absl::FromUnixSeconds(absl::ToUnixSeconds(now) / 3600 * 3600);
+      SV_ASSIGN_OR_RETURN(auto by_node,
+                          utilization_.ByNode(this_hour - absl::Hours(1), now + absl::Hours(1)));
+      const int series_hours = request->series_hours() == 0 ? 48 : request->series_hours();
+      SV_ASSIGN_OR_RETURN(auto series, utilization_.Series(this_hour - absl::Hours(series_hours - 1),
+                                                           this_hour + absl::Hours(1)));
       // Leaves in node order (pod, leaf), summed here from the node rows.
       struct LeafSum {
         int nodes = 0, down = 0, gpus = 0, allocated = 0;
+        store::UtilizationSum utilization;
       };
+      store::UtilizationSum fleet;
       std::map<std::pair<std::string, std::string>, LeafSum> leaves;
       std::vector<std::pair<std::string, std::string>> order;
       int gpus = 0, allocated = 0;
@@ -130,6 +151,12 @@ class DashboardAdminServiceImpl final : public v1::DashboardAdminService::Servic
         if (n.state == "down") ++l.down;
         l.gpus += n.gpu_count;
         l.allocated += n.allocated_gpu_count;
+        store::UtilizationSum u;
+        if (auto it = by_node.find(n.name); it != by_node.end()) u = it->second;
+        l.utilization.utilization_sum += u.utilization_sum;
+        l.utilization.sample_count += u.sample_count;
+        fleet.utilization_sum += u.utilization_sum;
+        fleet.sample_count += u.sample_count;
         gpus += n.gpu_count;
         allocated += n.allocated_gpu_count;
         auto* out = response->add_nodes();
@@ -140,6 +167,7 @@ class DashboardAdminServiceImpl final : public v1::DashboardAdminService::Servic
         out->set_gpu_count(n.gpu_count);
         out->set_allocated_gpu_count(n.allocated_gpu_count);
         out->set_instance_count(n.instance_count);
+        out->set_gpu_utilization_pct(u.MeanPct());
       }
       for (const auto& key : order) {
         const LeafSum& l = leaves[key];
@@ -151,9 +179,17 @@ class DashboardAdminServiceImpl final : public v1::DashboardAdminService::Servic
         out->set_gpu_count(l.gpus);
         out->set_allocated_gpu_count(l.allocated);
         out->set_allocated_pct(l.gpus > 0 ? l.allocated * 100 / l.gpus : 0);
+        out->set_gpu_utilization_pct(l.utilization.MeanPct());
       }
       response->set_gpu_count(gpus);
       response->set_allocated_gpu_count(allocated);
+      response->set_gpu_utilization_pct(fleet.MeanPct());
+      for (const auto& p : series) {
+        auto* out = response->add_utilization_series();
+        *out->mutable_hour_start_time() = ToProto(p.hour);
+        out->set_gpu_utilization_pct(p.sum.MeanPct());
+        out->set_sample_count(p.sum.sample_count);
+      }
       return absl::OkStatus();
     });
   }
@@ -247,6 +283,7 @@ class DashboardAdminServiceImpl final : public v1::DashboardAdminService::Servic
   ApiDependencies deps_;
   const Authenticator& auth_;
   store::DashboardStore dashboard_;
+  store::UtilizationStore utilization_;
 };
 
 }  // namespace

@@ -255,6 +255,8 @@ struct SlaApi::Impl {
     return absl::OkStatus();
   }
 
+  void AddFleetUtilization(const std::string& node, const v1::SlaTelemetryBatch& batch,
+                           absl::Time now);
   absl::Status IngestBatch(const std::string& node, const v1::SlaTelemetryBatch& batch,
                            Holders& holders, v1::StreamTelemetryResponse& totals);
 
@@ -300,6 +302,34 @@ struct SlaApi::Impl {
   }
 };
 
+// The dashboard's fleet utilization: every sample of the batch, held GPU or
+// idle, summed per hour (a batch rarely spans two).
+void SlaApi::Impl::AddFleetUtilization(const std::string& node,
+                                       const v1::SlaTelemetryBatch& batch, absl::Time now) {
+  int64_t hour = -1, sum = 0, count = 0;
+  auto add = [&] {
+    if (count > 0) {
+      options.fleet_utilization->Add(node, absl::FromUnixSeconds(hour * 3600), sum, count);
+    }
+    sum = count = 0;
+  };
+  for (const auto& s : batch.gpu_samples()) {
+    if (!ValidTimestamp(s.sample_time())) continue;
+    const int64_t seconds = s.sample_time().seconds() == 0 && s.sample_time().nanos() == 0
+                                ? absl::ToUnixSeconds(now)
+                                : s.sample_time().seconds();
+    // Clock nonsense from an agent does not make hours of its own.
+    if (seconds < 0 || seconds > absl::ToUnixSeconds(now) + 3600) continue;
+    if (seconds / 3600 != hour) {
+      add();
+      hour = seconds / 3600;
+    }
+    sum += std::clamp(s.utilization_pct(), 0, 100);
+    ++count;
+  }
+  add();
+}
+
 absl::Status SlaApi::Impl::IngestBatch(const std::string& node,
                                        const v1::SlaTelemetryBatch& batch, Holders& holders,
                                        v1::StreamTelemetryResponse& totals) {
@@ -312,6 +342,7 @@ absl::Status SlaApi::Impl::IngestBatch(const std::string& node,
                                 " probes and histograms of each kind"));
   }
   const absl::Time now = clock.Now();
+  if (options.fleet_utilization != nullptr) AddFleetUtilization(node, batch, now);
   const auto age = std::chrono::steady_clock::now() - holders.loaded;
   if (!holders.valid || age > absl::ToChronoNanoseconds(options.holders_ttl)) {
     SV_RETURN_IF_ERROR(Refresh(node, holders));

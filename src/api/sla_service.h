@@ -13,6 +13,7 @@
 #include "api/agent_service.h"
 #include "api/auth.h"
 #include "common/clock.h"
+#include "sla/fleet_utilization.h"
 #include "sla/runtime.h"
 #include "store/store.h"
 
@@ -22,6 +23,9 @@ struct SlaApiOptions {
   // How long a stream trusts its map of the node's GPUs to instances; a
   // sample for an unmapped GPU refreshes it sooner (at most every 250 ms).
   absl::Duration holders_ttl = absl::Seconds(1);
+  // Takes every GPU sample's utilization per node and hour (dashboard);
+  // may be null.
+  sla::FleetUtilization* fleet_utilization = nullptr;
 };
 
 class SlaApi {

@@ -29,6 +29,7 @@
 #include "server/tls.h"
 #include "server/ops_metrics.h"
 #include "sim/fleet.h"
+#include "sla/fleet_utilization.h"
 #include "sla/policy.h"
 #include "sla/runtime.h"
 #include "spdlog/spdlog.h"
@@ -220,7 +221,12 @@ int RunServer(const ServerOptions& options) {
   sla::CheckpointLoop sla_checkpoints(sla_runtime);
   sla::JudgeLoop sla_judge(sla_runtime, clock);
   sla_judge.SetLeaderGate(&leadership);
-  api::SlaApi sla_api(store, clock, sla_runtime, agent_api, api_deps.auth, fake_clock.get());
+  // Fleet GPU utilization for the dashboard, from the same telemetry streams.
+  sla::FleetUtilization fleet_utilization(db, clock, sla_options.checkpoint_interval);
+  api::SlaApiOptions sla_api_options;
+  sla_api_options.fleet_utilization = &fleet_utilization;
+  api::SlaApi sla_api(store, clock, sla_runtime, agent_api, api_deps.auth, fake_clock.get(),
+                      sla_api_options);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -314,6 +320,7 @@ int RunServer(const ServerOptions& options) {
   billing_loop.Start();
   spend_caps.Start();
   sla_checkpoints.Start();
+  fleet_utilization.Start();
   sla_judge.Start();
   agent_api.StartMonitor();
   sim::FleetOptions fleet_options;
@@ -349,6 +356,7 @@ int RunServer(const ServerOptions& options) {
                    absl::ToChronoNanoseconds(kShutdownGrace));
   server->Wait();
   sla_checkpoints.Stop();  // The final checkpoint, after every stream ended.
+  fleet_utilization.Stop();
   http.Stop();
   if (postgres) {
     if (absl::Status s = postgres->Stop(); !s.ok()) {

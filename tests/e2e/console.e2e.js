@@ -148,6 +148,11 @@ async function availableMicros(page) {
       await admin.waitForFunction(() => [...document.querySelectorAll('#revenue-day-chart svg rect.bar')]
         .some((r) => Number(r.getAttribute('height')) > 0), null, { timeout: 10000 });
       await admin.locator('#fleet-heatmap svg rect.cell').first().waitFor();
+      // Utilization from the simulated agents' telemetry: some node shows a
+      // percentage (not the no-samples dash) once a flush has landed.
+      await admin.locator('#fleet-util-heatmap svg rect.cell').first().waitFor();
+      await admin.waitForFunction(() => /\d+%/.test(document.getElementById('kpi-util').textContent),
+        null, { timeout: 30000 });
       await admin.locator('#balances-table tbody tr', { hasText: 'e2e' }).first().waitFor();
       console.log(`     dashboard shows ${charged} µ¥ charged`);
       await shot(admin, '05-admin');

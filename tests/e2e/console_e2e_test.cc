@@ -40,7 +40,8 @@ TEST(ConsoleE2eTest, SignInRunInstanceSeeBalanceFallStopAndSeeRevenue) {
   // Minutes are billed as soon as they end (no metering lag), every 200 ms.
   SvdOptions options{CreateTestDatabase(), 4, 2,
                      {"--billing-interval-ms", "200", "--billing-lag-ms", "0",
-                      "--agent-heartbeat-interval-ms", "200"}};
+                      "--agent-heartbeat-interval-ms", "200", "--agent-telemetry-interval-ms",
+                      "500", "--sla-checkpoint-interval-ms", "500"}};
   // With svd's test clock, the minute is simulated; without it, real time.
   if (SvdHasFlag("--fake-clock-start")) {
     // A few seconds into a minute, so the instance's first minute is whole.
