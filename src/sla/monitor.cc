@@ -55,7 +55,8 @@ void PackedBatch::Clear() {
 
 PackedTime PackTime(absl::Time t) {
   const int64_t seconds = absl::ToUnixSeconds(t);  // Rounds down.
-  return {seconds, static_cast<int32_t>(absl::ToInt64Nanoseconds(t - absl::FromUnixSeconds(seconds)))};
+  return {seconds,
+          static_cast<int32_t>(absl::ToInt64Nanoseconds(t - absl::FromUnixSeconds(seconds)))};
 }
 
 namespace {
