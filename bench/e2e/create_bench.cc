@@ -4,7 +4,9 @@
 // client count as the database's own ceiling. Prints creates/s, p50, p99 and
 // the ratio to pgbench's transactions per second.
 //
-// Knobs: SV_BENCH_CLIENTS (64), SV_BENCH_SECONDS (10), SV_BENCH_NODES (64).
+// Knobs: SV_BENCH_CLIENTS (64), SV_BENCH_SECONDS (10), SV_BENCH_NODES (64),
+// SV_BENCH_PROFILE=1 (loads pg_stat_statements and prints, per create, the
+// statements run, the transactions committed and the wait events sampled).
 // The fleet is large enough that creates are placed, not just queued.
 
 #include <signal.h>
@@ -18,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <regex>
 #include <sstream>
@@ -81,6 +84,11 @@ int main() {
   pg_options.durable = true;  // A benchmark of real commits.
   pg_options.database = "sv";
   pg_options.settings = {"max_connections=300", "shared_buffers=256MB"};
+  const bool profile = EnvInt("SV_BENCH_PROFILE", 0) != 0;
+  if (profile) {
+    pg_options.settings.push_back("shared_preload_libraries=pg_stat_statements");
+    pg_options.settings.push_back("pg_stat_statements.track=all");
+  }
   sv::store::EmbeddedPostgres pg(pg_options);
   if (absl::Status s = pg.Start(); !s.ok()) {
     std::fprintf(stderr, "bench: PostgreSQL: %s\n", s.ToString().c_str());
@@ -140,6 +148,24 @@ int main() {
     }
   }
 
+  const std::string as_owner = geteuid() == 0 ? "runuser -u postgres -- " : "";
+  const std::string conn = absl::StrCat("-h 127.0.0.1 -p ", pg.port(), " -U postgres");
+  auto psql = [&](const std::string& sql) {
+    return RunOutput(absl::StrCat(as_owner, PgBin(), "/psql -X -A -t -F ' | ' -q ", conn,
+                                  " sv -c \"", sql, "\" 2>&1"));
+  };
+  const std::string commits_sql =
+      "SELECT xact_commit FROM pg_stat_database WHERE datname = 'sv'";
+  int64_t commits_before = 0;
+  if (profile) {
+    psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements");
+    psql("SELECT pg_stat_statements_reset()");
+    commits_before = std::atoll(psql(commits_sql).c_str());
+  }
+  // Wait events of the server's backends, sampled every 20 ms during the load.
+  std::map<std::string, int> waits;
+  std::thread sampler;
+
   // Each create asks for 1 GPU and deletes it at once after, so the fleet
   // never fills: every create is placed, the path a real create takes.
   std::atomic<bool> stop{false};
@@ -148,6 +174,21 @@ int main() {
   std::atomic<int> errors{0};
   std::vector<std::thread> threads;
   const auto started = Clock::now();
+  if (profile) {
+    sampler = std::thread([&] {
+      while (!stop.load()) {
+        std::istringstream rows(psql(
+            "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU'), state FROM "
+            "pg_stat_activity WHERE datname = 'sv' AND backend_type = 'client backend' AND "
+            "pid <> pg_backend_pid()"));
+        std::string line;
+        while (std::getline(rows, line)) {
+          if (line.find(" | ") != std::string::npos) ++waits[line];
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    });
+  }
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
       // A channel per 8 clients: like many client processes, not one.
@@ -190,6 +231,21 @@ int main() {
   stop = true;
   for (auto& t : threads) t.join();
   const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
+  if (sampler.joinable()) sampler.join();
+  if (profile) {
+    const double creates = std::max<size_t>(1, latencies_ms.size());
+    const int64_t commits_after = std::atoll(psql(commits_sql).c_str());
+    std::printf("profile: %.0f creates (+ as many deletes); %.2f commits per create+delete\n",
+                creates, (commits_after - commits_before) / creates);
+    std::printf("profile: statements per create+delete (calls/create | ms total | sql):\n%s",
+                psql(absl::StrCat("SELECT round(calls / ", creates,
+                                  ", 2), round(total_exec_time), left(regexp_replace(query, "
+                                  "'\\s+', ' ', 'g'), 150) FROM pg_stat_statements ORDER BY "
+                                  "calls DESC LIMIT 40"))
+                    .c_str());
+    std::printf("profile: backend states sampled (wait event | state: samples):\n");
+    for (const auto& [k, n] : waits) std::printf("  %-60s %d\n", k.c_str(), n);
+  }
   kill(svd, SIGTERM);
   waitpid(svd, nullptr, 0);
 
@@ -203,8 +259,6 @@ int main() {
   const double creates_per_s = latencies_ms.size() / elapsed;
 
   // pgbench -N (no updates of the small tables) with the same clients.
-  const std::string as_owner = geteuid() == 0 ? "runuser -u postgres -- " : "";
-  const std::string conn = absl::StrCat("-h 127.0.0.1 -p ", pg.port(), " -U postgres");
   RunOutput(absl::StrCat(as_owner, PgBin(), "/pgbench -i -q -s 10 ", conn, " sv 2>&1"));
   const std::string out = RunOutput(absl::StrCat(as_owner, PgBin(), "/pgbench -N -c ",
                                                  clients, " -j 2 -T ", seconds, " ", conn,
