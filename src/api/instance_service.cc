@@ -203,8 +203,11 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
     store::InstanceSpec spec{in.name(), in.gpu_count(), in.gpu_model(), in.image(),
                              in.max_leaves()};
     SV_RETURN_IF_ERROR(ReadInstanceExtras(in, spec));
-    SV_RETURN_IF_ERROR(
-        CreateInstanceFor(deps_, who, std::move(spec), request.request_id(), response));
+    bool ranked = true;
+    SV_RETURN_IF_ERROR(CreateInstanceFor(deps_, who, std::move(spec), request.request_id(),
+                                         response, &ranked));
+    // A new row no queue pass has seen yet has no position (0) to read.
+    if (!ranked) return absl::OkStatus();
     return SetQueuePositions(who.tenant_id, {response});
   }
 
@@ -281,7 +284,8 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
 
 absl::Status CreateInstanceFor(const ApiDependencies& deps, const store::Principal& who,
                                store::InstanceSpec spec, std::string request_id,
-                               v1::Instance* response) {
+                               v1::Instance* response, bool* ranked) {
+  if (ranked != nullptr) *ranked = true;
   store::InstanceExtras extras = std::move(spec.extras);
   SV_ASSIGN_OR_RETURN(spec, NormalizeInstanceSpec(spec));
   spec.extras = std::move(extras);
@@ -290,11 +294,11 @@ absl::Status CreateInstanceFor(const ApiDependencies& deps, const store::Princip
   } else {
     SV_RETURN_IF_ERROR(ValidateRequestId(request_id));
   }
-  // The tenant's pending quota (RESOURCE_EXHAUSTED / QUOTA_EXCEEDED); a
-  // retry of a create that was accepted always gets its first answer.
-  if (deps.loops != nullptr) {
-    SV_RETURN_IF_ERROR(deps.loops->scheduling().Admit(who.tenant_id, request_id));
-  }
+  // The tenant's pending quota (RESOURCE_EXHAUSTED / QUOTA_EXCEEDED) is
+  // checked inside the create's transaction below, under the tenant's row
+  // lock, so it is exact; a retry of a create that was accepted always gets
+  // its first answer there.
+  //
   // FAILED_PRECONDITION / INSUFFICIENT_CREDIT unless the first minutes are
   // paid for; a user's first create is also when its trial is granted.
   if (deps.billing != nullptr) {
@@ -306,6 +310,9 @@ absl::Status CreateInstanceFor(const ApiDependencies& deps, const store::Princip
   // the tenant's optional cap (docs/security.md).
   SV_RETURN_IF_ERROR(
       CheckSpendCapForCreate(deps.store->database(), who.tenant_id, deps.clock->Now()));
+  const bool has_extras = !spec.extras.ports.empty() || !spec.extras.library_mounts.empty() ||
+                          !spec.extras.app_image_id.empty();
+  bool inserted = false;
   SV_ASSIGN_OR_RETURN(auto record,
                       deps.store->CreateInstance(
                           who.tenant_id, spec, request_id,
@@ -313,23 +320,33 @@ absl::Status CreateInstanceFor(const ApiDependencies& deps, const store::Princip
                           deps.clock->Now(),
                           deps.loops != nullptr
                               ? deps.loops->scheduling().options().default_quota.pending_count_max
-                              : -1));
+                              : -1,
+                          &inserted));
+  bool pass_ran = false;
   if (record.state == store::InstanceState::kPending && deps.loops != nullptr) {
     // Place at once when capacity allows, so the answer already shows the
-    // placement; if the pass fails the loop retries it shortly.
-    absl::Status placed = deps.loops->PlaceNow();
+    // placement; if the pass fails the loop retries it shortly. When another
+    // pass holds the lock, the loop's next pass places it (docs/reliability.md)
+    // and the answer is the row as committed: PENDING.
+    absl::Status placed = deps.loops->PlaceNow(&pass_ran);
     if (!placed.ok()) {
       spdlog::warn("api: placement after create failed tenant={} request_id={}: {}",
                    who.tenant_id, request_id, placed.ToString());
       deps.loops->Kick();
     }
-    auto reread = deps.store->GetInstance(who.tenant_id, record.id);
-    if (reread.ok()) record = *std::move(reread);
+    if (pass_ran) {
+      auto reread = deps.store->GetInstance(who.tenant_id, record.id);
+      if (reread.ok()) record = *std::move(reread);
+    }
   }
+  if (ranked != nullptr) *ranked = !inserted || pass_ran;
   spdlog::info("api: instance {} gpus={} state={} tenant={} request_id={}", record.id,
                record.spec.gpu_count, store::InstanceStateName(record.state),
                who.tenant_id, request_id);
   ToProto(record, response);
+  // A row this call inserted without ports, mounts or an app has none of
+  // them, nor volumes (attaching needs the instance's id): nothing to read.
+  if (inserted && !has_extras) return absl::OkStatus();
   return AddInstanceExtras(*deps.store, who.tenant_id, {response});
 }
 

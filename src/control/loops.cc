@@ -43,9 +43,24 @@ void ControlLoops::Stop() {
   if (placement_thread_.joinable()) placement_thread_.join();
 }
 
-absl::Status ControlLoops::PlaceNow() { return RunPass(/*wait_for_lock=*/false); }
+absl::Status ControlLoops::PlaceNow(bool* ran) {
+  return RunPass(/*wait_for_lock=*/false, ran);
+}
 
-absl::Status ControlLoops::RunPass(bool wait_for_lock) {
+absl::Status ControlLoops::RunPass(bool wait_for_lock, bool* ran) {
+  if (ran != nullptr) *ran = false;
+  // A pass of this process is running: it holds the placement lock, so a
+  // try would fail after a transaction; kick the loop instead, whose next
+  // pass sees the caller's instance (as when the lock is busy below).
+  if (!wait_for_lock && passes_in_flight_.load() > 0) {
+    Kick();
+    return absl::OkStatus();
+  }
+  passes_in_flight_.fetch_add(1);
+  struct Done {
+    std::atomic<int>& count;
+    ~Done() { count.fetch_sub(1); }
+  } done{passes_in_flight_};
   store::LeaderTurn turn(gate_);
   if (!turn.ok()) return absl::OkStatus();
   const absl::Time start = clock_.Now();
@@ -62,6 +77,7 @@ absl::Status ControlLoops::RunPass(bool wait_for_lock) {
                             "Wall time of a queue pass (read, decide, write, commit).", {},
                             seconds, metrics::LatencyBoundsSeconds());
   if (!outcome.ok()) return outcome.status();
+  if (ran != nullptr) *ran = true;
   registry.IncrementCounter("sv_scheduler_decisions_total",
                             "Queue verdicts written, by decision.", {{"decision", "placed"}},
                             outcome->placed);

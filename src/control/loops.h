@@ -1,6 +1,7 @@
 #ifndef SV_CONTROL_LOOPS_H_
 #define SV_CONTROL_LOOPS_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -42,7 +43,8 @@ class ControlLoops {
   // does not lead it does nothing (the leader's loop places within
   // placement_interval). When another pass holds the placement lock it does
   // not wait: it kicks the loop, whose next pass sees the caller's instance.
-  absl::Status PlaceNow();
+  // `ran`, if set, says whether a pass ran (and so wrote its verdicts).
+  absl::Status PlaceNow(bool* ran = nullptr);
   // Resize, admission and operator calls of the API share the loop's
   // scheduler settings.
   Scheduling& scheduling() { return scheduling_; }
@@ -51,7 +53,7 @@ class ControlLoops {
 
  private:
   void PlacementLoop();
-  absl::Status RunPass(bool wait_for_lock);
+  absl::Status RunPass(bool wait_for_lock, bool* ran = nullptr);
 
   store::Store& store_;
   const Clock& clock_;
@@ -62,6 +64,7 @@ class ControlLoops {
   std::condition_variable wake_;
   bool stopping_ = false;
   bool kicked_ = false;
+  std::atomic<int> passes_in_flight_{0};  // Passes of this process running now.
   std::thread placement_thread_;
 };
 

@@ -108,8 +108,8 @@ void RecordEvent(pqxx::work& txn, const std::string& instance_id, absl::Time at,
 std::optional<std::string> LockState(pqxx::work& txn, const std::string& tenant_id,
                                      const std::string& id) {
   auto rows = txn.exec_params(
-      "SELECT state FROM instances WHERE tenant_id = $1 AND id = $2 FOR UPDATE", tenant_id,
-      id);
+      "SELECT state FROM instances WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE",
+      tenant_id, id);
   if (rows.empty()) return std::nullopt;
   return rows[0][0].as<std::string>();
 }
@@ -318,72 +318,79 @@ absl::StatusOr<InstanceRecord> Store::CreateInstance(const std::string& tenant_i
                                                      const InstanceSpec& spec,
                                                      const std::string& request_id,
                                                      const std::string& fingerprint,
-                                                     absl::Time now, int pending_max_default) {
+                                                     absl::Time now, int pending_max_default,
+                                                     bool* inserted) {
   InstanceRecord result;
+  bool fresh = false;
   absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
-    // Creates of one tenant queue behind this row lock, which keeps the
-    // active-instance limit exact under concurrent requests.
-    txn.exec_params("SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE", tenant_id);
-    auto lookup = [&]() {
-      return txn.exec_params("SELECT " + kInstanceColumns +
-                                 " FROM instances WHERE tenant_id = $1 AND request_id = $2",
-                             tenant_id, request_id);
-    };
-    auto existing = lookup();
-    if (existing.empty()) {
-      // The tenant's own limit (tenant_quotas.instances_max, migration
-      // 0010) when the admin set one, else the platform's.
-      auto counts = txn.exec_params1(
-          "SELECT (SELECT count(*) FROM instances WHERE tenant_id = $1 "
-          "AND state NOT IN ('STOPPED', 'DELETED', 'FAILED')), "
-          "coalesce((SELECT instances_max FROM tenant_quotas WHERE tenant_id = $1), $2)",
-          tenant_id, kTenantActiveInstancesMax);
-      const int active = counts[0].as<int>(), active_max = counts[1].as<int>();
-      if (active >= active_max) {
-        return Error(absl::StatusCode::kResourceExhausted, "INSTANCE_LIMIT_REACHED",
-                     absl::StrCat("the tenant already has ", active,
-                                  " unfinished instances, the most allowed (", active_max,
-                                  ")"));
-      }
-      if (pending_max_default >= 0) {
-        auto quota = txn.exec_params1(
-            "SELECT (SELECT count(*) FROM instances WHERE tenant_id = $1 AND state = 'PENDING'), "
-            "coalesce((SELECT pending_count_max FROM tenant_quotas WHERE tenant_id = $1), $2)",
-            tenant_id, pending_max_default);
-        const int pending = quota[0].as<int>(), pending_max = quota[1].as<int>();
-        if (pending >= pending_max) {
-          return Error(absl::StatusCode::kResourceExhausted, "QUOTA_EXCEEDED",
-                       absl::StrCat("the tenant has ", pending, " pending instances; its "
-                                    "quota allows ", pending_max));
-        }
-      }
-      std::string id = NewId("ins");
-      std::string name = spec.name.empty() ? id : spec.name;
-      txn.exec_params(
-          "INSERT INTO instances (id, tenant_id, name, gpu_count, gpu_model, image, "
-          "state, state_reason, request_id, request_fingerprint, created_at, updated_at, "
-          "max_leaves) "
-          "VALUES ($1, $2, $3, $4, $5, $6, 'PENDING', 'waiting for placement', $7, $8, "
-          "$9::timestamptz, $9::timestamptz, $10)",
-          id, tenant_id, name, spec.gpu_count, spec.gpu_model, spec.image, request_id,
-          fingerprint, SqlTime(now), spec.max_leaves);
-      RecordEvent(txn, id, now, std::nullopt, "PENDING", "instance accepted");
-      SV_RETURN_IF_ERROR(InsertInstanceExtras(txn, id, spec.extras));
-      existing = lookup();
+    fresh = false;
+    // The tenant's row lock, the idempotency lookup, both limits, the row
+    // and its first event: one round trip (migration 0036). The lock is held
+    // only for that call and the COMMIT.
+    const std::string id = NewId("ins");
+    const std::string name = spec.name.empty() ? id : spec.name;
+    auto verdict = txn.exec_params1(
+        "SELECT verdict, coalesce(existing_id, ''), coalesce(used, 0), coalesce(allowed, 0) "
+        "FROM sv_create_instance($1, $2, $3, $4, $5, $6, $7, $8, $9::timestamptz, $10, $11, "
+        "$12)",
+        id, tenant_id, name, spec.gpu_count, spec.gpu_model, spec.image, request_id,
+        fingerprint, SqlTime(now), spec.max_leaves, kTenantActiveInstancesMax,
+        pending_max_default);
+    const std::string outcome = verdict[0].as<std::string>();
+    const std::string existing_id = verdict[1].as<std::string>();
+    const int64_t used = verdict[2].as<int64_t>();
+    const int allowed = verdict[3].as<int>();
+    if (outcome == "INSTANCE_LIMIT_REACHED") {
+      return Error(absl::StatusCode::kResourceExhausted, "INSTANCE_LIMIT_REACHED",
+                   absl::StrCat("the tenant already has ", used,
+                                " unfinished instances, the most allowed (", allowed, ")"));
     }
-    const auto& row = existing[0];
-    if (row[11].as<std::string>() != fingerprint) {
+    if (outcome == "QUOTA_EXCEEDED") {
+      return Error(absl::StatusCode::kResourceExhausted, "QUOTA_EXCEEDED",
+                   absl::StrCat("the tenant has ", used, " pending instances; its "
+                                "quota allows ", allowed));
+    }
+    if (outcome == "REUSED") {
       return Error(absl::StatusCode::kAlreadyExists, "REQUEST_ID_REUSED",
                    absl::StrCat("request_id '", request_id, "' was already used for "
-                                "instance ", row[0].as<std::string>(),
-                                " with different parameters"));
+                                "instance ", existing_id, " with different parameters"));
     }
-    std::vector<InstanceRecord> records = {InstanceFromRow(row)};
-    LoadPlacements(txn, records);
-    result = std::move(records[0]);
+    if (outcome == "EXISTS") {
+      // The same request_id again: the first answer.
+      std::vector<InstanceRecord> records;
+      for (const auto& row : txn.exec_params(
+               "SELECT " + kInstanceColumns + " FROM instances WHERE id = $1", existing_id)) {
+        records.push_back(InstanceFromRow(row));
+      }
+      if (records.empty()) {
+        return Error(absl::StatusCode::kInternal, "INTERNAL", "the instance vanished");
+      }
+      LoadPlacements(txn, records);
+      result = std::move(records[0]);
+      return absl::OkStatus();
+    }
+    if (outcome != "CREATED") {
+      return Error(absl::StatusCode::kInternal, "INTERNAL",
+                   "sv_create_instance answered " + outcome);
+    }
+    SV_RETURN_IF_ERROR(InsertInstanceExtras(txn, id, spec.extras));
+    // The row as written: times are stored to the microsecond; a new row
+    // holds no GPUs yet, so it has no placements.
+    result = InstanceRecord{};
+    result.id = id;
+    result.tenant_id = tenant_id;
+    result.spec = spec;
+    result.spec.name = name;
+    result.spec.extras = {};
+    result.state = InstanceState::kPending;
+    result.state_reason = "waiting for placement";
+    result.request_id = request_id;
+    result.created_at = result.updated_at = TimeFromMicros(absl::ToUnixMicros(now));
+    fresh = true;
     return absl::OkStatus();
   });
   if (!status.ok()) return status;
+  if (inserted != nullptr) *inserted = fresh;
   return result;
 }
 
@@ -431,23 +438,34 @@ absl::StatusOr<std::vector<InstanceRecord>> Store::ListInstances(
 absl::StatusOr<InstanceRecord> Store::DeleteInstance(const std::string& tenant_id,
                                                      const std::string& id,
                                                      absl::Time now) {
-  bool found = false;
+  std::vector<InstanceRecord> records;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    records.clear();
     std::optional<std::string> state = LockState(txn, tenant_id, id);
-    found = state.has_value();
-    if (!found) return absl::OkStatus();
+    if (!state.has_value()) return absl::OkStatus();
     const std::string from = *state;
-    if (from == "DELETED") return absl::OkStatus();
+    if (from == "DELETED") {
+      for (const auto& row : txn.exec_params(
+               "SELECT " + kInstanceColumns + " FROM instances WHERE id = $1", id)) {
+        records.push_back(InstanceFromRow(row));
+      }
+      return absl::OkStatus();
+    }
     txn.exec_params("DELETE FROM gpu_reservations WHERE instance_id = $1", id);
-    txn.exec_params(
-        "UPDATE instances SET state = 'DELETED', state_reason = 'deleted by the user', "
-        "updated_at = $2::timestamptz, running_since = NULL WHERE id = $1",
-        id, SqlTime(now));
-    RecordEvent(txn, id, now, from, "DELETED", "deleted by the user");
+    // The new state and its event in one round trip; the answer is the row
+    // as committed (a deleted instance holds no GPUs: no placements).
+    records.push_back(InstanceFromRow(txn.exec_params1(
+        "WITH u AS (UPDATE instances SET state = 'DELETED', "
+        "state_reason = 'deleted by the user', updated_at = $2::timestamptz, "
+        "running_since = NULL WHERE id = $1 RETURNING " + kInstanceColumns + "), "
+        "ev AS (INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
+        "SELECT id, $2::timestamptz, $3, 'DELETED', 'deleted by the user' FROM u) "
+        "SELECT * FROM u",
+        id, SqlTime(now), from)));
     return absl::OkStatus();
   }));
-  if (!found) return NotFound(id);
-  return GetInstance(tenant_id, id);
+  if (records.empty()) return NotFound(id);
+  return records[0];
 }
 
 absl::StatusOr<InstanceRecord> Store::StopInstance(const std::string& tenant_id,

@@ -157,11 +157,14 @@ class Store {
   // `pending_max_default` >= 0 enforces the tenant's pending quota (its
   // tenant_quotas row, else this default) inside the create's transaction,
   // exactly, however many creates race: RESOURCE_EXHAUSTED / QUOTA_EXCEEDED.
+  // `inserted`, if set, says whether this call created the row (false: the
+  // answer of an earlier call with the same request_id).
   absl::StatusOr<InstanceRecord> CreateInstance(const std::string& tenant_id,
                                                 const InstanceSpec& spec,
                                                 const std::string& request_id,
                                                 const std::string& fingerprint,
-                                                absl::Time now, int pending_max_default = -1);
+                                                absl::Time now, int pending_max_default = -1,
+                                                bool* inserted = nullptr);
   absl::StatusOr<InstanceRecord> GetInstance(const std::string& tenant_id,
                                              const std::string& id);
   absl::StatusOr<std::vector<InstanceRecord>> ListInstances(

@@ -31,9 +31,11 @@ absl::Status AddInstanceExtras(store::Store& store, const std::string& tenant_id
 
 // The create path: quota admission, trial grant and credit gate, the create
 // transaction (with spec.extras), immediate placement and the answer.
+// `ranked`, if set, is false when the answer is a new row no queue pass has
+// seen yet (so it has no queue position to read).
 absl::Status CreateInstanceFor(const ApiDependencies& deps, const store::Principal& who,
                                store::InstanceSpec spec, std::string request_id,
-                               v1::Instance* response);
+                               v1::Instance* response, bool* ranked = nullptr);
 
 // Service factories (volume_service.cc, marketplace_service.cc).
 std::unique_ptr<grpc::Service> NewVolumeService(const ApiDependencies& deps,
