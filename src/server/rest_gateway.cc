@@ -385,7 +385,16 @@ RestResponse RestGateway::Handle(const RestRequest& request) const {
   query->merge_patch(path_fields);
   if (!query->empty()) {
     std::unique_ptr<pb::Message> overlay(route->request_prototype->New());
-    if (ParseInto(query->dump(), overlay.get(), &error) != nullptr) return error;
+    // Path segments and query values are whatever bytes the client
+    // percent-encoded; JSON (and proto3 strings) take only UTF-8.
+    std::string overlay_json;
+    try {
+      overlay_json = query->dump();
+    } catch (const nlohmann::json::type_error&) {
+      return RestError(400, "INVALID_ARGUMENT", "INVALID_UTF8",
+                       "path and query parameters must be UTF-8");
+    }
+    if (ParseInto(overlay_json, overlay.get(), &error) != nullptr) return error;
     message->MergeFrom(*overlay);
   }
 
@@ -447,7 +456,9 @@ RestResponse RestError(int http_status, const std::string& code, const std::stri
                          {"message", message},
                          {"reason", reason},
                          {"details", nlohmann::json::array()}};
-  response.body = body.dump();
+  // A message may quote what the client sent (a path, an id): bytes that
+  // are not UTF-8 become U+FFFD instead of throwing.
+  response.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return response;
 }
 
@@ -475,7 +486,9 @@ RestResponse RestErrorFromGrpc(const grpc::Status& status) {
       }
     }
   }
-  response.body = body.dump();
+  // A message may quote what the client sent (a path, an id): bytes that
+  // are not UTF-8 become U+FFFD instead of throwing.
+  response.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return response;
 }
 
