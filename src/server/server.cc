@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "api/agent_service.h"
+#include "api/audit_batch.h"
 #include "api/authz_interceptor.h"
 #include "api/spend_cap_enforcer.h"
 #include "api/metrics_interceptor.h"
@@ -252,7 +253,8 @@ int RunServer(const ServerOptions& options) {
     hooks.push_back(std::make_unique<api::MetricsInterceptorFactory>());
     // Authorization context and the audit log of every call (docs/security.md).
     hooks.push_back(
-        std::make_unique<api::AuthzInterceptorFactory>(api::DatabaseAuditSink(db, clock)));
+        std::make_unique<api::AuthzInterceptorFactory>(
+            api::BatchedDatabaseAuditSink(db, clock)));
     builder.experimental().SetInterceptorCreators(std::move(hooks));
   }
   api.RegisterWith(builder);

@@ -1,0 +1,136 @@
+#include "api/audit_batch.h"
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "api/errors.h"
+#include "metrics/metrics.h"
+#include "spdlog/spdlog.h"
+#include "store/security_store.h"
+#include "store/sql_arrays.h"
+
+namespace sv::api {
+namespace {
+
+// At most this many rows per INSERT; more wait for the next batch.
+constexpr size_t kBatchRowsMax = 256;
+
+absl::Status InsertBatch(store::Database& db, const std::vector<store::AuditRow>& rows) {
+  std::vector<std::string> at, tenant, user, email, key, method, request, code, reason, peer;
+  for (const auto& r : rows) {
+    at.push_back(store::SqlTime(r.at));
+    tenant.push_back(r.tenant_id);
+    user.push_back(r.user_id);
+    email.push_back(r.user_email);
+    key.push_back(r.api_key_id);
+    method.push_back(r.method);
+    request.push_back(r.request_id);
+    code.push_back(r.code);
+    reason.push_back(r.reason);
+    peer.push_back(r.peer);
+  }
+  using store::TextArrayLiteral;
+  return db.Transact([&](pqxx::work& txn) -> absl::Status {
+    txn.exec_params(
+        "INSERT INTO audit_log (at, tenant_id, user_id, user_email, api_key_id, method, "
+        "request_id, code, reason, peer) SELECT * FROM unnest($1::timestamptz[], $2::text[], "
+        "$3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], "
+        "$10::text[])",
+        TextArrayLiteral(at), TextArrayLiteral(tenant), TextArrayLiteral(user),
+        TextArrayLiteral(email), TextArrayLiteral(key), TextArrayLiteral(method),
+        TextArrayLiteral(request), TextArrayLiteral(code), TextArrayLiteral(reason),
+        TextArrayLiteral(peer));
+    return absl::OkStatus();
+  });
+}
+
+class AuditBatcher {
+ public:
+  explicit AuditBatcher(store::Database& db) : db_(db) {}
+
+  // Returns once `row` is committed (or could not be).
+  absl::Status Append(store::AuditRow row) {
+    auto slot = std::make_shared<Slot>();
+    slot->row = std::move(row);
+    std::unique_lock<std::mutex> lock(mutex_);
+    queue_.push_back(slot);
+    for (;;) {
+      if (slot->done) return slot->status;
+      if (writing_) {
+        written_.wait(lock);
+        continue;
+      }
+      // No batch is being written: this call writes everything queued.
+      writing_ = true;
+      std::vector<std::shared_ptr<Slot>> batch;
+      while (!queue_.empty() && batch.size() < kBatchRowsMax) {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      lock.unlock();
+      Write(batch);
+      lock.lock();
+      for (auto& s : batch) s->done = true;
+      writing_ = false;
+      written_.notify_all();
+    }
+  }
+
+ private:
+  struct Slot {
+    store::AuditRow row;
+    bool done = false;
+    absl::Status status;
+  };
+
+  void Write(const std::vector<std::shared_ptr<Slot>>& batch) {
+    std::vector<store::AuditRow> rows;
+    for (const auto& s : batch) rows.push_back(s->row);
+    absl::Status status = InsertBatch(db_, rows);
+    if (status.ok() || batch.size() == 1) {
+      for (auto& s : batch) s->status = status;
+      return;
+    }
+    // One row must not cost the others theirs: write them one by one.
+    spdlog::warn("audit: batch of {} rows failed ({}); writing them one by one", batch.size(),
+                 status.ToString());
+    for (auto& s : batch) s->status = store::SecurityStore(db_).AppendAudit(s->row);
+  }
+
+  store::Database& db_;
+  std::mutex mutex_;
+  std::condition_variable written_;
+  std::deque<std::shared_ptr<Slot>> queue_;
+  bool writing_ = false;
+};
+
+}  // namespace
+
+AuditSink BatchedDatabaseAuditSink(store::Database& db, const Clock& clock) {
+  auto batcher = std::make_shared<AuditBatcher>(db);
+  return [batcher, &clock](const AuditEvent& event) {
+    store::AuditRow row;
+    row.at = clock.Now();
+    row.tenant_id = event.who->tenant_id;
+    row.user_id = event.who->user_id;
+    row.user_email = event.who->user_email;
+    row.api_key_id = event.who->api_key_id;
+    row.method = event.method;
+    row.request_id = event.request_id;
+    row.code = GrpcCodeName(static_cast<grpc::StatusCode>(event.code));
+    row.reason = event.reason;
+    row.peer = event.peer;
+    absl::Status status = batcher->Append(row);
+    if (!status.ok()) {
+      metrics::Registry::Default().IncrementCounter(
+          "sv_audit_write_failures_total", "Audit entries that could not be written.", {});
+      spdlog::error("audit: cannot record {} tenant={} request_id={}: {}", event.method,
+                    row.tenant_id, row.request_id, status.ToString());
+    }
+  };
+}
+
+}  // namespace sv::api
