@@ -36,10 +36,9 @@ void PostRent(const std::string& url, int instances, int tenants) {
       "FROM tenants t JOIN ledger_accounts w ON w.tenant_id = t.id AND w.kind = 'paid_wallet' "
       "JOIN ledger_accounts c ON c.tenant_id IS NULL AND c.kind = 'payment_clearing' "));
   txn.exec(absl::StrCat(
-      "INSERT INTO ledger_transfers (idempotency_key, leg, content_hash, from_account_id, "
-      "to_account_id, amount_micros, kind, tenant_id, instance_id, usage_minute, gpu_model, at) "
-      "SELECT 'charge:' || i.id || ':' || m, 0, 'x', w.id, r.id, 7920000, 'charge', "
-      "i.tenant_id, i.id, m, 'RTX 4090', now() "
+      "INSERT INTO ledger_charges (instance_no, minute, gpu_count, unit_price, trial_micros, "
+      "main_account, main_micros, revenue_account, at) "
+      "SELECT i.billing_no, m, 8, 990000, 0, w.id, 7920000, r.id, now() "
       "FROM instances i JOIN ledger_accounts w ON w.tenant_id = i.tenant_id "
       "AND w.kind = 'paid_wallet' "
       "JOIN ledger_accounts r ON r.tenant_id IS NULL AND r.kind = 'platform_revenue', "

@@ -29,18 +29,6 @@ absl::Status CheckTimestamp(const char* field, const google::protobuf::Timestamp
   return absl::OkStatus();
 }
 
-// Page tokens are the last id of the previous page, as text.
-absl::StatusOr<int64_t> DecodeIdToken(const std::string& token) {
-  if (token.empty()) return 0;
-  int64_t id = 0;
-  auto [end, error] = std::from_chars(token.data(), token.data() + token.size(), id);
-  if (error != std::errc() || end != token.data() + token.size() || id < 0) {
-    return Error(absl::StatusCode::kInvalidArgument, "INVALID_PAGE_TOKEN",
-                 "page_token is not one this server returned");
-  }
-  return id;
-}
-
 v1::BillingMode ModeToProto(billing::BillingMode mode) {
   return mode == billing::BillingMode::kPostpaid ? v1::POSTPAID : v1::PREPAID;
 }
@@ -166,7 +154,11 @@ class BillingServiceImpl final : public v1::BillingService::Service {
     if (deps_.billing == nullptr) return NoBilling();
     SV_ASSIGN_OR_RETURN(int page_size, NormalizePageSize(request.page_size()));
     billing::TransferFilter filter;
-    SV_ASSIGN_OR_RETURN(filter.after_id, DecodeIdToken(request.page_token()));
+    if (request.page_token().size() > 100) {
+      return Error(absl::StatusCode::kInvalidArgument, "INVALID_PAGE_TOKEN",
+                   "page_token is not one this server returned");
+    }
+    filter.after = request.page_token();  // Checked by ListTransfers.
     if (request.has_start_time()) {
       SV_RETURN_IF_ERROR(CheckTimestamp("start_time", request.start_time()));
       filter.from = FromProto(request.start_time());
@@ -186,7 +178,7 @@ class BillingServiceImpl final : public v1::BillingService::Service {
     const bool more = static_cast<int>(transfers.size()) > page_size;
     if (more) transfers.resize(page_size);
     for (const auto& t : transfers) ToProto(t, response->add_transfers());
-    if (more) response->set_next_page_token(std::to_string(transfers.back().id));
+    if (more) response->set_next_page_token(transfers.back().cursor);
     return absl::OkStatus();
   }
 

@@ -183,9 +183,20 @@ absl::StatusOr<int64_t> PostStorage(pqxx::work& txn, int64_t platform, int64_t f
 absl::StatusOr<int64_t> PostAddOnCharges(pqxx::work& txn, int64_t from_minute,
                                          int64_t to_minute, absl::Time now) {
   const int64_t platform = PlatformAccount(txn, "platform_revenue");
-  SV_ASSIGN_OR_RETURN(int64_t app_legs, PostAppFees(txn, platform, now));
-  SV_ASSIGN_OR_RETURN(int64_t storage_legs,
-                      PostStorage(txn, platform, from_minute, to_minute, now));
+  // Most batches have neither app instances nor volumes; skipping the
+  // statements that would find nothing saves a dozen round trips a batch.
+  auto present = txn.exec_params(
+      "SELECT EXISTS (SELECT 1 FROM billing_batch), "
+      "EXISTS (SELECT 1 FROM volumes v WHERE v.created_at < to_timestamp($2::bigint * 60) "
+      "AND (v.deleted_at IS NULL OR v.deleted_at > to_timestamp($1::bigint * 60)))",
+      from_minute, to_minute);
+  int64_t app_legs = 0, storage_legs = 0;
+  if (present[0][0].as<bool>()) {
+    SV_ASSIGN_OR_RETURN(app_legs, PostAppFees(txn, platform, now));
+  }
+  if (present[0][1].as<bool>()) {
+    SV_ASSIGN_OR_RETURN(storage_legs, PostStorage(txn, platform, from_minute, to_minute, now));
+  }
   return app_legs + storage_legs;
 }
 
@@ -210,7 +221,7 @@ std::vector<std::pair<std::string, std::string>> AddOnAuditChecks() {
        absl::StrCat(
            "WITH ", bounds, ", owed AS (SELECT c.instance_id, c.usage_minute AS minute, ",
            MinuteFee("a.price_per_hour_micros", "c.usage_minute"),
-           " AS fee FROM (SELECT DISTINCT instance_id, usage_minute FROM ledger_transfers "
+           " AS fee FROM (SELECT DISTINCT instance_id, usage_minute FROM ledger_charge_legs "
            "WHERE kind = 'charge' AND usage_minute >= (SELECT lo FROM bounds) "
            "AND usage_minute < (SELECT hi FROM bounds)) c "
            "JOIN instance_apps a ON a.instance_id = c.instance_id "

@@ -61,12 +61,11 @@ SELECT g.instance_id, g.tenant_id, g.minute, coalesce(p.gross, 0) AS owed,
 FROM grid g
 LEFT JOIN priced p ON p.instance_id = g.instance_id AND p.minute = g.minute
 LEFT JOIN LATERAL (
-  SELECT sum(t.amount_micros)::bigint AS net,
-         sum(t.amount_micros) FILTER (WHERE t.from_account_id = g.trial_id)::bigint AS trial,
-         max(t.from_account_id) FILTER (WHERE t.from_account_id <> g.trial_id) AS main_id,
-         max(t.gpu_model) AS gpu_model
-  FROM ledger_transfers t
-  WHERE t.idempotency_key = 'charge:' || g.instance_id || ':' || g.minute) c ON true
+  SELECT (ch.trial_micros + ch.main_micros)::bigint AS net,
+         CASE WHEN ch.trial_account = g.trial_id THEN ch.trial_micros END AS trial,
+         ch.main_account AS main_id, i.gpu_model
+  FROM ledger_charges ch JOIN instances i ON i.billing_no = ch.instance_no
+  WHERE i.id = g.instance_id AND ch.minute = g.minute) c ON true
 LEFT JOIN LATERAL (
   SELECT sum(CASE WHEN t.to_account_id = $5 THEN t.amount_micros
                   ELSE -t.amount_micros END)::bigint AS net,

@@ -25,7 +25,7 @@ std::vector<Check> Checks() {
       "  sum(CASE WHEN kind = 'charge' OR to_account_id = (SELECT id FROM ledger_accounts "
       "    WHERE tenant_id IS NULL AND kind = 'platform_revenue' AND owner = '') "
       "    THEN amount_micros ELSE -amount_micros END)::bigint AS amount "
-      "  FROM ledger_transfers WHERE kind IN ('charge', 'adjustment') "
+      "  FROM ledger_all_transfers WHERE kind IN ('charge', 'adjustment') "
       "  GROUP BY 1, 2), "
       "owed AS (SELECT p.instance_id, p.minute, p.gross FROM priced p WHERE p.gross > 0) ");
   std::vector<Check> checks = {
@@ -37,19 +37,40 @@ std::vector<Check> Checks() {
        "|| ') balance ' || a.balance_micros || ' but transfers sum to ' || coalesce(s.sum, 0) "
        "FROM ledger_accounts a LEFT JOIN (SELECT account_id, sum(delta) AS sum FROM ("
        "  SELECT to_account_id AS account_id, amount_micros AS delta FROM ledger_transfers "
-       "  UNION ALL SELECT from_account_id, -amount_micros FROM ledger_transfers) x "
+       "  UNION ALL SELECT from_account_id, -amount_micros FROM ledger_transfers "
+       // Minute charges (migration 0030): the trial and main parts, and
+       // their sum to the revenue account.
+       "  UNION ALL SELECT trial_account, -trial_micros FROM ledger_charges "
+       "    WHERE trial_micros > 0 "
+       "  UNION ALL SELECT main_account, -main_micros FROM ledger_charges WHERE main_micros > 0 "
+       "  UNION ALL SELECT revenue_account, trial_micros + main_micros FROM ledger_charges) x "
        "  GROUP BY 1) s ON s.account_id = a.id "
        "WHERE a.balance_micros <> coalesce(s.sum, 0)"},
       {"no prepaid wallet negative",
        "SELECT a.kind || ' of ' || a.tenant_id || ' is ' || a.balance_micros "
        "FROM ledger_accounts a WHERE a.kind IN ('paid_wallet', 'trial_wallet') "
        "AND a.balance_micros < 0"},
+      // The primary key (instance number, minute) of ledger_charges is the
+      // key charge:{instance}:{minute}; a charge whose instance number names
+      // no instance could not be told apart.
       {"each instance-minute charged at most once",
-       "SELECT 'instance ' || instance_id || ' minute ' || usage_minute || ' has '"
-       " || count(DISTINCT idempotency_key) || ' charges' FROM ledger_transfers "
-       "WHERE kind = 'charge' GROUP BY instance_id, usage_minute "
-       "HAVING count(DISTINCT idempotency_key) > 1 OR min(idempotency_key) <> "
-       "'charge:' || instance_id || ':' || usage_minute"},
+       "SELECT 'charge of instance number ' || c.instance_no || ' minute ' || c.minute "
+       "|| ' names no instance' FROM ledger_charges c "
+       "WHERE NOT EXISTS (SELECT 1 FROM instances i WHERE i.billing_no = c.instance_no)"},
+      {"charges debit the instance's tenant and credit revenue",
+       "SELECT 'charge:' || i.id || ':' || c.minute || ' moves money from accounts ' || "
+       "coalesce(c.trial_account::text, '-') || '/' || coalesce(c.main_account::text, '-') || "
+       "' to ' || c.revenue_account || ', not from the tenant ' || i.tenant_id || "
+       "' to platform revenue' "
+       "FROM ledger_charges c JOIN instances i ON i.billing_no = c.instance_no "
+       "LEFT JOIN ledger_accounts tw ON tw.id = c.trial_account "
+       "LEFT JOIN ledger_accounts mw ON mw.id = c.main_account "
+       "LEFT JOIN ledger_accounts rv ON rv.id = c.revenue_account "
+       "WHERE rv.kind IS DISTINCT FROM 'platform_revenue' OR rv.tenant_id IS NOT NULL "
+       "OR (c.trial_account IS NOT NULL AND (tw.kind IS DISTINCT FROM 'trial_wallet' "
+       "    OR tw.tenant_id IS DISTINCT FROM i.tenant_id)) "
+       "OR (c.main_account IS NOT NULL AND (mw.kind NOT IN ('paid_wallet', 'receivable') "
+       "    OR mw.kind IS NULL OR mw.tenant_id IS DISTINCT FROM i.tenant_id))"},
       {"charges match RUNNING intervals",
        expected +
            "SELECT 'instance ' || coalesce(o.instance_id, c.instance_id) || ' minute ' || "

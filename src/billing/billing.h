@@ -70,7 +70,7 @@ struct Balance {
 };
 
 struct TransferRecord {
-  int64_t id = 0;
+  int64_t id = 0;  // 0 for a minute charge (ledger_charges); its key names it.
   std::string idempotency_key;
   int leg = 0;
   std::string kind;
@@ -82,6 +82,9 @@ struct TransferRecord {
   std::string instance_id;
   std::optional<int64_t> usage_minute;
   absl::Time at;
+  // Keyset position in ListTransfers' order (posting time, then source,
+  // id or instance number, minute, leg); opaque to callers.
+  std::string cursor;
 };
 
 struct TransferFilter {
@@ -89,7 +92,9 @@ struct TransferFilter {
   std::optional<absl::Time> to;
   std::string kind;
   std::string instance_id;
-  int64_t after_id = 0;  // Keyset paging: transfers with a larger id.
+  // Keyset paging: transfers after this TransferRecord::cursor ("" = first
+  // page). A malformed cursor is INVALID_ARGUMENT / INVALID_PAGE_TOKEN.
+  std::string after;
   int limit = 100;
 };
 

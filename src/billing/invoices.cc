@@ -51,7 +51,7 @@ constexpr char kLinesSql[] = R"sql(
 SELECT 'usage', t.instance_id, t.gpu_model,
        (count(DISTINCT t.usage_minute) * max(i.gpu_count))::bigint,
        sum(t.amount_micros)::bigint
-FROM ledger_transfers t JOIN instances i ON i.id = t.instance_id AND i.tenant_id = t.tenant_id
+FROM ledger_charge_legs t JOIN instances i ON i.id = t.instance_id AND i.tenant_id = t.tenant_id
 JOIN ledger_accounts fa ON fa.id = t.from_account_id AND fa.kind = 'receivable'
 WHERE t.tenant_id = $1 AND t.kind = 'charge' AND t.usage_minute >= $2 AND t.usage_minute < $3
 GROUP BY t.instance_id, t.gpu_model

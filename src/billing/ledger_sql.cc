@@ -10,9 +10,10 @@ namespace sv::billing::internal {
 using store::SqlTime;
 
 const char kTransferColumns[] =
-    "t.id, t.idempotency_key, t.leg, t.kind, fa.kind, ta.kind, t.amount_micros, "
+    "coalesce(t.id, 0), t.idempotency_key, t.leg, t.kind, fa.kind, ta.kind, t.amount_micros, "
     "fa.tenant_id IS NOT NULL, ta.tenant_id IS NOT NULL, coalesce(t.instance_id, ''), "
-    "t.usage_minute, (extract(epoch from t.at) * 1000000)::bigint";
+    "t.usage_minute, (extract(epoch from t.at) * 1000000)::bigint, t.src, t.src_no, "
+    "t.src_minute";
 const char kTransferJoins[] =
     " JOIN ledger_accounts fa ON fa.id = t.from_account_id "
     "JOIN ledger_accounts ta ON ta.id = t.to_account_id ";
@@ -45,7 +46,7 @@ WITH cand AS (
   WHERE e.to_state = 'RUNNING' OR e.from_state = 'RUNNING'
   WINDOW w AS (PARTITION BY e.instance_id ORDER BY e.at, e.id)
 )
-SELECT ev.instance_id, i.tenant_id, )sql" SV_GPU_COUNT_AT_EVENT R"sql( AS gpu_count, i.gpu_model,
+SELECT ev.instance_id, i.billing_no, i.tenant_id, )sql" SV_GPU_COUNT_AT_EVENT R"sql( AS gpu_count, i.gpu_model,
        (extract(epoch from ev.at) * 1000000)::bigint AS start_us,
        (extract(epoch from ev.next_at) * 1000000)::bigint AS end_us, false AS fast
 FROM ev JOIN instances i ON i.id = ev.instance_id
@@ -71,7 +72,7 @@ WITH recent AS (
   WHERE e.to_state = 'RUNNING' OR e.from_state = 'RUNNING'
   WINDOW w AS (PARTITION BY e.instance_id ORDER BY e.at, e.id)
 )
-SELECT i.id AS instance_id, i.tenant_id, i.gpu_count, i.gpu_model,
+SELECT i.id AS instance_id, i.billing_no, i.tenant_id, i.gpu_count, i.gpu_model,
        (extract(epoch from i.running_since) * 1000000)::bigint AS start_us,
        NULL::bigint AS end_us, true AS fast
 FROM instances i
@@ -79,7 +80,7 @@ WHERE i.state = 'RUNNING' AND i.running_since IS NOT NULL
   AND i.running_since < $2::timestamptz
   AND NOT EXISTS (SELECT 1 FROM recent r WHERE r.id = i.id)
 UNION ALL
-SELECT ev.instance_id, i.tenant_id, )sql" SV_GPU_COUNT_AT_EVENT R"sql(, i.gpu_model,
+SELECT ev.instance_id, i.billing_no, i.tenant_id, )sql" SV_GPU_COUNT_AT_EVENT R"sql(, i.gpu_model,
        (extract(epoch from ev.at) * 1000000)::bigint,
        (extract(epoch from ev.next_at) * 1000000)::bigint, false
 FROM ev JOIN instances i ON i.id = ev.instance_id
@@ -97,7 +98,7 @@ WITH ev AS (
   WHERE e.to_state = 'RUNNING' OR e.from_state = 'RUNNING'
   WINDOW w AS (PARTITION BY e.instance_id ORDER BY e.at, e.id)
 )
-SELECT ev.instance_id, i.tenant_id, )sql" SV_GPU_COUNT_AT_EVENT R"sql( AS gpu_count, i.gpu_model,
+SELECT ev.instance_id, i.billing_no, i.tenant_id, )sql" SV_GPU_COUNT_AT_EVENT R"sql( AS gpu_count, i.gpu_model,
        (extract(epoch from ev.at) * 1000000)::bigint AS start_us,
        (extract(epoch from ev.next_at) * 1000000)::bigint AS end_us, false AS fast
 FROM ev JOIN instances i ON i.id = ev.instance_id
@@ -115,16 +116,20 @@ std::string PricedMinutesCtes(IntervalSource source) {
                                                                        : kIntervalsFastSql;
   return absl::StrCat("iv AS (", intervals,
                       R"sql(),
-mins AS (
+ms AS MATERIALIZED (
+  SELECT m AS minute FROM generate_series($3::bigint, $4::bigint - 1) AS m
+), mins AS (
   -- An open interval from running_since (fast) is its instance's only one:
   -- its minutes need no de-duplication, so the bulk of a batch skips the
   -- sort that DISTINCT ON needs for instances with several intervals.
-  SELECT iv.instance_id, iv.tenant_id, iv.gpu_count, iv.gpu_model, m AS minute, iv.start_us
-  FROM iv, generate_series(greatest($3::bigint, iv.start_us / 60000000), $4::bigint - 1) AS m
+  SELECT iv.instance_id, iv.billing_no, iv.tenant_id, iv.gpu_count, iv.gpu_model, ms.minute,
+         iv.start_us
+  FROM iv JOIN ms ON ms.minute >= iv.start_us / 60000000
   WHERE iv.fast
   UNION ALL
   (SELECT DISTINCT ON (iv.instance_id, m)
-          iv.instance_id, iv.tenant_id, iv.gpu_count, iv.gpu_model, m AS minute, iv.start_us
+          iv.instance_id, iv.billing_no, iv.tenant_id, iv.gpu_count, iv.gpu_model, m AS minute,
+          iv.start_us
    FROM iv, generate_series(greatest($3::bigint, iv.start_us / 60000000),
                             least($4::bigint - 1,
                                   coalesce((iv.end_us - 1) / 60000000, $4::bigint - 1))) AS m
@@ -137,14 +142,18 @@ mins AS (
                                                         ORDER BY effective_from))
           * 1000000)::bigint AS until_us
   FROM price_book WHERE item_kind = 'gpu_minute'
+), mprice AS MATERIALIZED (
+  -- The price of each GPU model in each minute, looked up once per model
+  -- and minute rather than once per instance-minute.
+  SELECT g.gpu_model, ms.minute, coalesce(p.price, d.price, 0) AS unit_price
+  FROM (SELECT DISTINCT gpu_model FROM iv) g CROSS JOIN ms
+  LEFT JOIN prices p ON p.item = g.gpu_model AND ms.minute * 60000000 >= p.from_us
+       AND (p.until_us IS NULL OR ms.minute * 60000000 < p.until_us)
+  LEFT JOIN prices d ON d.item = '*' AND ms.minute * 60000000 >= d.from_us
+       AND (d.until_us IS NULL OR ms.minute * 60000000 < d.until_us)
 ), priced AS (
-  SELECT m.*, coalesce(p.price, d.price, 0) AS unit_price,
-         m.gpu_count * coalesce(p.price, d.price, 0) AS gross
-  FROM mins m
-  LEFT JOIN prices p ON p.item = m.gpu_model AND m.minute * 60000000 >= p.from_us
-       AND (p.until_us IS NULL OR m.minute * 60000000 < p.until_us)
-  LEFT JOIN prices d ON d.item = '*' AND m.minute * 60000000 >= d.from_us
-       AND (d.until_us IS NULL OR m.minute * 60000000 < d.until_us)
+  SELECT m.*, mp.unit_price, m.gpu_count * mp.unit_price AS gross
+  FROM mins m JOIN mprice mp ON mp.gpu_model = m.gpu_model AND mp.minute = m.minute
 ))sql");
 }
 
@@ -211,6 +220,10 @@ TransferRecord ReadTransfer(const pqxx::row& row, const std::string& tenant_id) 
   t.instance_id = row[9].as<std::string>();
   if (!row[10].is_null()) t.usage_minute = row[10].as<int64_t>();
   t.at = absl::FromUnixMicros(row[11].as<int64_t>());
+  // The keyset cursor of ListTransfers: (at, source, id or instance number,
+  // minute, leg), see ledger_all_transfers (migration 0030).
+  t.cursor = absl::StrCat(row[11].as<int64_t>(), ".", row[12].as<int>(), ".",
+                          row[13].as<int64_t>(), ".", row[14].as<int64_t>(), ".", t.leg);
   return t;
 }
 
@@ -219,7 +232,7 @@ absl::StatusOr<TransferRecord> FindTransfer(store::Database& db, const std::stri
   std::optional<TransferRecord> found;
   SV_RETURN_IF_ERROR(db.Transact([&](pqxx::work& txn) {
     auto rows = txn.exec_params(
-        absl::StrCat("SELECT ", kTransferColumns, " FROM ledger_transfers t", kTransferJoins,
+        absl::StrCat("SELECT ", kTransferColumns, " FROM ledger_all_transfers t", kTransferJoins,
                      "WHERE t.tenant_id = $1 AND t.idempotency_key = $2 ORDER BY t.leg LIMIT 1"),
         tenant_id, key);
     if (!rows.empty()) found = ReadTransfer(rows[0], tenant_id);

@@ -14,98 +14,151 @@ namespace {
 
 using store::SqlTime;
 
-// Builds billing_batch: every instance-minute of [$3, $4) with its price,
-// the amount the tenant's funds can still pay (trial first), and whether it
-// comes after the instance's first capped minute. $1/$2 are the same range
-// as timestamps.
-std::string BatchSql() {
+// The CTEs of a batch, ending in `batch`: every instance-minute of [$3, $4)
+// with its price, the amount the tenant's funds can still pay (trial
+// first), and first_cap, the instance's first minute that could not be paid
+// in full. $1/$2 are the same range as timestamps.
+//
+// A tenant whose funds cover all its minutes of the batch (from the trial
+// wallet alone, or with an empty trial wallet from the paid wallet or
+// receivable alone) is "easy": every minute is charged in full from one
+// account, so no running sum is needed. Only the other tenants' minutes go
+// through the window that spends trial credit first, minute by minute in
+// (minute, instance id) order, and caps what is left.
+std::string BatchCtes() {
   return absl::StrCat(
-      "CREATE TEMP TABLE billing_batch ON COMMIT DROP AS "
-      "WITH ", internal::PricedMinutesCtes(internal::IntervalSource::kRunningSinceFast), R"sql(, funds AS (
+      "WITH ", internal::PricedMinutesCtes(internal::IntervalSource::kRunningSinceFast), R"sql(, tot AS (
+  SELECT tenant_id, sum(gross)::bigint AS total FROM priced WHERE gross > 0 GROUP BY tenant_id
+), funds AS (
   SELECT t.id AS tenant_id, tw.id AS trial_id, tw.balance_micros AS trial_avail,
          CASE WHEN t.billing_mode = 'postpaid' THEN r.id ELSE pw.id END AS main_id,
          CASE WHEN t.billing_mode = 'postpaid'
               THEN r.balance_micros + r.credit_limit_micros
-              ELSE pw.balance_micros END AS main_avail
-  FROM tenants t
-  JOIN ledger_accounts tw ON tw.tenant_id = t.id AND tw.kind = 'trial_wallet'
-  JOIN ledger_accounts pw ON pw.tenant_id = t.id AND pw.kind = 'paid_wallet'
-  JOIN ledger_accounts r ON r.tenant_id = t.id AND r.kind = 'receivable'
-  WHERE t.id IN (SELECT DISTINCT tenant_id FROM mins)
+              ELSE pw.balance_micros END AS main_avail,
+         tot.total
+  FROM tot JOIN tenants t ON t.id = tot.tenant_id
+  JOIN ledger_accounts tw ON tw.tenant_id = t.id AND tw.kind = 'trial_wallet' AND tw.owner = ''
+  JOIN ledger_accounts pw ON pw.tenant_id = t.id AND pw.kind = 'paid_wallet' AND pw.owner = ''
+  JOIN ledger_accounts r ON r.tenant_id = t.id AND r.kind = 'receivable' AND r.owner = ''
+), fundsx AS (
+  SELECT f.*, (f.trial_avail >= f.total OR (f.trial_avail = 0 AND f.main_avail >= f.total))
+                AS easy
+  FROM funds f
 ), cum AS (
   SELECT p.*, f.trial_id, f.main_id, f.trial_avail, f.main_avail,
-         sum(p.gross) OVER (PARTITION BY p.tenant_id ORDER BY p.minute, p.instance_id)
-           - p.gross AS before
-  FROM priced p JOIN funds f USING (tenant_id)
-  WHERE p.gross > 0
+         (sum(p.gross) OVER (PARTITION BY p.tenant_id ORDER BY p.minute, p.instance_id)
+           - p.gross)::bigint AS before
+  FROM priced p JOIN fundsx f USING (tenant_id)
+  WHERE p.gross > 0 AND NOT f.easy
 ), capped AS (
   SELECT c.*, greatest(0, least(c.gross, c.trial_avail + c.main_avail - c.before)) AS charged,
          greatest(0, least(c.gross, c.trial_avail - c.before)) AS from_trial
   FROM cum c
-)
--- The first capped minute of each instance; a join with the few capped rows
--- is cheaper than a window sort over the whole batch.
-SELECT c.*, f.first_cap
-FROM capped c LEFT JOIN (SELECT instance_id, min(minute) AS first_cap FROM capped
-                         WHERE charged < gross GROUP BY instance_id) f
-  ON f.instance_id = c.instance_id)sql");
+), batch AS MATERIALIZED (
+  SELECT p.instance_id, p.billing_no, p.tenant_id, p.minute, p.gpu_count, p.unit_price,
+         p.gross, p.start_us, f.trial_id, f.main_id, p.gross AS charged,
+         CASE WHEN f.trial_avail >= f.total THEN p.gross ELSE 0 END AS from_trial,
+         NULL::bigint AS first_cap
+  FROM priced p JOIN fundsx f USING (tenant_id)
+  WHERE p.gross > 0 AND f.easy
+  UNION ALL
+  -- The first capped minute of each instance; a join with the few capped
+  -- rows is cheaper than a window sort.
+  SELECT c.instance_id, c.billing_no, c.tenant_id, c.minute, c.gpu_count, c.unit_price,
+         c.gross, c.start_us, c.trial_id, c.main_id, c.charged, c.from_trial, f.first_cap
+  FROM capped c LEFT JOIN (SELECT instance_id, min(minute) AS first_cap FROM capped
+                           WHERE charged < gross GROUP BY instance_id) f
+    ON f.instance_id = c.instance_id
+))sql");
 }
 
-// The legs of the batch's charges; a key already present is skipped here
-// and checked for a content clash by the caller.
-constexpr char kInsertLegsSql[] = R"sql(
-INSERT INTO ledger_transfers (idempotency_key, leg, content_hash, from_account_id,
-  to_account_id, amount_micros, kind, tenant_id, instance_id, usage_minute, gpu_model, at)
-SELECT 'charge:' || b.instance_id || ':' || b.minute, l.leg,
-       md5(b.instance_id || '|' || b.minute || '|' || b.gpu_count || '|' || b.unit_price
-           || '|' || b.charged || '|' || b.from_trial),
-       l.from_id, $1, l.amount, 'charge', b.tenant_id, b.instance_id, b.minute, b.gpu_model,
-       $2::timestamptz
-FROM billing_batch b
-CROSS JOIN LATERAL (VALUES (0, b.trial_id, b.from_trial),
-                           (1, b.main_id, b.charged - b.from_trial)) AS l (leg, from_id, amount)
-WHERE l.amount > 0 AND (b.first_cap IS NULL OR b.minute <= b.first_cap)
-ON CONFLICT (idempotency_key, leg) DO NOTHING
-)sql";
+// What a batch writes besides the charges, for the rows of `src`: the
+// first capped minute of an instance records what was not collected, stops
+// the instance at the end of what was paid, and tells the tenant. $5 is now.
+std::string ShortfallCtes(const std::string& src) {
+  return absl::StrCat(R"sql(
+shortfalls AS (
+  INSERT INTO billing_shortfalls (instance_id, usage_minute, tenant_id, gross_micros,
+    charged_micros, shortfall_micros, at)
+  SELECT instance_id, minute, tenant_id, gross, charged, gross - charged, $5::timestamptz
+  FROM )sql", src, R"sql( WHERE minute = first_cap
+  ON CONFLICT DO NOTHING
+), stops AS (
+  INSERT INTO billing_stops (instance_id, tenant_id, stop_at)
+  SELECT instance_id, tenant_id,
+         CASE WHEN charged > 0 THEN to_timestamp((minute + 1) * 60)
+              ELSE greatest(to_timestamp(minute * 60), to_timestamp(start_us / 1000000.0)) END
+  FROM )sql", src, R"sql( WHERE minute = first_cap
+  ON CONFLICT DO NOTHING
+), notices AS (
+  INSERT INTO billing_notices (tenant_id, kind, instance_id, message, at)
+  SELECT tenant_id, 'credit_exhausted', instance_id,
+         'credit ran out in minute ' || to_char(to_timestamp(minute * 60) AT TIME ZONE 'UTC',
+         'YYYY-MM-DD HH24:MI') || ' UTC; the instance is stopped; uncollected: '
+         || (gross - charged) || ' micro-yuan', $5::timestamptz
+  FROM )sql", src, R"sql( WHERE minute = first_cap
+), app_rent AS (
+  -- The rent minutes of app instances, for their app fees (billing/addons.cc).
+  INSERT INTO billing_batch (instance_id, tenant_id, minute, first_cap)
+  SELECT b.instance_id, b.tenant_id, b.minute, b.first_cap FROM )sql", src, R"sql( b
+  WHERE EXISTS (SELECT 1 FROM instance_apps a WHERE a.instance_id = b.instance_id)
+))sql");
+}
 
-constexpr char kExpectedLegsSql[] = R"sql(
-SELECT count(*) FILTER (WHERE from_trial > 0) + count(*) FILTER (WHERE charged > from_trial)
-FROM billing_batch WHERE first_cap IS NULL OR minute <= first_cap
-)sql";
+// The charge rows of a batch: one per instance-minute that is paid at all
+// and not after its instance's first capped minute.
+std::string ChargeRowsSql(const std::string& src) {
+  return absl::StrCat(R"sql(
+  INSERT INTO ledger_charges (instance_no, minute, gpu_count, unit_price, trial_account,
+    trial_micros, main_account, main_micros, revenue_account, at)
+  SELECT b.billing_no, b.minute, b.gpu_count, b.unit_price,
+         CASE WHEN b.from_trial > 0 THEN b.trial_id END, b.from_trial,
+         CASE WHEN b.charged > b.from_trial THEN b.main_id END, b.charged - b.from_trial,
+         $6::bigint, $5::timestamptz
+  FROM )sql", src, R"sql( b
+  WHERE b.charged > 0 AND (b.first_cap IS NULL OR b.minute <= b.first_cap))sql");
+}
+
+constexpr char kChargedRowsFilter[] =
+    "charged > 0 AND (first_cap IS NULL OR minute <= first_cap)";
+
+// The fast path: the batch is computed once and everything is written by
+// one statement. A charge that already exists fails it (unique_violation);
+// the caller then takes the slow path below.
+std::string FastBatchSql() {
+  return absl::StrCat(BatchCtes(), ", charges AS (", ChargeRowsSql("batch"), "), ",
+                      ShortfallCtes("batch"), " SELECT count(*) FROM batch WHERE ",
+                      kChargedRowsFilter);
+}
+
+// The slow path, after a charge of the batch was found present: the batch
+// goes to a temporary table, present keys are skipped and compared with
+// their recomputation column by column (same content: a no-op; different
+// content: CHARGE_CONTENT_CLASH).
+std::string SlowBatchTableSql() {
+  return absl::StrCat("CREATE TEMP TABLE billing_batch_full ON COMMIT DROP AS ", BatchCtes(),
+                      " SELECT * FROM batch");
+}
+
+std::string SlowBatchWriteSql() {
+  // $5 and $6 as in the fast path; $1-$4 are not needed here.
+  return absl::StrCat("WITH params AS (SELECT $1::text, $2::text, $3::text, $4::text), "
+                      "charges AS (", ChargeRowsSql("billing_batch_full"),
+                      " ON CONFLICT (instance_no, minute) DO NOTHING RETURNING 1), ",
+                      ShortfallCtes("billing_batch_full"),
+                      " SELECT count(*) FROM charges");
+}
 
 constexpr char kClashSql[] = R"sql(
-SELECT count(*) FROM billing_batch b JOIN ledger_transfers t
-  ON t.idempotency_key = 'charge:' || b.instance_id || ':' || b.minute
-WHERE t.content_hash <> md5(b.instance_id || '|' || b.minute || '|' || b.gpu_count || '|'
-        || b.unit_price || '|' || b.charged || '|' || b.from_trial)
-)sql";
-
-// The first capped minute of an instance: record what was not collected,
-// and stop the instance at the end of what was paid.
-constexpr char kShortfallSql[] = R"sql(
-INSERT INTO billing_shortfalls (instance_id, usage_minute, tenant_id, gross_micros,
-  charged_micros, shortfall_micros, at)
-SELECT instance_id, minute, tenant_id, gross, charged, gross - charged, $1::timestamptz
-FROM billing_batch WHERE minute = first_cap
-ON CONFLICT DO NOTHING
-)sql";
-
-constexpr char kStopsSql[] = R"sql(
-INSERT INTO billing_stops (instance_id, tenant_id, stop_at)
-SELECT instance_id, tenant_id,
-       CASE WHEN charged > 0 THEN to_timestamp((minute + 1) * 60)
-            ELSE greatest(to_timestamp(minute * 60), to_timestamp(start_us / 1000000.0)) END
-FROM billing_batch WHERE minute = first_cap
-ON CONFLICT DO NOTHING
-)sql";
-
-constexpr char kExhaustedNoticeSql[] = R"sql(
-INSERT INTO billing_notices (tenant_id, kind, instance_id, message, at)
-SELECT tenant_id, 'credit_exhausted', instance_id,
-       'credit ran out in minute ' || to_char(to_timestamp(minute * 60) AT TIME ZONE 'UTC',
-       'YYYY-MM-DD HH24:MI') || ' UTC; the instance is stopped; uncollected: '
-       || (gross - charged) || ' micro-yuan', $1::timestamptz
-FROM billing_batch WHERE minute = first_cap
+SELECT count(*) FROM billing_batch_full b JOIN ledger_charges c
+  ON c.instance_no = b.billing_no AND c.minute = b.minute
+WHERE b.charged > 0 AND (b.first_cap IS NULL OR b.minute <= b.first_cap)
+  AND (c.gpu_count, c.unit_price, c.trial_micros, c.main_micros,
+       coalesce(c.trial_account, 0), coalesce(c.main_account, 0))
+      IS DISTINCT FROM
+      (b.gpu_count, b.unit_price, b.from_trial, b.charged - b.from_trial,
+       CASE WHEN b.from_trial > 0 THEN b.trial_id ELSE 0 END,
+       CASE WHEN b.charged > b.from_trial THEN b.main_id ELSE 0 END)
 )sql";
 
 }  // namespace
@@ -153,23 +206,34 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
       const int64_t span = std::clamp<int64_t>(options_.batch_rows_max / active, 1,
                                                options_.batch_minutes_max);
       const int64_t end = std::min(before_minute, cursor + span);
-      txn.exec_params(BatchSql(), SqlTime(MinuteStart(cursor)), SqlTime(MinuteStart(end)),
-                      cursor, end);
-      auto expected = txn.exec(kExpectedLegsSql);
-      auto written = txn.exec_params(kInsertLegsSql,
-                                     internal::PlatformAccount(txn, "platform_revenue"),
-                                     SqlTime(now));
-      postings = static_cast<int64_t>(written.affected_rows());
-      if (postings != expected[0][0].as<int64_t>()) {
+      // The app-instance rows of the batch, for their app fees.
+      txn.exec("CREATE TEMP TABLE billing_batch (instance_id text, tenant_id text, "
+               "minute bigint, first_cap bigint) ON COMMIT DROP");
+      const int64_t revenue = internal::PlatformAccount(txn, "platform_revenue");
+      bool present = false;
+      txn.exec("SAVEPOINT billing_fast");
+      try {
+        auto written = txn.exec_params(FastBatchSql(), SqlTime(MinuteStart(cursor)),
+                                       SqlTime(MinuteStart(end)), cursor, end, SqlTime(now),
+                                       revenue);
+        postings = written[0][0].as<int64_t>();
+        txn.exec("RELEASE SAVEPOINT billing_fast");
+      } catch (const pqxx::unique_violation&) {
+        present = true;  // A charge of the batch exists: undo the statement.
+      }
+      if (present) txn.exec("ROLLBACK TO SAVEPOINT billing_fast");
+      if (present) {
+        txn.exec_params(SlowBatchTableSql(), SqlTime(MinuteStart(cursor)),
+                        SqlTime(MinuteStart(end)), cursor, end);
+        auto written = txn.exec_params(SlowBatchWriteSql(), "", "", "", "", SqlTime(now),
+                                       revenue);
+        postings = written[0][0].as<int64_t>();
         auto clashes = txn.exec(kClashSql);
         if (clashes[0][0].as<int64_t>() > 0) {
           return Error(absl::StatusCode::kInternal, "CHARGE_CONTENT_CLASH",
                        "a minute charge already posted differs from its recomputation");
         }
       }
-      txn.exec_params(kShortfallSql, SqlTime(now));
-      txn.exec(kStopsSql);
-      txn.exec_params(kExhaustedNoticeSql, SqlTime(now));
       // App fees and storage of the same minutes, after the rent
       // (billing/addons.cc).
       SV_ASSIGN_OR_RETURN(int64_t addon_legs, internal::PostAddOnCharges(txn, cursor, end, now));
@@ -184,7 +248,7 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
     result.minutes_billed += minutes;
     result.postings += postings;
     result.billed_before_minute = cursor_after;
-    if (done) break;
+    if (done || cursor_after >= before_minute) break;
   }
   SV_RETURN_IF_ERROR(ApplyPendingStops());
   return result;

@@ -1,7 +1,10 @@
 // Read paths: balances, transfers, usage, tenants' balances, revenue.
 #include <algorithm>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "billing/billing.h"
 #include "billing/internal/ledger_sql.h"
 #include "common/status.h"
@@ -77,21 +80,37 @@ absl::StatusOr<Balance> Billing::GetBalance(const std::string& tenant_id, absl::
 
 absl::StatusOr<std::vector<TransferRecord>> Billing::ListTransfers(
     const std::string& tenant_id, const TransferFilter& filter) {
+  // The cursor is "at_us.src.no.minute.leg" (TransferRecord::cursor).
+  int64_t after[5] = {0, 0, 0, 0, 0};
+  if (!filter.after.empty()) {
+    std::vector<std::string> parts = absl::StrSplit(filter.after, '.');
+    bool ok = parts.size() == 5;
+    for (size_t i = 0; ok && i < parts.size(); ++i) ok = absl::SimpleAtoi(parts[i], &after[i]);
+    if (!ok) {
+      return Error(absl::StatusCode::kInvalidArgument, "INVALID_PAGE_TOKEN",
+                   "page_token is not one this server returned");
+    }
+  }
   std::vector<TransferRecord> out;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
     out.clear();
+    // Transfers and minute charges (ledger_all_transfers, migration 0030) in
+    // one keyset order; $8 = 0 marks the first page.
     auto rows = txn.exec_params(
-        absl::StrCat("SELECT ", internal::kTransferColumns, " FROM ledger_transfers t",
+        absl::StrCat("SELECT ", internal::kTransferColumns, " FROM ledger_all_transfers t",
                      internal::kTransferJoins,
-                     "WHERE t.tenant_id = $1 AND t.id > $2 "
+                     "WHERE t.tenant_id = $1 "
                      "AND ($3 = '' OR t.kind = $3) AND ($4 = '' OR t.instance_id = $4) "
                      "AND ($5::timestamptz IS NULL OR t.at >= $5::timestamptz) "
                      "AND ($6::timestamptz IS NULL OR t.at < $6::timestamptz) "
-                     "ORDER BY t.id LIMIT $7"),
-        tenant_id, filter.after_id, filter.kind, filter.instance_id,
+                     "AND ($8::int = 0 OR (t.at, t.src, t.src_no, t.src_minute, t.leg) > "
+                     "  ('epoch'::timestamptz + $2::bigint * interval '1 microsecond', "
+                     "   $9::smallint, $10::bigint, $11::bigint, $12::smallint)) "
+                     "ORDER BY t.at, t.src, t.src_no, t.src_minute, t.leg LIMIT $7"),
+        tenant_id, after[0], filter.kind, filter.instance_id,
         filter.from ? std::optional<std::string>(SqlTime(*filter.from)) : std::nullopt,
         filter.to ? std::optional<std::string>(SqlTime(*filter.to)) : std::nullopt,
-        filter.limit);
+        filter.limit, filter.after.empty() ? 0 : 1, after[1], after[2], after[3], after[4]);
     for (const auto& row : rows) out.push_back(internal::ReadTransfer(row, tenant_id));
     return absl::OkStatus();
   }));
@@ -110,7 +129,7 @@ absl::StatusOr<std::vector<UsageRow>> Billing::GetUsage(const std::string& tenan
         "AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, t.gpu_model, "
         "count(DISTINCT t.usage_minute) * max(i.gpu_count), count(DISTINCT t.usage_minute), "
         "sum(t.amount_micros)::bigint "
-        "FROM ledger_transfers t JOIN instances i ON i.id = t.instance_id "
+        "FROM ledger_charge_legs t JOIN instances i ON i.id = t.instance_id "
         "AND i.tenant_id = t.tenant_id "
         "WHERE t.tenant_id = $1 AND t.kind = 'charge' AND t.usage_minute >= $2 "
         "AND t.usage_minute < $3 AND ($4 = '' OR t.instance_id = $4) "
@@ -158,7 +177,7 @@ absl::StatusOr<RevenueSummary> Billing::GetRevenueSummary(absl::Time from, absl:
         "coalesce(sum(t.amount_micros) FILTER (WHERE t.kind = 'trial_grant'), 0)::bigint, "
         "coalesce(sum(t.amount_micros) FILTER (WHERE t.kind = 'trial_expiry'), 0)::bigint, "
         "coalesce(sum(t.amount_micros) FILTER (WHERE t.kind = 'sla_refund'), 0)::bigint "
-        "FROM ledger_transfers t JOIN ledger_accounts fa ON fa.id = t.from_account_id "
+        "FROM ledger_all_transfers t JOIN ledger_accounts fa ON fa.id = t.from_account_id "
         "WHERE t.at >= $1::timestamptz AND t.at < $2::timestamptz",
         SqlTime(from), SqlTime(to));
     s.charged_micros = rows[0][0].as<int64_t>();

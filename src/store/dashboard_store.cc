@@ -42,15 +42,21 @@ absl::StatusOr<std::vector<RevenuePointRow>> DashboardStore::RevenueSeries(absl:
   std::vector<RevenuePointRow> out;
   from = Clamp(from);
   to = Clamp(to);
-  // Charges are found by their minute of use (ledger_transfers_usage is per
-  // tenant, so this scans the range); the rest by posting time.
+  // Charges (ledger_charges, migration 0030) are found by their minute of
+  // use through the table's BRIN index; the rest by posting time. A
+  // charge's trial part is paid from the trial wallet (the auditor checks).
   const std::string sql = absl::StrCat(R"sql(
 WITH t AS (
-  SELECT t.kind, t.amount_micros, fa.kind AS from_kind,
-         CASE WHEN t.kind = 'charge' THEN to_timestamp(t.usage_minute * 60) ELSE t.at END AS ts
+  SELECT 'charge'::text AS kind, l.amount AS amount_micros, l.from_kind,
+         to_timestamp(c.minute * 60) AS ts
+  FROM ledger_charges c
+  CROSS JOIN LATERAL (VALUES ('trial_wallet', c.trial_micros), ('main', c.main_micros))
+    AS l (from_kind, amount)
+  WHERE c.minute >= $3 AND c.minute < $4 AND l.amount > 0
+  UNION ALL
+  SELECT t.kind, t.amount_micros, fa.kind AS from_kind, t.at AS ts
   FROM ledger_transfers t JOIN ledger_accounts fa ON fa.id = t.from_account_id
-  WHERE (t.kind = 'charge' AND t.usage_minute >= $3 AND t.usage_minute < $4)
-     OR (t.kind IN ('sla_refund', 'topup') AND t.at >= $1::timestamptz AND t.at < $2::timestamptz)
+  WHERE t.kind IN ('sla_refund', 'topup') AND t.at >= $1::timestamptz AND t.at < $2::timestamptz
 ), p AS (
   SELECT date_trunc(')sql", monthly ? "month" : "day", R"sql(', ts AT TIME ZONE 'Asia/Shanghai') AS period, *
   FROM t

@@ -331,7 +331,7 @@ absl::StatusOr<int64_t> SecurityStore::SpentSince(const std::string& tenant_id,
   int64_t spent = 0;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
     spent = txn.exec_params1(
-                   "SELECT coalesce(sum(amount_micros), 0)::bigint FROM ledger_transfers "
+                   "SELECT coalesce(sum(amount_micros), 0)::bigint FROM ledger_all_transfers "
                    "WHERE tenant_id = $1 AND kind IN ('charge', 'app_fee', 'storage') AND usage_minute >= $2",
                    tenant_id, absl::ToUnixSeconds(since) / 60)[0]
                 .as<int64_t>();
@@ -347,7 +347,7 @@ absl::StatusOr<std::vector<std::string>> SecurityStore::TenantsOverSpendCap(
     tenants.clear();
     auto rows = txn.exec_params(
         "SELECT b.tenant_id FROM tenant_budgets b WHERE b.monthly_spend_cap_micros <= "
-        "(SELECT coalesce(sum(t.amount_micros), 0) FROM ledger_transfers t "
+        "(SELECT coalesce(sum(t.amount_micros), 0) FROM ledger_all_transfers t "
         " WHERE t.tenant_id = b.tenant_id AND t.kind IN ('charge', 'app_fee', 'storage') AND t.usage_minute >= $1) "
         "ORDER BY b.tenant_id",
         absl::ToUnixSeconds(month_start) / 60);

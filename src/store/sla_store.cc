@@ -344,7 +344,7 @@ std::vector<SlaRent> SlaStore::ReadRents(pqxx::work& txn, absl::Time hour_start)
            "coalesce(i.gpu_count, 1) "
            "FROM (SELECT instance_id, tenant_id, sum(amount_micros)::bigint AS rent, "
            "  min(usage_minute) AS first_minute, max(usage_minute) AS last_minute "
-           "  FROM ledger_transfers WHERE kind = 'charge' AND usage_minute >= $1 "
+           "  FROM ledger_charge_legs WHERE kind = 'charge' AND usage_minute >= $1 "
            "  AND usage_minute < $2 AND instance_id IS NOT NULL AND tenant_id IS NOT NULL "
            "  GROUP BY 1, 2) c "
            "LEFT JOIN instances i ON i.id = c.instance_id ORDER BY c.instance_id",

@@ -241,7 +241,7 @@ expected AS (
 charged AS (
   SELECT t.instance_id, t.usage_minute AS minute, sum(t.amount_micros) AS amount,
          count(DISTINCT t.idempotency_key) AS keys
-  FROM ledger_transfers t WHERE t.kind = 'charge' GROUP BY 1, 2)
+  FROM ledger_charge_legs t WHERE t.kind = 'charge' GROUP BY 1, 2)
 SELECT coalesce(e.instance_id, c.instance_id) || ' minute ' || coalesce(e.minute, c.minute)
        || CASE WHEN c.instance_id IS NULL THEN ': RUNNING but not charged'
                WHEN e.instance_id IS NULL THEN ': charged but not RUNNING'

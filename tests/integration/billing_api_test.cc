@@ -203,8 +203,7 @@ TEST(BillingApiTest, KillNineDuringBillingLosesAndDoublesNothing) {
   const int64_t first = QueryInt(url, "SELECT billed_before_minute FROM billing_cursor");
   int64_t charges_before_kill = 0;
   for (int i = 0; i < 200; ++i) {
-    charges_before_kill = QueryInt(url, "SELECT count(*) FROM ledger_transfers "
-                                        "WHERE kind = 'charge'");
+    charges_before_kill = QueryInt(url, "SELECT count(*) FROM ledger_charges");
     if (charges_before_kill > 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -225,14 +224,14 @@ TEST(BillingApiTest, KillNineDuringBillingLosesAndDoublesNothing) {
     const int64_t minutes = (absl::ToUnixMicros(run.second) - 1) / 60'000'000 -
                             billing::MinuteOf(run.first) + 1;
     expected_minutes += minutes;
-    EXPECT_EQ(QueryInt(url, "SELECT count(DISTINCT usage_minute) FROM ledger_transfers "
+    EXPECT_EQ(QueryInt(url, "SELECT count(DISTINCT usage_minute) FROM ledger_charge_legs "
                             "WHERE kind = 'charge' AND instance_id = '" + id + "'"),
               minutes)
         << id;
   }
-  EXPECT_EQ(QueryInt(url, "SELECT count(*) FROM ledger_transfers WHERE kind = 'charge'"),
+  EXPECT_EQ(QueryInt(url, "SELECT count(*) FROM ledger_charge_legs WHERE kind = 'charge'"),
             expected_minutes + 1);  // One minute is split between trial and paid.
-  EXPECT_EQ(QueryInt(url, "SELECT sum(amount_micros) FROM ledger_transfers "
+  EXPECT_EQ(QueryInt(url, "SELECT sum(amount_micros) FROM ledger_charge_legs "
                           "WHERE kind = 'charge'"),
             expected_minutes * kPrice);
   svd.Stop();

@@ -442,6 +442,72 @@ TEST_F(BillingTest, TrialExpiryReversesTheRest) {
   ExpectAuditClean(billing);
 }
 
+// Minutes billed again (the cursor moved back, as after a restore) are
+// replays: the same charges are no-ops, nothing is charged twice. If the
+// recomputation differs (here: a price rewritten in the past), the batch
+// fails with CHARGE_CONTENT_CLASH and writes nothing. Charge rows cannot be
+// changed or deleted.
+TEST_F(BillingTest, ReplayedChargesAreNoOpsAndClashesFail) {
+  Billing billing = MakeBilling();
+  auto [tenant, user] = NewTenant("replayed");
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-r", 50 * kMicrosPerYuan, clock_.Now()).ok());
+  const std::string id = Run(tenant, 2);
+  clock_.Advance(absl::Minutes(10));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  const int64_t paid = billing.GetBalance(tenant, clock_.Now())->paid_micros;
+  auto query = [&](const std::string& sql) {
+    int64_t v = 0;
+    EXPECT_TRUE(db_->Transact([&](pqxx::work& txn) {
+      v = txn.exec(sql)[0][0].as<int64_t>();
+      return absl::OkStatus();
+    }).ok());
+    return v;
+  };
+  const int64_t charges = query("SELECT count(*) FROM ledger_charges");
+  const int64_t cursor = query("SELECT billed_before_minute FROM billing_cursor");
+  ASSERT_GT(charges, 5);
+  auto rewind = [&] {
+    ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+      txn.exec_params("UPDATE billing_cursor SET billed_before_minute = $1", cursor - 5);
+      return absl::OkStatus();
+    }).ok());
+  };
+  rewind();
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  EXPECT_EQ(query("SELECT count(*) FROM ledger_charges"), charges);
+  EXPECT_EQ(billing.GetBalance(tenant, clock_.Now())->paid_micros, paid);
+  EXPECT_EQ(query("SELECT billed_before_minute FROM billing_cursor"), cursor);
+  ExpectAuditClean(billing);
+
+  rewind();
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+    txn.exec("UPDATE price_book SET unit_price_micros = 34000 WHERE item_kind = 'gpu_minute'");
+    return absl::OkStatus();
+  }).ok());
+  auto clash = billing.RunOnce(clock_.Now());
+  ASSERT_FALSE(clash.ok());
+  EXPECT_EQ(ReasonOf(clash.status()), "CHARGE_CONTENT_CLASH") << clash.status();
+  EXPECT_EQ(query("SELECT count(*) FROM ledger_charges"), charges);
+  EXPECT_EQ(query("SELECT billed_before_minute FROM billing_cursor"), cursor - 5);
+  for (const char* edit : {"UPDATE ledger_charges SET main_micros = main_micros + 1",
+                           "DELETE FROM ledger_charges"}) {
+    EXPECT_FALSE(db_->Transact([&](pqxx::work& txn) {
+      txn.exec(edit);
+      return absl::OkStatus();
+    }).ok()) << edit;
+  }
+  // A charge can no longer be written as a transfer.
+  EXPECT_FALSE(db_->Transact([&](pqxx::work& txn) {
+    txn.exec_params(
+        "INSERT INTO ledger_transfers (idempotency_key, leg, content_hash, from_account_id, "
+        "to_account_id, amount_micros, kind, tenant_id, at) SELECT 'charge:x:1', 0, 'x', w.id, "
+        "r.id, 1, 'charge', $1, now() FROM ledger_accounts w, ledger_accounts r "
+        "WHERE w.tenant_id = $1 AND w.kind = 'paid_wallet' AND r.kind = 'platform_revenue'",
+        tenant);
+    return absl::OkStatus();
+  }).ok());
+}
+
 // The auditor finds a charge for a minute the instance did not run, and the
 // database refuses a balance edited outside a transfer.
 TEST_F(BillingTest, AuditorFindsForeignCharge) {
@@ -457,11 +523,11 @@ TEST_F(BillingTest, AuditorFindsForeignCharge) {
   const int64_t idle_minute = MinuteOf(clock_.Now()) - 2;  // After the stop.
   ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
     txn.exec_params(
-        "INSERT INTO ledger_transfers (idempotency_key, leg, content_hash, from_account_id, "
-        "to_account_id, amount_micros, kind, tenant_id, instance_id, usage_minute, at) "
-        "SELECT 'charge:' || $1 || ':' || $2, 1, 'x', w.id, r.id, 66000, 'charge', $3, $1, $2::bigint, "
-        "now() FROM ledger_accounts w, ledger_accounts r WHERE w.tenant_id = $3 "
-        "AND w.kind = 'paid_wallet' AND r.kind = 'platform_revenue'",
+        "INSERT INTO ledger_charges (instance_no, minute, gpu_count, unit_price, trial_micros, "
+        "main_account, main_micros, revenue_account, at) "
+        "SELECT i.billing_no, $2::bigint, 2, 33000, 0, w.id, 66000, r.id, now() "
+        "FROM instances i, ledger_accounts w, ledger_accounts r WHERE i.id = $1 "
+        "AND w.tenant_id = $3 AND w.kind = 'paid_wallet' AND r.kind = 'platform_revenue'",
         id, idle_minute, tenant);
     return absl::OkStatus();
   }).ok());

@@ -149,7 +149,7 @@ TEST(MarketplaceBillingTest, LaunchChargesRentAndSplitAppFeeEveryMinute) {
     pqxx::work txn(sql);
     for (const auto& r : txn.exec_params(
              "SELECT t.usage_minute, t.kind || '/' || a.kind, sum(t.amount_micros)::bigint "
-             "FROM ledger_transfers t JOIN ledger_accounts a ON a.id = t.to_account_id "
+             "FROM ledger_all_transfers t JOIN ledger_accounts a ON a.id = t.to_account_id "
              "WHERE t.instance_id = $1 GROUP BY 1, 2",
              app.id())) {
       by_minute[r[0].as<int64_t>()][r[1].as<std::string>()] = r[2].as<int64_t>();

@@ -39,7 +39,7 @@ int64_t TenantAccount(pqxx::work& txn, const std::string& tenant_id, const std::
 int64_t GpuPriceAt(pqxx::work& txn, const std::string& gpu_model, absl::Time at);
 
 // The columns ReadTransfer expects, for "SELECT <kTransferColumns> FROM
-// ledger_transfers t JOIN ledger_accounts fa ... ta ...".
+// ledger_all_transfers t JOIN ledger_accounts fa ... ta ...".
 extern const char kTransferColumns[];
 extern const char kTransferJoins[];
 TransferRecord ReadTransfer(const pqxx::row& row, const std::string& tenant_id);
