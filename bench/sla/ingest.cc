@@ -299,10 +299,14 @@ int main(int argc, char** argv) {
               "streams: %lld, open windows: %lld\n",
               static_cast<long long>(accepted.load()), static_cast<long long>(failed.load()),
               static_cast<long long>(runtime.monitor().window_count()));
-  std::printf("goal >= 1,000,000 samples/s: %s; goal >= 0.5 of baseline: %s with the client "
-              "encoding, %s pre-encoded\n",
-              rate >= 1e6 ? "met" : "MISSED", rate / baseline >= 0.5 ? "met" : "MISSED",
-              raw_rate / baseline >= 0.5 ? "met" : "MISSED");
+  // On a shared machine the wall ratio flatters the phase with more threads
+  // (docs/sla.md); the CPU-seconds ratio does not depend on the load.
+  auto verdict = [](double ratio) { return ratio >= 0.5 ? "met" : "MISSED"; };
+  std::printf("goal >= 1,000,000 samples/s: %s\n", rate >= 1e6 ? "met" : "MISSED");
+  std::printf("goal >= 0.5 of baseline, pre-encoded (svd's share): wall %s, CPU %s; with the "
+              "client encoding on this host: wall %s, CPU %s\n",
+              verdict(raw_rate / baseline), verdict(decode.cpu_s / raw.cpu_s),
+              verdict(rate / baseline), verdict(decode.cpu_s / grpc_phase.cpu_s));
   sla.Stop();
   server->Shutdown();
   return failed.load() == 0 && raw_failed.load() == 0 ? 0 : 1;
