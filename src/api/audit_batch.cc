@@ -112,24 +112,9 @@ class AuditBatcher {
 AuditSink BatchedDatabaseAuditSink(store::Database& db, const Clock& clock) {
   auto batcher = std::make_shared<AuditBatcher>(db);
   return [batcher, &clock](const AuditEvent& event) {
-    store::AuditRow row;
-    row.at = clock.Now();
-    row.tenant_id = event.who->tenant_id;
-    row.user_id = event.who->user_id;
-    row.user_email = event.who->user_email;
-    row.api_key_id = event.who->api_key_id;
-    row.method = event.method;
-    row.request_id = event.request_id;
-    row.code = GrpcCodeName(static_cast<grpc::StatusCode>(event.code));
-    row.reason = event.reason;
-    row.peer = event.peer;
+    store::AuditRow row = AuditRowOf(event, clock.Now());
     absl::Status status = batcher->Append(row);
-    if (!status.ok()) {
-      metrics::Registry::Default().IncrementCounter(
-          "sv_audit_write_failures_total", "Audit entries that could not be written.", {});
-      spdlog::error("audit: cannot record {} tenant={} request_id={}: {}", event.method,
-                    row.tenant_id, row.request_id, status.ToString());
-    }
+    if (!status.ok()) ReportAuditFailure(row, status);
   };
 }
 

@@ -17,6 +17,7 @@
 #include "api/authz.h"
 #include "common/clock.h"
 #include "store/database.h"
+#include "store/security_store.h"
 #include "store/store.h"
 
 namespace grpc {
@@ -40,6 +41,10 @@ using AuditSink = std::function<void(const AuditEvent&)>;
 // Writes each event to the audit_log table. A failed write is logged and
 // counted (sv_audit_write_failures_total); the call's answer stands.
 AuditSink DatabaseAuditSink(store::Database& db, const Clock& clock);
+// The audit row of a finished call, and the metric and log line when it
+// cannot be written (shared by both sinks).
+store::AuditRow AuditRowOf(const AuditEvent& event, absl::Time at);
+void ReportAuditFailure(const store::AuditRow& row, const absl::Status& status);
 
 // What is known about a call in flight.
 struct CallInfo {
