@@ -40,6 +40,23 @@ absl::Status HttpServer::Start() {
     return absl::InvalidArgumentError("cannot load the TLS certificate or key for HTTP");
   }
   server_->set_payload_max_length(kRequestBodyBytesMax);
+  // An exception out of a handler is a bug: log it here, and answer with the
+  // REST error model and nothing of the exception (cpp-httplib's default
+  // would put its text in an EXCEPTION_WHAT header).
+  server_->set_exception_handler(
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr thrown) {
+        std::string what = "unknown exception";
+        try {
+          if (thrown) std::rethrow_exception(thrown);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        spdlog::error("http: {} {}: handler threw: {}", req.method, req.path, what);
+        RestResponse error = RestError(500, "INTERNAL", "INTERNAL", "internal error");
+        res.status = error.status;
+        res.set_content(error.body, "application/json");
+      });
   server_->Get("/metrics", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics::Registry::Default().Render(), "text/plain; version=0.0.4");
   });

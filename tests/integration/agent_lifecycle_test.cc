@@ -226,8 +226,15 @@ TEST_F(AgentLifecycleTest, StartStopStartDelete) {
 
   pid_t pid = agent.InstancePid(created.id());
   ASSERT_TRUE(Alive(pid));
-  // The process sees exactly the GPUs svd reserved.
-  std::string environ = Slurp("/proc/" + std::to_string(pid) + "/environ");
+  // The process sees exactly the GPUs svd reserved. Right after the fork
+  // /proc shows the agent's own environment until the child has exec'd, so
+  // wait for the instance's.
+  std::string environ;
+  for (int i = 0; i < 100; ++i) {
+    environ = Slurp("/proc/" + std::to_string(pid) + "/environ");
+    if (environ.find("SV_INSTANCE_ID=" + created.id() + '\0') != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   std::string gpus;
   for (int g : running.placement(0).gpu_indices()) {
     gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
