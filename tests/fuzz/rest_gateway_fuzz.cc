@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "fuzz_input.h"
 #include "nlohmann/json.hpp"
 #include "server/rest_gateway.h"
 
@@ -76,20 +77,6 @@ Fixture& Get() {
   return *fixture;
 }
 
-std::string Take(const uint8_t*& data, size_t& size, uint8_t end) {
-  std::string out;
-  while (size > 0 && *data != end) {
-    out.push_back(static_cast<char>(*data));
-    ++data;
-    --size;
-  }
-  if (size > 0) {
-    ++data;
-    --size;
-  }
-  return out;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -100,8 +87,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   request.method = kMethods[data[0] % 6];
   ++data;
   --size;
-  const std::string target = Take(data, size, '\n');
-  request.authorization = Take(data, size, '\n');
+  const std::string target = sv::fuzz::TakeField(data, size, '\n');
+  request.authorization = sv::fuzz::TakeField(data, size, '\n');
   request.body.assign(reinterpret_cast<const char*>(data), size);
   const size_t question = target.find('?');
   request.path = httplib::detail::decode_url(target.substr(0, question), false);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "fuzz_input.h"
 #include "api/api_keys.h"
 #include "api/validation.h"
 #include "common/status.h"
@@ -12,17 +13,7 @@ namespace {
 
 // Splits the input into fields at 0xff bytes so one input drives them all.
 std::string Field(const uint8_t*& data, size_t& size) {
-  std::string out;
-  while (size > 0 && *data != 0xff) {
-    out.push_back(static_cast<char>(*data));
-    ++data;
-    --size;
-  }
-  if (size > 0) {
-    ++data;
-    --size;
-  }
-  return out;
+  return sv::fuzz::TakeField(data, size, 0xff);
 }
 
 void Check(bool condition) {
