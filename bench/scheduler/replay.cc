@@ -318,7 +318,7 @@ void ReplayTrace(const Trace& trace) {
     int node_count = static_cast<int>(std::ceil(scale * peak / kGpusPerNode));
     node_count = std::max(node_count, (largest + kGpusPerNode - 1) / kGpusPerNode);
     std::printf(
-        "\n### %s: %zu jobs (%d skipped), peak demand %d GPUs, fleet %.1fx = "
+        "\n### %s: %zu jobs (%d skipped), peak demand %d GPUs, fleet %gx = "
         "%d nodes (%d GPUs), %d nodes/leaf\n\n",
         trace.name.c_str(), trace.jobs.size(), trace.skipped, peak, scale,
         node_count, node_count * kGpusPerNode, absl::GetFlag(FLAGS_nodes_per_leaf));
