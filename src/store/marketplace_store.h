@@ -95,6 +95,9 @@ struct PayoutRecord {
 };
 
 inline constexpr int kInstancePortsMax = 16;
+// The smallest node port range an agent may register: one instance per GPU
+// of an 8-GPU node, each with the most ports an instance may declare.
+inline constexpr int kNodePortsMin = 8 * kInstancePortsMax;
 inline constexpr int kInstanceLibraryMountsMax = 16;
 
 // Writes the extras of a new instance; INVALID_ARGUMENT / UNKNOWN_LIBRARY_ITEM

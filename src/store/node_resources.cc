@@ -4,9 +4,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "spdlog/spdlog.h"
 #include "common/status.h"
 #include "store/agent_store.h"
 #include "store/database.h"
+#include "store/marketplace_store.h"
 #include "store/sql_arrays.h"
 
 namespace sv::store {
@@ -27,7 +29,7 @@ void AllocatePorts(pqxx::work& txn, const std::string& node_id, const std::strin
   if (missing[0].as<int64_t>() == 0) return;
   txn.exec_params("SELECT pg_advisory_xact_lock(hashtextextended('node-ports:' || $1, 0))",
                   node_id);
-  txn.exec_params(R"sql(
+  const auto bound = txn.exec_params(R"sql(
     WITH node AS (SELECT node_port_min AS lo, node_port_max AS hi FROM nodes WHERE id = $1),
     need AS (
       SELECT p.instance_id, p.container_port, p.protocol,
@@ -48,6 +50,12 @@ void AllocatePorts(pqxx::work& txn, const std::string& node_id, const std::strin
     SELECT $1, f.port, need.instance_id, need.container_port, need.protocol, $3::timestamptz
     FROM need JOIN free f USING (n))sql",
                   node_id, ids, SqlTime(now));
+  // Registration keeps every node's range at kNodePortsMin or more, so this
+  // is an invariant broken elsewhere (a range edited in the database).
+  if (static_cast<int64_t>(bound.affected_rows()) < missing[0].as<int64_t>()) {
+    spdlog::error("store: node {} ran out of node ports: {} of {} declared ports bound", node_id,
+                  bound.affected_rows(), missing[0].as<int64_t>());
+  }
 }
 
 }  // namespace
@@ -184,6 +192,14 @@ absl::Status SetNodeNetwork(pqxx::work& txn, const std::string& node_id,
     if (port_min < 1024 || port_max > 65535 || port_min > port_max) {
       return Error(absl::StatusCode::kInvalidArgument, "INVALID_PORT_RANGE",
                    "node ports must be a range within 1024..65535");
+    }
+    // A node holds at most one instance per GPU, each with at most
+    // kInstancePortsMax ports; a range that holds them all means a port
+    // allocation can never come up short, so no declared port is dropped.
+    if (port_max - port_min + 1 < kNodePortsMin) {
+      return Error(absl::StatusCode::kInvalidArgument, "INVALID_PORT_RANGE",
+                   absl::StrCat("a node's port range must hold at least ", kNodePortsMin,
+                                " ports (8 instances x ", kInstancePortsMax, ")"));
     }
     txn.exec_params("UPDATE nodes SET node_port_min = $2, node_port_max = $3 WHERE id = $1",
                     node_id, port_min, port_max);

@@ -495,6 +495,24 @@ TEST_F(AgentLifecycleTest, BadAgentMessagesAreRejected) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(api::ReasonOf(status), "NODE_NAME_MISMATCH");
 
+  // A node port range too small for a full node's declared ports is refused
+  // at registration, so a port allocation can never come up short later.
+  {
+    auto small = registration("node-a");
+    small.mutable_register_()->set_node_port_min(40000);
+    small.mutable_register_()->set_node_port_max(40000 + 126);  // 127 ports
+    auto small_context = Context(credential);
+    auto small_stream = stub->Connect(small_context.get());
+    small_stream->Write(small);
+    small_stream->WritesDone();
+    v1::ServerMessage ignored;
+    while (small_stream->Read(&ignored)) {
+    }
+    status = small_stream->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(api::ReasonOf(status), "INVALID_PORT_RANGE");
+  }
+
   // A registered agent reporting an instance it does not hold.
   auto context = Context(credential);
   auto stream = stub->Connect(context.get());
