@@ -6,7 +6,9 @@
 //
 // Knobs: SV_BENCH_CLIENTS (64), SV_BENCH_SECONDS (10), SV_BENCH_NODES (64),
 // SV_BENCH_PROFILE=1 (loads pg_stat_statements and prints, per create, the
-// statements run, the transactions committed and the wait events sampled).
+// statements run, the transactions committed and the wait events sampled),
+// SV_BENCH_SVD_ARGS (extra svd flags, split on spaces; e.g.
+// "--auth-cache-max-age-ms 0" measures without the credential cache).
 // The fleet is large enough that creates are placed, not just queued.
 
 #include <signal.h>
@@ -103,13 +105,20 @@ int main() {
     FILE* f = freopen(log.c_str(), "w", stdout);
     (void)f;
     dup2(fileno(stdout), STDERR_FILENO);
-    execl(SV_SVD_PATH, SV_SVD_PATH, "--database-url", pg.url().c_str(), "--listen",
-          "127.0.0.1:0", "--port-file", port_file.c_str(), "--admin-key-file",
-          key_file.c_str(), "--sim-nodes", std::to_string(nodes).c_str(), "--sim-leaves",
-          "8", "--state-dir", (dir + "/state").c_str(), "--rate-limit-key-rps", "0",
-          "--rate-limit-tenant-rps", "0", "--db-connections", "64",
-          "--billing-create-credit-minutes", "0", "--log-level", "warn",
-          static_cast<char*>(nullptr));
+    std::vector<std::string> args = {
+        SV_SVD_PATH, "--database-url", pg.url(), "--listen", "127.0.0.1:0", "--port-file",
+        port_file, "--admin-key-file", key_file, "--sim-nodes", std::to_string(nodes),
+        "--sim-leaves", "8", "--state-dir", dir + "/state", "--rate-limit-key-rps", "0",
+        "--rate-limit-tenant-rps", "0", "--db-connections", "64",
+        "--billing-create-credit-minutes", "0", "--log-level", "warn"};
+    if (const char* extra = std::getenv("SV_BENCH_SVD_ARGS"); extra != nullptr) {
+      std::istringstream words(extra);
+      for (std::string word; words >> word;) args.push_back(word);
+    }
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(SV_SVD_PATH, argv.data());
     _exit(127);
   }
   std::string port;

@@ -19,6 +19,7 @@
 #include "google/protobuf/util/time_util.h"
 #include "spdlog/spdlog.h"
 #include "store/agent_store.h"
+#include "store/notification_listener.h"
 #include "sv/v1/agent.grpc.pb.h"
 
 namespace sv::api {
@@ -52,7 +53,21 @@ bool SameDesired(const std::vector<store::AgentAssignment>& a,
 
 struct AgentApi::Impl {
   Impl(store::Store& s, const Clock& c, control::ControlLoops* l, AgentApiOptions o)
-      : store(s), agents(s.database()), clock(c), loops(l), options(o), auth(s, c) {}
+      : store(s), agents(s.database()), clock(c), loops(l), options(o), auth(s, c),
+        revocations(*this) {}
+
+  // The revocation signal (migration 0070): a revoked node credential ends
+  // its agent streams on this replica too.
+  class RevocationSink final : public store::NotificationSink {
+   public:
+    explicit RevocationSink(Impl& impl) : impl_(impl) {}
+    void OnNotification(const std::string& payload) override {
+      if (absl::StartsWith(payload, "node:")) impl_.EndStreamsOf(payload.substr(5));
+    }
+
+   private:
+    Impl& impl_;
+  };
 
   store::Store& store;
   store::AgentStore agents;
@@ -66,7 +81,8 @@ struct AgentApi::Impl {
   std::mutex mutex;
   std::condition_variable wake;
   bool stopping = false;
-  std::set<grpc::ServerContext*> live;
+  std::map<grpc::ServerContext*, std::string> live;  // Stream -> its credential id.
+  RevocationSink revocations;
   std::thread monitor;
 
   void Kick() {
@@ -77,6 +93,22 @@ struct AgentApi::Impl {
     std::unique_lock<std::mutex> lock(mutex);
     wake.wait_for(lock, absl::ToChronoNanoseconds(d), [this] { return stopping; });
     return !stopping;
+  }
+
+  // Cancels the open agent streams of a credential; returns how many.
+  int EndStreamsOf(const std::string& credential_id) {
+    std::lock_guard<std::mutex> lock(mutex);
+    int ended = 0;
+    for (const auto& [context, id] : live) {
+      if (id != credential_id) continue;
+      context->TryCancel();
+      ++ended;
+    }
+    if (ended > 0) {
+      spdlog::warn("agent: ended {} stream(s) of revoked node credential {}", ended,
+                   credential_id);
+    }
+    return ended;
   }
 
   void MonitorLoop();
@@ -306,7 +338,9 @@ class AgentServiceImpl final : public v1::AgentService::Service {
                    status.ToString());
       return ToGrpcStatus(status);
     }
-    if (!Track(context)) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "svd is stopping");
+    if (!Track(context, credential->id)) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "svd is stopping");
+    }
     AgentSession session(api_, *context, *stream, credential->node_name);
     grpc::Status result = session.Run(first.register_());
     Untrack(context);
@@ -314,10 +348,10 @@ class AgentServiceImpl final : public v1::AgentService::Service {
   }
 
  private:
-  bool Track(grpc::ServerContext* context) {
+  bool Track(grpc::ServerContext* context, const std::string& credential_id) {
     std::lock_guard<std::mutex> lock(api_.mutex);
     if (api_.stopping) return false;
-    api_.live.insert(context);
+    api_.live[context] = credential_id;
     return true;
   }
   void Untrack(grpc::ServerContext* context) {
@@ -352,6 +386,30 @@ class NodeCredentialServiceImpl final : public v1::NodeCredentialService::Servic
     response->set_credential(*credential);
     spdlog::info("api: operator {} created a credential for node {}", who->user_email,
                  request->node_name());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status RevokeNodeCredential(grpc::ServerContext* context,
+                                    const v1::RevokeNodeCredentialRequest* request,
+                                    v1::RevokeNodeCredentialResponse* response) override {
+    auto who = impl_.auth.Authenticate(*context);
+    if (!who.ok()) return ToGrpcStatus(who.status());
+    const std::string& id = request->credential_id();
+    if (!absl::StartsWith(id, "ncr-") || id.size() > 4 + kCredentialIdLength) {
+      return ToGrpcStatus(Error(absl::StatusCode::kInvalidArgument, "INVALID_CREDENTIAL_ID",
+                                "credential_id must be the ncr-... id of a node credential"));
+    }
+    auto revoked = impl_.agents.RevokeNodeCredential(id, impl_.clock.Now());
+    if (!revoked.ok()) return ToGrpcStatus(revoked.status());
+    // Streams on this replica end now; other replicas end theirs when the
+    // revocation signal reaches them.
+    const int ended = impl_.EndStreamsOf(id);
+    response->set_credential_id(id);
+    response->set_node_name(revoked->node_name);
+    *response->mutable_revoke_time() = google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(
+        absl::ToUnixMicros(*revoked->revoked_at));
+    spdlog::info("api: operator {} revoked node credential {} of node {} ({} stream(s) ended)",
+                 who->user_email, id, revoked->node_name, ended);
     return grpc::Status::OK;
   }
 
@@ -447,11 +505,13 @@ void AgentApi::Stop() {
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     impl_->stopping = true;
-    for (grpc::ServerContext* context : impl_->live) context->TryCancel();
+    for (const auto& entry : impl_->live) entry.first->TryCancel();
   }
   impl_->wake.notify_all();
   if (impl_->monitor.joinable()) impl_->monitor.join();
 }
+
+store::NotificationSink* AgentApi::revocation_sink() { return &impl_->revocations; }
 
 absl::StatusOr<std::string> AgentApi::AuthenticateNodeName(const grpc::ServerContext& context) {
   SV_ASSIGN_OR_RETURN(auto record, impl_->AuthenticateNode(context));

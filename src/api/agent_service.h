@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "control/loops.h"
+#include "store/notification_listener.h"
 #include "store/store.h"
 
 namespace sv::api {
@@ -46,6 +47,10 @@ class AgentApi {
 
   // Mints a node credential; returns the plaintext (only its hash is kept).
   absl::StatusOr<std::string> CreateNodeCredential(const std::string& node_name);
+
+  // Feed of the revocation signal (api/credential_cache.h): a revoked node
+  // credential's open streams end on this replica.
+  store::NotificationSink* revocation_sink();
 
   struct Impl;  // Private to agent_service.cc.
 

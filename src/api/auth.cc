@@ -25,6 +25,7 @@ absl::Status RateLimited(const std::string& what, absl::Duration wait) {
 Authenticator::Authenticator(store::Store& store, const Clock& clock, AuthOptions options)
     : store_(store),
       clock_(clock),
+      cache_(options.cache),
       per_key_(clock, options.per_key),
       per_tenant_(clock, options.per_tenant),
       failures_per_peer_(clock, options.failures_per_peer) {}
@@ -86,7 +87,7 @@ absl::StatusOr<store::Principal> Authenticator::Identify(
   if (!key.has_value()) {
     return Unauthenticated("MALFORMED_CREDENTIALS", "the API key is malformed");
   }
-  auto record = store_.LookupApiKey(key->key_id);
+  auto record = Lookup(key->key_id);
   if (!record.ok()) return record.status();
   // Compare digests in constant time; an unknown key id and a wrong secret
   // give the same answer so neither can be probed.
@@ -98,6 +99,23 @@ absl::StatusOr<store::Principal> Authenticator::Identify(
     return Unauthenticated("API_KEY_EXPIRED", "the API key has expired");
   }
   return record->principal;
+}
+
+absl::StatusOr<store::ApiKeyRecord> Authenticator::Lookup(const std::string& key_id) const {
+  if (cache_ == nullptr) return store_.LookupApiKey(key_id);
+  if (auto hit = cache_->Find(key_id); hit.has_value()) return *std::move(hit);
+  // Taken before the read: a revocation signal that arrives while the read
+  // runs keeps its (possibly older) result out of the cache.
+  const uint64_t generation = cache_->Generation();
+  auto record = store_.LookupApiKey(key_id);
+  // The secret is checked by the caller, on hits as on misses; a revoked
+  // key is never stored (its refusal needs no speed).
+  if (record.ok() && !record->revoked) cache_->Insert(key_id, *record, generation);
+  return record;
+}
+
+void Authenticator::ForgetCachedCredentials() const {
+  if (cache_ != nullptr) cache_->Flush();
 }
 
 }  // namespace sv::api

@@ -4,6 +4,7 @@
 #include <grpcpp/server_context.h>
 
 #include "absl/status/statusor.h"
+#include "api/credential_cache.h"
 #include "api/rate_limiter.h"
 #include "common/clock.h"
 #include "store/store.h"
@@ -28,18 +29,26 @@ struct AuthOptions {
   RateLimit per_key{100, 300};
   RateLimit per_tenant{300, 1000};
   RateLimit failures_per_peer{5, 50};
+  // Successful key lookups are cached here when set (credential_cache.h);
+  // nullptr: every call reads the database.
+  CredentialCache* cache = nullptr;
 };
 
 class Authenticator {
  public:
   Authenticator(store::Store& store, const Clock& clock, AuthOptions options = {});
   absl::StatusOr<store::Principal> Authenticate(const grpc::ServerContextBase& context) const;
+  // This replica changed a key, user, membership or tenant: drop cached
+  // lookups now rather than when the revocation signal comes back.
+  void ForgetCachedCredentials() const;
 
  private:
   absl::StatusOr<store::Principal> Identify(const grpc::ServerContextBase& context) const;
+  absl::StatusOr<store::ApiKeyRecord> Lookup(const std::string& key_id) const;
 
   store::Store& store_;
   const Clock& clock_;
+  CredentialCache* const cache_;
   mutable RateLimiter per_key_;
   mutable RateLimiter per_tenant_;
   mutable RateLimiter failures_per_peer_;

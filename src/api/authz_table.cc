@@ -87,6 +87,7 @@ const std::vector<MethodRule>& MethodRules() {
       // agent.proto
       {"/sv.v1.AgentService/Connect", P::kNodeAgent, R},
       {"/sv.v1.NodeCredentialService/CreateNodeCredential", P::kAdminFleet, W},
+      {"/sv.v1.NodeCredentialService/RevokeNodeCredential", P::kAdminFleet, W},
       // sla.proto
       {"/sv.v1.SlaTelemetryService/StreamTelemetry", P::kNodeAgent, R},
       {"/sv.v1.SlaService/ListSlaWindows", P::kInstancesRead, R},

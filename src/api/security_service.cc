@@ -162,6 +162,9 @@ class ApiKeyServiceImpl final : public v1::ApiKeyService::Service {
       const std::string owner = HasPermission(who, Permission::kKeysManage) ? "" : who.user_id;
       SV_ASSIGN_OR_RETURN(auto key, store_.RevokeApiKey(who.tenant_id, owner, request->id(),
                                                         deps_.clock->Now()));
+      // Every replica drops its cached lookup on the revocation signal;
+      // this one at once, so its next call already sees the change.
+      auth_.ForgetCachedCredentials();
       ToProto(key, response);
       spdlog::info("api: revoked API key {} tenant={}", key.id, who.tenant_id);
       return absl::OkStatus();
@@ -185,6 +188,7 @@ class ApiKeyServiceImpl final : public v1::ApiKeyService::Service {
                           store_.RotateApiKey(who.tenant_id, owner, request->id(), row,
                                               absl::Seconds(request->overlap_seconds()),
                                               deps_.clock->Now()));
+      auth_.ForgetCachedCredentials();
       ToProto(rotated, response->mutable_key());
       response->set_secret(key.plaintext);
       spdlog::info("api: rotated API key {} to {} tenant={}", request->id(), rotated.id,
@@ -254,6 +258,7 @@ class UserServiceImpl final : public v1::UserService::Service {
       SV_ASSIGN_OR_RETURN(auto role, FromProto(request->role()));
       SV_ASSIGN_OR_RETURN(auto member,
                           store_.SetMemberRole(who.tenant_id, request->user_id(), role));
+      auth_.ForgetCachedCredentials();
       ToProto(member, response);
       return absl::OkStatus();
     });
@@ -263,7 +268,10 @@ class UserServiceImpl final : public v1::UserService::Service {
                           v1::RemoveUserResponse*) override {
     return Serve(auth_, *context, "RemoveUser", [&](const store::Principal& who) {
       SV_RETURN_IF_ERROR(CheckId(request->user_id(), "usr", "USER_NOT_FOUND", "user"));
-      return store_.RemoveMember(who.tenant_id, request->user_id(), deps_.clock->Now());
+      SV_RETURN_IF_ERROR(
+          store_.RemoveMember(who.tenant_id, request->user_id(), deps_.clock->Now()));
+      auth_.ForgetCachedCredentials();
+      return absl::OkStatus();
     });
   }
 

@@ -1,12 +1,13 @@
 // Scheduling commands: svctl resize, svctl admin nodes list|cordon|uncordon|
-// drain, svctl admin quota set|get and svctl admin priority. The admin ones
-// use the admin key.
+// drain, svctl admin quota set|get, svctl admin priority and svctl admin
+// node-credential create|revoke. The admin ones use the admin key.
 #include <iostream>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "sv/v1/admin.grpc.pb.h"
+#include "sv/v1/agent.grpc.pb.h"
 #include "sv/v1/instance.grpc.pb.h"
 
 namespace sv::cli {
@@ -96,6 +97,56 @@ int RunNodeAction(Session& s, const std::string& action, const std::string& name
     std::cout << "\n";
   }
   return kExitOk;
+}
+
+int RunNodeCredential(Session& s, const std::string& verb, const std::string& arg) {
+  std::string error;
+  if (!ConnectAdmin(s, &error)) return Fail(error);
+  v1::NodeCredentialService::Stub stub(s.channel);
+  if (verb == "create") {
+    v1::CreateNodeCredentialRequest request;
+    request.set_node_name(arg);
+    v1::CreateNodeCredentialResponse response;
+    grpc::Status status = stub.CreateNodeCredential(s.Context().get(), request, &response);
+    if (!status.ok()) return FailRpc(status, s);
+    if (s.format() == Format::kJson) {
+      PrintJson(response, std::cout);
+    } else {
+      std::cout << "credential " << response.credential_id() << " for node "
+                << response.node_name() << " (shown once):\n" << response.credential() << "\n";
+    }
+    return kExitOk;
+  }
+  v1::RevokeNodeCredentialRequest request;
+  request.set_credential_id(arg);
+  v1::RevokeNodeCredentialResponse response;
+  grpc::Status status = stub.RevokeNodeCredential(s.Context().get(), request, &response);
+  if (!status.ok()) return FailRpc(status, s);
+  if (s.format() == Format::kJson) {
+    PrintJson(response, std::cout);
+  } else {
+    std::cout << "revoked " << response.credential_id() << " of node " << response.node_name()
+              << "\n";
+  }
+  return kExitOk;
+}
+
+void AddNodeCredentialSubcommands(CLI::App& admin, Action* action) {
+  auto* credential = admin.add_subcommand("node-credential", "Mint or revoke node credentials");
+  credential->require_subcommand(1);
+  for (const char* verb : {"create", "revoke"}) {
+    const std::string what = verb;
+    auto arg = std::make_shared<std::string>();
+    auto* sub = credential->add_subcommand(
+        verb, what == "create" ? "Mint a credential for a node's svagent (shown once)"
+                               : "Revoke a credential: its agent is refused from now on");
+    sub->add_option(what == "create" ? "node_name" : "credential_id", *arg,
+                    what == "create" ? "Node name" : "Credential id (ncr-...)")
+        ->required();
+    sub->callback([=] {
+      *action = [=](Session& s) { return RunNodeCredential(s, what, *arg); };
+    });
+  }
 }
 
 struct QuotaArgs {
@@ -218,6 +269,7 @@ void AddSchedulingCommands(CLI::App& app, Action* action) {
   CLI::App* admin = app.get_subcommand("admin");  // made by AddAdminCommands
   AddNodeSubcommands(*admin, action);
   AddQuotaSubcommands(*admin, action);
+  AddNodeCredentialSubcommands(*admin, action);
   auto instance = std::make_shared<std::string>();
   auto priority = std::make_shared<int>(0);
   auto* prio = admin->add_subcommand("priority", "Set an instance's queue priority");

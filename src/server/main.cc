@@ -81,6 +81,11 @@ int main(int argc, char** argv) {
                  "Burst of failed authentications per peer address")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--auth-cache-max-age-ms", o.auth_cache_max_age_ms,
+                 "Longest life of a cached API key lookup; revocations reach every "
+                 "replica's cache through LISTEN/NOTIFY (0: no cache)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--tls-cert", o.tls_cert_file,
                  "PEM certificate chain for gRPC and HTTP (with --tls-key; else plaintext)");
   app.add_option("--tls-key", o.tls_key_file, "PEM private key of --tls-cert");

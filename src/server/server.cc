@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "api/agent_service.h"
 #include "api/audit_batch.h"
+#include "api/credential_cache.h"
 #include "api/authz_interceptor.h"
 #include "api/spend_cap_enforcer.h"
 #include "api/metrics_interceptor.h"
@@ -200,6 +201,12 @@ int RunServer(const ServerOptions& options) {
   api_deps.auth.per_tenant = {options.rate_limit_tenant_rps, options.rate_limit_tenant_burst};
   api_deps.auth.failures_per_peer = {options.rate_limit_auth_failures_rps,
                                      options.rate_limit_auth_failures_burst};
+  // Cached authentication and the revocation signal (docs/security.md).
+  api::CredentialRevocation revocation(url, real_clock,
+                                       absl::Milliseconds(options.auth_cache_max_age_ms));
+  revocation.AddSink(agent_api.revocation_sink());
+  revocation.Start();
+  api_deps.auth.cache = revocation.cache();
   api::ApiServices api(api_deps);
   sla::SlaOptions sla_options;
   if (!options.sla_definitions_file.empty()) {

@@ -33,6 +33,9 @@ struct ServerOptions {
   double rate_limit_tenant_burst = 1000;
   double rate_limit_auth_failures_rps = 5;  // Per peer address.
   double rate_limit_auth_failures_burst = 50;
+  // Cached API key lookups (docs/security.md, "Cached authentication"):
+  // an entry's longest life; 0 turns the cache off.
+  int auth_cache_max_age_ms = 30000;
   // TLS (docs/security.md): PEM files; empty cert and key: plaintext.
   std::string tls_cert_file;
   std::string tls_key_file;

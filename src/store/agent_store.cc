@@ -86,13 +86,39 @@ absl::StatusOr<NodeCredentialRecord> AgentStore::LookupNodeCredential(const std:
         id);
     if (!rows.empty()) {
       found = NodeCredentialRecord{id, rows[0][0].as<std::string>(),
-                                   rows[0][1].as<std::string>(), rows[0][2].as<bool>()};
+                                   rows[0][1].as<std::string>(), rows[0][2].as<bool>(),
+                                   std::nullopt};
     }
     return absl::OkStatus();
   }));
   if (!found) {
     return Error(absl::StatusCode::kUnauthenticated, "NODE_CREDENTIAL_UNKNOWN",
                  "the node credential is not known");
+  }
+  return *found;
+}
+
+absl::StatusOr<NodeCredentialRecord> AgentStore::RevokeNodeCredential(const std::string& id,
+                                                                      absl::Time now) {
+  std::optional<NodeCredentialRecord> found;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    found.reset();
+    // coalesce keeps the first revocation's time (and then the row does
+    // not change, so no second revocation signal is sent; migration 0070).
+    auto rows = txn.exec_params(
+        "UPDATE node_credentials SET revoked_at = coalesce(revoked_at, $2::timestamptz) "
+        "WHERE id = $1 RETURNING node_name, secret_sha256, " + MicrosOf("revoked_at"),
+        id, SqlTime(now));
+    if (!rows.empty()) {
+      found = NodeCredentialRecord{id, rows[0][0].as<std::string>(),
+                                   rows[0][1].as<std::string>(), true,
+                                   TimeFromMicros(rows[0][2].as<int64_t>())};
+    }
+    return absl::OkStatus();
+  }));
+  if (!found) {
+    return Error(absl::StatusCode::kNotFound, "NODE_CREDENTIAL_NOT_FOUND",
+                 "node credential " + id.substr(0, 64) + " not found");
   }
   return *found;
 }

@@ -26,6 +26,7 @@ struct NodeCredentialRecord {
   std::string node_name;
   std::string secret_sha256;
   bool revoked = false;
+  std::optional<absl::Time> revoked_at;  // Filled by RevokeNodeCredential.
 };
 
 // One instance a node must run, with the GPUs of that node it holds.
@@ -79,6 +80,10 @@ class AgentStore {
   absl::Status CreateNodeCredential(const std::string& id, const std::string& node_name,
                                     const std::string& secret_sha256, absl::Time now);
   absl::StatusOr<NodeCredentialRecord> LookupNodeCredential(const std::string& id);
+  // Sets revoked_at (kept from the first call when revoked twice) and
+  // returns the credential with it. NOT_FOUND (NODE_CREDENTIAL_NOT_FOUND).
+  absl::StatusOr<NodeCredentialRecord> RevokeNodeCredential(const std::string& id,
+                                                            absl::Time now);
 
   // Registers the node (creating or updating its row) and counts as a
   // heartbeat. A node that was down becomes ready again. Returns its id.
