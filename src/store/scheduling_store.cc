@@ -269,6 +269,21 @@ absl::StatusOr<int> SchedulingStore::ResizeInstance(const std::string& tenant_id
                                 "; only a RUNNING instance can be resized"));
     }
     if (old_gpu_count == new_gpu_count) return absl::OkStatus();
+    // A node-local volume keeps its instance on the volume's node; a gang
+    // spans several nodes, so the volume could not follow (docs/storage.md).
+    if (new_gpu_count > 8) {
+      auto local = txn.exec_params(
+          "SELECT v.id FROM volume_attachments a JOIN volumes v ON v.id = a.volume_id "
+          "WHERE a.instance_id = $1 AND v.kind = 'node_local' ORDER BY v.id LIMIT 1",
+          id);
+      if (!local.empty()) {
+        return Error(absl::StatusCode::kFailedPrecondition, "VOLUME_NODE_MISMATCH",
+                     absl::StrCat("instance ", id, " has node-local volume ",
+                                  local[0][0].as<std::string>(), "; a gang of ", new_gpu_count,
+                                  " GPUs spans several nodes. Detach it or use a network "
+                                  "volume"));
+      }
+    }
     FleetView view;
     LoadPending(txn, queue_max, view);
     LoadFleet(txn, view);

@@ -266,6 +266,19 @@ TEST_F(VolumeTest, NodeLocalTenancyAndIdempotency) {
   ASSERT_TRUE(Attach(local.id(), a.id(), false, &out).ok());
   EXPECT_EQ(out.node_id(), a.placement(0).node_id());
   ASSERT_TRUE(WaitFor([&] { return GetVolume(local.id()).state() == v1::ATTACHED; }));
+  // A node-local volume keeps its instance on one node: growing it into a
+  // gang is refused, though a third node is free, and it keeps running.
+  v1::ResizeInstanceRequest grow;
+  grow.set_id(a.id());
+  grow.set_gpu_count(16);
+  v1::ResizeInstanceResponse grown;
+  grpc::Status refused = instances_->ResizeInstance(Context(token_).get(), grow, &grown);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(api::ReasonOf(refused), "VOLUME_NODE_MISMATCH");
+  EXPECT_NE(refused.error_message().find(local.id()), std::string::npos)
+      << refused.error_message();
+  EXPECT_EQ(Get(token_, a.id()).gpu_count(), 8);
+  EXPECT_EQ(Get(token_, a.id()).state(), v1::RUNNING);
   ASSERT_TRUE(Detach(local.id(), a.id(), &out).ok());
   ASSERT_TRUE(WaitFor([&] { return GetVolume(local.id()).state() == v1::AVAILABLE; }));
   grpc::Status elsewhere = Attach(local.id(), b.id(), false, &out);
