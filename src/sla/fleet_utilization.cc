@@ -2,6 +2,9 @@
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/ids.h"
+#include "common/status.h"
 #include "sla/runtime.h"
 #include "spdlog/spdlog.h"
 
@@ -9,7 +12,7 @@ namespace sv::sla {
 
 FleetUtilization::FleetUtilization(store::Database& db, const Clock& clock,
                                    absl::Duration flush_interval)
-    : store_(db), clock_(clock) {
+    : store_(db), clock_(clock), incarnation_(RandomToken(16)) {
   loop_ = std::make_unique<PeriodicLoop>(
       "fleet-utilization", flush_interval,
       [this] {
@@ -34,25 +37,29 @@ void FleetUtilization::Add(const std::string& node_name, absl::Time hour,
 }
 
 absl::Status FleetUtilization::Flush() {
+  std::lock_guard<std::mutex> flushing(flush_mutex_);
+  if (!unsent_key_.empty()) {
+    SV_RETURN_IF_ERROR(store_.Add(unsent_key_, unsent_, clock_.Now() - kRetention, clock_.Now()));
+    unsent_key_.clear();
+    unsent_.clear();
+  }
   std::map<std::pair<std::string, int64_t>, store::UtilizationSum> taken;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     taken.swap(pending_);
   }
+  if (taken.empty()) return absl::OkStatus();
   std::vector<store::NodeUtilizationDelta> deltas;
   deltas.reserve(taken.size());
   for (const auto& [key, sum] : taken) {
     deltas.push_back({key.first, absl::FromUnixSeconds(key.second), sum});
   }
-  absl::Status status = store_.Add(deltas, clock_.Now() - kRetention);
+  const std::string key = absl::StrCat(incarnation_, ":", ++flush_sequence_);
+  absl::Status status = store_.Add(key, deltas, clock_.Now() - kRetention, clock_.Now());
   if (!status.ok()) {
-    // Put the sums back; the next flush adds them.
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const auto& [key, sum] : taken) {
-      store::UtilizationSum& s = pending_[key];
-      s.utilization_sum += sum.utilization_sum;
-      s.sample_count += sum.sample_count;
-    }
+    // It may have been committed: keep it as it is, under its key.
+    unsent_key_ = key;
+    unsent_ = std::move(deltas);
   }
   return status;
 }

@@ -6,13 +6,17 @@
 // is raw activity: every GPU sample an agent streams, held or idle, adds its
 // utilization percent to its node's hour. Sums stay in memory and are added
 // to node_gpu_utilization_hourly every flush interval and at Stop(); a crash
-// loses at most one interval of samples, which only thins a chart.
+// loses at most one interval of samples, which only thins a chart. Each
+// flush carries a key; one that failed (its commit perhaps in doubt) is
+// sent again as it was, with its key, before anything newer, so no sample
+// is counted twice.
 
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -47,6 +51,13 @@ class FleetUtilization {
   const Clock& clock_;
   std::mutex mutex_;
   std::map<std::pair<std::string, int64_t>, store::UtilizationSum> pending_;
+  // Serializes flushes; guards the fields below.
+  std::mutex flush_mutex_;
+  const std::string incarnation_;  // random, one per process
+  int64_t flush_sequence_ = 0;
+  // A flush that failed, to be sent again with the same key and deltas.
+  std::string unsent_key_;
+  std::vector<store::NodeUtilizationDelta> unsent_;
   std::unique_ptr<PeriodicLoop> loop_;
 };
 

@@ -6,8 +6,9 @@
 
 namespace sv::store {
 
-absl::Status UtilizationStore::Add(const std::vector<NodeUtilizationDelta>& deltas,
-                                   absl::Time keep_from) {
+absl::Status UtilizationStore::Add(const std::string& flush_key,
+                                   const std::vector<NodeUtilizationDelta>& deltas,
+                                   absl::Time keep_from, absl::Time now) {
   std::vector<std::string> names;
   std::vector<int64_t> hours, sums, counts;
   for (const NodeUtilizationDelta& d : deltas) {
@@ -18,7 +19,12 @@ absl::Status UtilizationStore::Add(const std::vector<NodeUtilizationDelta>& delt
     counts.push_back(d.sum.sample_count);
   }
   return db_.Transact([&](pqxx::work& txn) {
-    if (!names.empty()) {
+    const bool fresh =
+        txn.exec_params("INSERT INTO node_utilization_flushes (flush_key, applied_at) "
+                        "VALUES ($1, $2::timestamptz) ON CONFLICT DO NOTHING",
+                        flush_key, SqlTime(now))
+            .affected_rows() == 1;
+    if (fresh && !names.empty()) {
       txn.exec_params(R"sql(
 INSERT INTO node_gpu_utilization_hourly AS t (node_name, hour, utilization_sum, sample_count)
 SELECT name, to_timestamp(hour), s, c
@@ -32,6 +38,8 @@ ON CONFLICT (node_name, hour) DO UPDATE
     }
     txn.exec_params("DELETE FROM node_gpu_utilization_hourly WHERE hour < $1::timestamptz",
                     SqlTime(keep_from));
+    txn.exec_params("DELETE FROM node_utilization_flushes WHERE applied_at < $1::timestamptz",
+                    SqlTime(now - absl::Hours(24)));
     return absl::OkStatus();
   });
 }

@@ -40,9 +40,12 @@ class UtilizationStore {
  public:
   explicit UtilizationStore(Database& db) : db_(db) {}
 
-  // Adds the deltas to their rows in one statement, and drops hours before
-  // `keep_from`.
-  absl::Status Add(const std::vector<NodeUtilizationDelta>& deltas, absl::Time keep_from);
+  // Adds the deltas to their rows in one statement, once per `flush_key`:
+  // a key already applied adds nothing, so a flush whose commit was in
+  // doubt may be sent again with the same key and the same deltas. Drops
+  // hours before `keep_from`, and keys older than a day.
+  absl::Status Add(const std::string& flush_key, const std::vector<NodeUtilizationDelta>& deltas,
+                   absl::Time keep_from, absl::Time now);
   // Per node name, the sums over the hours starting in [from, to).
   absl::StatusOr<std::map<std::string, UtilizationSum>> ByNode(absl::Time from, absl::Time to);
   // The fleet's sums per hour starting in [from, to), oldest first; hours
