@@ -160,5 +160,12 @@ int main(int argc, char** argv) {
   }
   if (o.dev && !sim_nodes_given) o.sim_nodes = 16;
   sv::server::ConfigureLogging(log_format, log_level);
+  if (o.sim_nodes > 0 && !o.tls_cert_file.empty()) {
+    // The simulated agents dial in plaintext; with TLS they could never
+    // register, and the fleet would silently stay empty.
+    spdlog::error("svd: --sim-nodes cannot be combined with --tls-cert (simulated agents "
+                  "connect in plaintext); run the simulated fleet without TLS");
+    return 2;
+  }
   return sv::server::RunServer(o);
 }

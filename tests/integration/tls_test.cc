@@ -253,5 +253,18 @@ TEST_F(TlsTest, ServerTlsWithoutClientCa) {
   EXPECT_EQ(svd_->Stop(), 0);
 }
 
+// Goal: the simulated fleet dials in plaintext, so svd refuses to start it
+// behind TLS instead of running with a fleet that can never register.
+TEST_F(TlsTest, SimulatedFleetWithTlsIsRefused) {
+  SvdOptions options;
+  options.database_url = CreateTestDatabase();
+  options.sim_nodes = 2;
+  options.extra_args = {"--tls-cert", dir_ + "/server.pem", "--tls-key", dir_ + "/server.key"};
+  SvdProcess svd(options);
+  EXPECT_FALSE(svd.Start());
+  EXPECT_NE(Slurp(svd.log_path()).find("--sim-nodes cannot be combined with --tls-cert"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace sv::testing
