@@ -23,8 +23,9 @@ namespace {
 // The GPU count an instance had at the start of a RUNNING interval (ev.at):
 // the size set by the last resize at or before it, else the size before the
 // first resize after it, else the instance's size. A minute is charged at
-// the size it started with, because DISTINCT ON in the minutes below keeps
-// the earliest interval of a minute.
+// the largest size the instance held in it (every GPU-minute started is
+// charged), because DISTINCT ON in the minutes below keeps the interval
+// with the most GPUs of each minute.
 #define SV_GPU_COUNT_AT_EVENT                                                      \
   "coalesce((SELECT r.to_gpu_count FROM instance_resizes r WHERE r.instance_id = " \
   "i.id AND r.at <= ev.at ORDER BY r.at DESC, r.id DESC LIMIT 1), "                \
@@ -134,7 +135,7 @@ ms AS MATERIALIZED (
                             least($4::bigint - 1,
                                   coalesce((iv.end_us - 1) / 60000000, $4::bigint - 1))) AS m
    WHERE NOT iv.fast AND (iv.end_us IS NULL OR iv.end_us > iv.start_us)
-   ORDER BY iv.instance_id, m, iv.start_us)
+   ORDER BY iv.instance_id, m, iv.gpu_count DESC, iv.start_us)
 ), prices AS (
   SELECT item, unit_price_micros AS price,
          (extract(epoch from effective_from) * 1000000)::bigint AS from_us,

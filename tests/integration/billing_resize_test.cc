@@ -1,6 +1,8 @@
 // A resize keeps the instance and its billing: each minute is charged at the
-// GPU count the instance had when that minute started, never retroactively
-// at the new size. Real PostgreSQL, fake clock.
+// largest GPU count the instance held during that minute (each started
+// GPU-minute is charged, so growing just after a minute starts and
+// shrinking before it ends saves nothing), and earlier minutes are never
+// charged retroactively at the new size. Real PostgreSQL, fake clock.
 #include "absl/strings/str_cat.h"
 #include "billing/billing.h"
 #include "control/scheduling.h"
@@ -13,7 +15,7 @@ namespace {
 
 constexpr int64_t kPrice = 33'000;
 
-TEST(BillingResizeTest, MinutesAreChargedAtTheSizeTheyStartedWith) {
+TEST(BillingResizeTest, MinutesAreChargedAtTheLargestSizeHeldInThem) {
   store::DatabaseOptions options;
   options.url = sv::testing::CreateTestDatabase();
   store::Database db(options);
@@ -61,15 +63,22 @@ TEST(BillingResizeTest, MinutesAreChargedAtTheSizeTheyStartedWith) {
   ASSERT_TRUE(scheduling.Resize(tenant_id, created->id, 16, clock.Now()).ok());
   clock.Advance(absl::Minutes(10));
   ASSERT_TRUE(scheduling.Resize(tenant_id, created->id, 8, clock.Now()).ok());
-  clock.Advance(absl::Minutes(5));
+  // Grown and shrunk back within one minute (m0+22, from 20 s to 50 s).
+  clock.Advance(absl::Minutes(2));
+  ASSERT_TRUE(scheduling.Resize(tenant_id, created->id, 16, clock.Now()).ok());
+  clock.Advance(absl::Seconds(30));
+  ASSERT_TRUE(scheduling.Resize(tenant_id, created->id, 8, clock.Now()).ok());
+  clock.Advance(absl::Minutes(3) - absl::Seconds(30));
   ASSERT_TRUE(store.StopInstance(tenant_id, created->id, "done", clock.Now()).ok());
   clock.Advance(absl::Minutes(2));
   ASSERT_TRUE(billing.RunOnce(clock.Now()).ok());
 
-  // Started at m0 + 20 s. Minutes m0..m0+10 began at 8 GPUs (11), m0+11..m0+20
-  // began at 16 (10), m0+21..m0+25 began at 8 (5): the resize minutes are
-  // charged at the size they started with.
-  const int64_t expected = (11 * 8 + 10 * 16 + 5 * 8) * kPrice;
+  // Started at m0 + 20 s, grown at m0+10 + 20 s, shrunk at m0+20 + 20 s,
+  // grown and shrunk within m0+22, stopped at m0+25 + 20 s. Minutes
+  // m0..m0+9 held 8 GPUs (10); m0+10..m0+20 held 16 at some point (11: the
+  // grow's and the shrink's minutes are charged at the larger size); m0+21
+  // held 8; m0+22 held 16 for 30 s; m0+23..m0+25 held 8 (3).
+  const int64_t expected = (10 * 8 + 11 * 16 + 8 + 16 + 3 * 8) * kPrice;
   auto after = billing.GetBalance(tenant_id, clock.Now());
   ASSERT_TRUE(after.ok());
   EXPECT_EQ(before - (after->paid_micros + after->trial_micros), expected);
