@@ -141,11 +141,11 @@ async function refreshFleet() {
 
 async function refreshTenants() {
   const [balances, trials, topups] = await Promise.all([
-    api('GET', '/v1/admin/balances?pageSize=500'),
+    apiAll('/v1/admin/balances?pageSize=500', 'balances'),
     api('GET', '/v1/admin/dashboard/trialGrants?pageSize=500'),
     api('GET', '/v1/admin/dashboard/topups?pageSize=100'),
   ]);
-  fillTable(document.querySelector('#balances-table tbody'), balances.balances || [], (t) => [
+  fillTable(document.querySelector('#balances-table tbody'), balances.items, (t) => [
     t.tenantName, t.balance.mode, formatMoney(t.balance.paidMicros), formatMoney(t.balance.trialMicros),
     formatMoney(t.balance.receivableMicros), formatMoney(t.balance.burnMicrosPerMinute)]);
   document.getElementById('trial-totals').textContent =

@@ -51,8 +51,7 @@ function setStatus(text, isError) {
 }
 
 async function refreshInstances() {
-  const data = await api('GET', '/v1/instances?pageSize=200');
-  knownInstances = data.instances || [];
+  knownInstances = (await apiAll('/v1/instances?pageSize=500', 'instances')).items;
   const tbody = document.querySelector('#instances-table tbody');
   fillTable(tbody, knownInstances, (i) => [
     i.name || '—',

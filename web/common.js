@@ -31,6 +31,22 @@ async function api(method, path, body) {
   return data;
 }
 
+// Every item of a paged list: follows nextPageToken until the last page or
+// `max` items, so a long list is never silently cut at the first page.
+// Returns { items, truncated }.
+async function apiAll(path, field, max = 5000) {
+  const items = [];
+  let token = '';
+  for (;;) {
+    const sep = path.includes('?') ? '&' : '?';
+    const page = await api('GET', token ? `${path}${sep}pageToken=${encodeURIComponent(token)}` : path);
+    items.push(...(page[field] || []));
+    token = page.nextPageToken || '';
+    if (!token) return { items, truncated: false };
+    if (items.length >= max) return { items, truncated: true };
+  }
+}
+
 // Micro-yuan (canonical JSON sends int64 as a string) to "¥1,234.57":
 // rounded to fen half away from zero, as invoices are (docs/billing.md).
 function formatMoney(micros) {

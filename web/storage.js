@@ -14,8 +14,8 @@ function status(id, text, isError) {
 function failText(label, e) { return `${label} failed: ${e.message} (${e.reason || e.code || e.status})`; }
 
 async function loadInstances() {
-  const data = await api('GET', '/v1/instances?pageSize=200');
-  instanceCache = (data.instances || []).filter((i) => i.state !== 'DELETED');
+  const all = await apiAll('/v1/instances?pageSize=500', 'instances');
+  instanceCache = all.items.filter((i) => i.state !== 'DELETED');
   return instanceCache;
 }
 
@@ -52,8 +52,8 @@ function volumeActions(v) {
 
 async function refreshVolumes() {
   await loadInstances();
-  const data = await api('GET', '/v1/volumes?pageSize=200');
-  fillTable(document.querySelector('#volumes-table tbody'), data.volumes || [], (v) => [
+  const volumes = (await apiAll('/v1/volumes?pageSize=200', 'volumes')).items;
+  fillTable(document.querySelector('#volumes-table tbody'), volumes, (v) => [
     v.name || '—', el('code', { text: v.id }), `${v.sizeGib} GiB`,
     v.kind === 'NODE_LOCAL' ? `node-local${v.nodeId ? ' on ' + v.nodeId : ''}` : 'network',
     el('span', { class: `state state-${v.state}`, text: v.state }),
@@ -70,8 +70,8 @@ async function refreshVolumes() {
 }
 
 async function refreshCatalog() {
-  const apps = await api('GET', '/v1/images?pageSize=200');
-  fillTable(document.querySelector('#apps-table tbody'), apps.images || [], (img) => [
+  const apps = (await apiAll('/v1/images?pageSize=200', 'images')).items;
+  fillTable(document.querySelector('#apps-table tbody'), apps, (img) => [
     img.name, img.version, String(img.gpuCount || 1), (img.ports || []).join(', ') || '—',
     formatMoney(img.pricePerHourMicros || 0),
     el('button', { type: 'button', onclick: async () => {
@@ -82,8 +82,8 @@ async function refreshCatalog() {
       } catch (e) { status('app-status', failText('Launch', e), true); }
     } }, `Launch ${img.name}`),
   ], 'No apps offered yet.');
-  const library = await api('GET', '/v1/library?pageSize=200');
-  fillTable(document.querySelector('#library-table tbody'), library.items || [], (item) => [
+  const library = (await apiAll('/v1/library?pageSize=200', 'items')).items;
+  fillTable(document.querySelector('#library-table tbody'), library, (item) => [
     item.name, (item.kind || '').toLowerCase(), `/public/${item.name}`, item.source,
   ], 'The library is empty.');
   const earnings = await api('GET', '/v1/marketplace/earnings');

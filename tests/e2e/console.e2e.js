@@ -129,6 +129,20 @@ async function availableMicros(page) {
       await shot(page, '03-balance-fell');
     });
 
+    await step('lists follow every page (apiAll)', async () => {
+      // One item per page: the console's helper must walk all pages and
+      // find what one big page holds (the trial grant and the charges).
+      const counts = await page.evaluate(async () => {
+        const paged = await apiAll('/v1/transfers?pageSize=1', 'transfers');
+        const whole = await api('GET', '/v1/transfers?pageSize=1000');
+        return { paged: paged.items.length, whole: (whole.transfers || []).length, truncated: paged.truncated };
+      });
+      if (counts.whole < 2 || counts.paged !== counts.whole || counts.truncated) {
+        throw new Error('paging: ' + JSON.stringify(counts));
+      }
+      console.log(`     ${counts.paged} transfers over ${counts.paged} pages`);
+    });
+
     await step('stop the instance', async () => {
       await page.getByRole('button', { name: 'Stop e2e-train' }).click();
       const row = page.locator('#instances-table tbody tr', { hasText: 'e2e-train' });
