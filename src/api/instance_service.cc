@@ -236,6 +236,16 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
       return Error(absl::StatusCode::kUnavailable, "SCHEDULER_UNAVAILABLE",
                    "this server runs no scheduler");
     }
+    if (deps_.billing != nullptr) {
+      // Growing is held to the create's credit gate: the wallet must cover
+      // the first minutes of the instance at its new size.
+      SV_ASSIGN_OR_RETURN(auto current, deps_.store->GetInstance(who.tenant_id, request.id()));
+      if (current.state == store::InstanceState::kRunning &&
+          request.gpu_count() > current.spec.gpu_count) {
+        SV_RETURN_IF_ERROR(deps_.billing->CheckCreditForCreate(
+            who.tenant_id, request.gpu_count(), current.spec.gpu_model, deps_.clock->Now()));
+      }
+    }
     SV_ASSIGN_OR_RETURN(int previous,
                         deps_.loops->scheduling().Resize(who.tenant_id, request.id(),
                                                          request.gpu_count(),
@@ -294,34 +304,41 @@ absl::Status CreateInstanceFor(const ApiDependencies& deps, const store::Princip
   } else {
     SV_RETURN_IF_ERROR(ValidateRequestId(request_id));
   }
-  // The tenant's pending quota (RESOURCE_EXHAUSTED / QUOTA_EXCEEDED) is
-  // checked inside the create's transaction below, under the tenant's row
-  // lock, so it is exact; a retry of a create that was accepted always gets
-  // its first answer there.
-  //
-  // FAILED_PRECONDITION / INSUFFICIENT_CREDIT unless the first minutes are
-  // paid for; a user's first create is also when its trial is granted.
-  if (deps.billing != nullptr) {
-    SV_RETURN_IF_ERROR(deps.billing->EnsureTrialGrant(who.user_id, deps.clock->Now()));
-    SV_RETURN_IF_ERROR(deps.billing->CheckCreditForCreate(
-        who.tenant_id, spec.gpu_count, spec.gpu_model, deps.clock->Now()));
-  }
-  // RESOURCE_EXHAUSTED / SPEND_CAP_REACHED once the month's charges reach
-  // the tenant's optional cap (docs/security.md).
-  SV_RETURN_IF_ERROR(
-      CheckSpendCapForCreate(deps.store->database(), who.tenant_id, deps.clock->Now()));
+  // One transaction (group-committed with the creates of other calls that
+  // arrive at the same moment, store/create_batch.h) runs, under the
+  // tenant's row lock: the user's trial grant (a user's first create is when
+  // it is granted), the idempotency lookup (a retry of an accepted create
+  // gets its first answer), the credit gate (FAILED_PRECONDITION /
+  // INSUFFICIENT_CREDIT unless the first minutes are paid for), the monthly
+  // spend cap (RESOURCE_EXHAUSTED / SPEND_CAP_REACHED, docs/security.md), the
+  // instance limit and the pending quota (RESOURCE_EXHAUSTED /
+  // QUOTA_EXCEEDED), all exact, and the row.
+  const absl::Time now = deps.clock->Now();
   const bool has_extras = !spec.extras.ports.empty() || !spec.extras.library_mounts.empty() ||
                           !spec.extras.app_image_id.empty();
-  bool inserted = false;
-  SV_ASSIGN_OR_RETURN(auto record,
-                      deps.store->CreateInstance(
-                          who.tenant_id, spec, request_id,
-                          InstanceFingerprint(spec) + ExtrasFingerprint(spec.extras),
-                          deps.clock->Now(),
-                          deps.loops != nullptr
-                              ? deps.loops->scheduling().options().default_quota.pending_count_max
-                              : -1,
-                          &inserted));
+  store::CreateRequest create;
+  create.tenant_id = who.tenant_id;
+  create.fingerprint = InstanceFingerprint(spec) + ExtrasFingerprint(spec.extras);
+  create.spec = std::move(spec);
+  create.request_id = request_id;
+  create.now = now;
+  create.pending_max_default =
+      deps.loops != nullptr ? deps.loops->scheduling().options().default_quota.pending_count_max
+                            : -1;
+  if (deps.billing != nullptr) deps.billing->FillCreateGate(who.user_id, now, &create.gate);
+  create.gate.spend_cap_since_minute = absl::ToUnixSeconds(SpendCapMonthStart(now)) / 60;
+  SV_ASSIGN_OR_RETURN(store::CreateOutcome outcome, deps.store->SubmitCreate(create));
+  if (outcome.refusal.has_value()) {
+    const store::CreateRefusal& r = *outcome.refusal;
+    if (r.reason == "INSUFFICIENT_CREDIT" && deps.billing != nullptr) {
+      return deps.billing->CreditRefusal(create.spec.gpu_count, create.spec.gpu_model, r.used,
+                                         r.allowed);
+    }
+    if (r.reason == "SPEND_CAP_REACHED") return SpendCapRefusal(r.allowed, r.used);
+    return Error(absl::StatusCode::kInternal, "INTERNAL", "unknown create refusal " + r.reason);
+  }
+  const bool inserted = outcome.inserted;
+  store::InstanceRecord record = std::move(outcome.record);
   bool pass_ran = false;
   if (record.state == store::InstanceState::kPending && deps.loops != nullptr) {
     // Place at once when capacity allows, so the answer already shows the

@@ -403,19 +403,11 @@ absl::Time SpendCapMonthStart(absl::Time now) {
   return absl::FromCivil(absl::CivilMonth(local), shanghai);
 }
 
-absl::Status CheckSpendCapForCreate(store::Database& db, const std::string& tenant_id,
-                                    absl::Time now) {
-  store::SecurityStore store(db);
-  SV_ASSIGN_OR_RETURN(auto cap, store.GetSpendCap(tenant_id));
-  if (!cap.has_value()) return absl::OkStatus();
-  SV_ASSIGN_OR_RETURN(int64_t spent, store.SpentSince(tenant_id, SpendCapMonthStart(now)));
-  if (spent >= *cap) {
-    return Error(absl::StatusCode::kResourceExhausted, "SPEND_CAP_REACHED",
-                 absl::StrCat("the tenant's monthly spend cap of ", *cap,
-                              " micro-yuan is reached (", spent,
-                              " spent this month); raise or remove it to create instances"));
-  }
-  return absl::OkStatus();
+absl::Status SpendCapRefusal(int64_t cap_micros, int64_t spent_micros) {
+  return Error(absl::StatusCode::kResourceExhausted, "SPEND_CAP_REACHED",
+               absl::StrCat("the tenant's monthly spend cap of ", cap_micros,
+                            " micro-yuan is reached (", spent_micros,
+                            " spent this month); raise or remove it to create instances"));
 }
 
 std::unique_ptr<grpc::Service> NewApiKeyService(const ApiDependencies& deps,

@@ -29,22 +29,14 @@ Billing::Billing(store::Database& db, store::Store& store, const Clock& clock,
     : db_(db), store_(store), clock_(clock), options_(options) {}
 
 absl::Status Billing::EnsureTrialGrant(const std::string& user_id, absl::Time now) {
+  // sv_grant_trial (migration 0065) is the one definition of the grant; the
+  // create gate calls it too. The primary key of trial_grants makes racing
+  // first requests grant once.
   return db_.Transact([&](pqxx::work& txn) -> absl::Status {
-    // The primary key of trial_grants makes racing first requests grant once:
-    // the loser waits for the winner's commit and then inserts nothing.
-    auto granted = txn.exec_params(
-        "INSERT INTO trial_grants (user_id, tenant_id, amount_micros, granted_at, expires_at) "
-        "SELECT u.id, u.tenant_id, $2, $3::timestamptz, $4::timestamptz FROM users u "
-        "WHERE u.id = $1 AND u.role = 'member' ON CONFLICT DO NOTHING "
-        "RETURNING tenant_id",
-        user_id, options_.trial_amount_micros, SqlTime(now),
-        SqlTime(now + options_.trial_validity));
-    if (granted.empty() || options_.trial_amount_micros == 0) return absl::OkStatus();
-    const std::string tenant_id = granted[0][0].as<std::string>();
-    return internal::PostSingle(txn, {absl::StrCat("trial:", user_id), "trial_grant", tenant_id,
-                                      internal::PlatformAccount(txn, "promotion_expense"),
-                                      internal::TenantAccount(txn, tenant_id, "trial_wallet"),
-                                      options_.trial_amount_micros, now});
+    txn.exec_params("SELECT sv_grant_trial($1, $2, $3::timestamptz, $4::timestamptz)", user_id,
+                    options_.trial_amount_micros, SqlTime(now),
+                    SqlTime(now + options_.trial_validity));
+    return absl::OkStatus();
   });
 }
 
@@ -194,10 +186,23 @@ absl::Status Billing::CheckCreditForCreate(const std::string& tenant_id, int gpu
   SV_ASSIGN_OR_RETURN(int64_t price, GpuPrice(gpu_model, now));
   const int64_t needed = price * gpu_count * options_.create_credit_minutes;
   if (balance.available_micros >= needed) return absl::OkStatus();
+  return CreditRefusal(gpu_count, gpu_model, needed, balance.available_micros);
+}
+
+void Billing::FillCreateGate(const std::string& user_id, absl::Time now,
+                             store::CreateGate* gate) const {
+  gate->trial_user_id = user_id;
+  gate->trial_amount_micros = options_.trial_amount_micros;
+  gate->trial_expires_at = now + options_.trial_validity;
+  gate->credit_minutes = options_.create_credit_minutes;
+}
+
+absl::Status Billing::CreditRefusal(int gpu_count, const std::string& gpu_model,
+                                    int64_t needed, int64_t available) const {
   return Error(absl::StatusCode::kFailedPrecondition, "INSUFFICIENT_CREDIT",
                absl::StrCat("the first ", options_.create_credit_minutes, " minutes of ",
                             gpu_count, " x ", gpu_model, " cost ", needed,
-                            " micro-yuan but only ", balance.available_micros,
+                            " micro-yuan but only ", available,
                             " is available; top up first"));
 }
 

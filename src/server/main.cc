@@ -27,6 +27,11 @@ int main(int argc, char** argv) {
                  "Timeout of every SQL statement")
       ->check(CLI::Range(100, 600000))
       ->capture_default_str();
+  app.add_option("--create-batch-lanes", o.create_batch_lanes,
+                 "Create transactions in flight at once; creates arriving together share "
+                 "one (0: one transaction per create)")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
   app.add_option("--sim-nodes", o.sim_nodes,
                  "Simulated 8-GPU nodes to register (default 16 with --dev, else 0)")
       ->check(CLI::Range(0, 20000));

@@ -128,6 +128,7 @@ int RunServer(const ServerOptions& options) {
     return kExitStartFailed;
   }
   store::Store store(db);
+  store.SetCreateBatchLanes(options.create_batch_lanes);
 
   std::string admin_key_file = options.admin_key_file;
   if (admin_key_file.empty() && options.dev) admin_key_file = options.state_dir + "/admin.key";

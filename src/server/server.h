@@ -12,6 +12,9 @@ struct ServerOptions {
   std::string state_dir = ".sv";  // Embedded cluster, keys and dev state.
   int database_connections_max = 16;
   int database_statement_timeout_ms = 10000;
+  // Group commit of creates (store/create_batch.h): batches in flight at
+  // most; 0 writes every create in its own transaction.
+  int create_batch_lanes = 4;
   // Simulated fleet, registered at start and run by in-process simulated
   // agents that speak the real agent protocol to this svd.
   int sim_nodes = 0;

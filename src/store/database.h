@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <pqxx/connection>
@@ -136,6 +137,18 @@ class LeaderTurn {
   bool ok_ = false;
   std::optional<FenceScope> fence_;
 };
+
+// Runs `sql` as the prepared statement `name` on the transaction's
+// connection, so the server parses and plans it once per connection, not
+// once per call. libpqxx registers the definition with the connection and
+// prepares it with the server on first use; registering the same name with
+// the same text again is a no-op (a different text for a name throws).
+template <typename... Args>
+pqxx::result ExecPrepared(pqxx::work& txn, const std::string& name, const std::string& sql,
+                          Args&&... args) {
+  txn.conn().prepare(name, sql);
+  return txn.exec_prepared(name, std::forward<Args>(args)...);
+}
 
 // Maps a libpqxx exception in flight to a status; call only inside a catch.
 absl::Status StatusFromCurrentException();

@@ -1,5 +1,7 @@
 #include "store/store.h"
 
+#include <algorithm>
+#include <cassert>
 #include <map>
 #include <pqxx/pqxx>
 
@@ -7,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/ids.h"
 #include "common/status.h"
+#include "store/create_batch.h"
 #include "store/sql_arrays.h"
 
 namespace sv::store {
@@ -320,78 +323,172 @@ absl::StatusOr<InstanceRecord> Store::CreateInstance(const std::string& tenant_i
                                                      const std::string& fingerprint,
                                                      absl::Time now, int pending_max_default,
                                                      bool* inserted) {
-  InstanceRecord result;
-  bool fresh = false;
-  absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
-    fresh = false;
-    // The tenant's row lock, the idempotency lookup, both limits, the row
-    // and its first event: one round trip (migration 0036). The lock is held
-    // only for that call and the COMMIT.
-    const std::string id = NewId("ins");
-    const std::string name = spec.name.empty() ? id : spec.name;
-    auto verdict = txn.exec_params1(
-        "SELECT verdict, coalesce(existing_id, ''), coalesce(used, 0), coalesce(allowed, 0) "
-        "FROM sv_create_instance($1, $2, $3, $4, $5, $6, $7, $8, $9::timestamptz, $10, $11, "
-        "$12)",
-        id, tenant_id, name, spec.gpu_count, spec.gpu_model, spec.image, request_id,
-        fingerprint, SqlTime(now), spec.max_leaves, kTenantActiveInstancesMax,
-        pending_max_default);
-    const std::string outcome = verdict[0].as<std::string>();
-    const std::string existing_id = verdict[1].as<std::string>();
-    const int64_t used = verdict[2].as<int64_t>();
-    const int allowed = verdict[3].as<int>();
-    if (outcome == "INSTANCE_LIMIT_REACHED") {
-      return Error(absl::StatusCode::kResourceExhausted, "INSTANCE_LIMIT_REACHED",
-                   absl::StrCat("the tenant already has ", used,
-                                " unfinished instances, the most allowed (", allowed, ")"));
-    }
-    if (outcome == "QUOTA_EXCEEDED") {
-      return Error(absl::StatusCode::kResourceExhausted, "QUOTA_EXCEEDED",
-                   absl::StrCat("the tenant has ", used, " pending instances; its "
-                                "quota allows ", allowed));
-    }
-    if (outcome == "REUSED") {
-      return Error(absl::StatusCode::kAlreadyExists, "REQUEST_ID_REUSED",
-                   absl::StrCat("request_id '", request_id, "' was already used for "
-                                "instance ", existing_id, " with different parameters"));
-    }
-    if (outcome == "EXISTS") {
-      // The same request_id again: the first answer.
-      std::vector<InstanceRecord> records;
-      for (const auto& row : txn.exec_params(
-               "SELECT " + kInstanceColumns + " FROM instances WHERE id = $1", existing_id)) {
-        records.push_back(InstanceFromRow(row));
-      }
-      if (records.empty()) {
-        return Error(absl::StatusCode::kInternal, "INTERNAL", "the instance vanished");
-      }
-      LoadPlacements(txn, records);
-      result = std::move(records[0]);
-      return absl::OkStatus();
-    }
-    if (outcome != "CREATED") {
-      return Error(absl::StatusCode::kInternal, "INTERNAL",
-                   "sv_create_instance answered " + outcome);
-    }
-    SV_RETURN_IF_ERROR(InsertInstanceExtras(txn, id, spec.extras));
-    // The row as written: times are stored to the microsecond; a new row
-    // holds no GPUs yet, so it has no placements.
-    result = InstanceRecord{};
-    result.id = id;
-    result.tenant_id = tenant_id;
-    result.spec = spec;
-    result.spec.name = name;
-    result.spec.extras = {};
-    result.state = InstanceState::kPending;
-    result.state_reason = "waiting for placement";
-    result.request_id = request_id;
-    result.created_at = result.updated_at = TimeFromMicros(absl::ToUnixMicros(now));
-    fresh = true;
-    return absl::OkStatus();
+  CreateRequest request{tenant_id, spec, request_id, fingerprint, now, pending_max_default, {}};
+  auto outcomes = CreateInstances({request});
+  if (!outcomes[0].ok()) return outcomes[0].status();
+  // No gate was asked for, so there is no refusal.
+  assert(!outcomes[0]->refusal.has_value());
+  if (inserted != nullptr) *inserted = outcomes[0]->inserted;
+  return std::move(outcomes[0]->record);
+}
+
+Store::Store(Database& db) : db_(db) {}
+Store::~Store() = default;
+
+void Store::SetCreateBatchLanes(int lanes) {
+  batcher_ = lanes > 0 ? std::make_unique<CreateBatcher>(*this, lanes) : nullptr;
+}
+
+absl::StatusOr<CreateOutcome> Store::SubmitCreate(CreateRequest request) {
+  if (batcher_ != nullptr) return batcher_->Submit(std::move(request));
+  return std::move(CreateInstances({std::move(request)})[0]);
+}
+
+std::vector<absl::StatusOr<CreateOutcome>> Store::CreateInstances(
+    const std::vector<CreateRequest>& batch) {
+  std::vector<absl::StatusOr<CreateOutcome>> out;
+  absl::Status status = db_.Transact(
+      [&](pqxx::work& txn) { return CreateBatchInTransaction(txn, batch, out); });
+  if (status.ok()) return out;
+  out.assign(batch.size(), status);
+  // The database is unreachable (or the COMMIT's outcome unknown): alone,
+  // each would fail the same way. Otherwise one element may have failed the
+  // batch; alone, each gets its own answer. A create that did commit before
+  // answers its first answer again (its request_id), so retrying is safe.
+  if (batch.size() == 1 || status.code() == absl::StatusCode::kUnavailable) return out;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    std::vector<absl::StatusOr<CreateOutcome>> one;
+    absl::Status alone = db_.Transact(
+        [&](pqxx::work& txn) { return CreateBatchInTransaction(txn, {batch[i]}, one); });
+    out[i] = alone.ok() ? std::move(one[0]) : absl::StatusOr<CreateOutcome>(alone);
+  }
+  return out;
+}
+
+absl::Status Store::CreateBatchInTransaction(pqxx::work& txn,
+                                             const std::vector<CreateRequest>& batch,
+                                             std::vector<absl::StatusOr<CreateOutcome>>& out) {
+  out.assign(batch.size(), absl::InternalError("no verdict"));
+  // Tenant order (stable, so a tenant's creates keep their arrival order):
+  // concurrent batches then lock tenant rows in one order.
+  std::vector<size_t> order(batch.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return batch[a].tenant_id < batch[b].tenant_id;
   });
-  if (!status.ok()) return status;
-  if (inserted != nullptr) *inserted = fresh;
-  return result;
+  std::vector<std::string> ids, tenants, names, models, images, request_ids, fingerprints,
+      nows, trial_users, trial_expires;
+  std::vector<int> gpu_counts, max_leaves, pending_maxes, credit_minutes;
+  std::vector<int64_t> trial_amounts, cap_since_minutes;
+  for (size_t i : order) {
+    const CreateRequest& r = batch[i];
+    ids.push_back(NewId("ins"));
+    tenants.push_back(r.tenant_id);
+    names.push_back(r.spec.name.empty() ? ids.back() : r.spec.name);
+    gpu_counts.push_back(r.spec.gpu_count);
+    models.push_back(r.spec.gpu_model);
+    images.push_back(r.spec.image);
+    request_ids.push_back(r.request_id);
+    fingerprints.push_back(r.fingerprint);
+    max_leaves.push_back(r.spec.max_leaves);
+    nows.push_back(SqlTime(r.now));
+    pending_maxes.push_back(r.pending_max_default);
+    trial_users.push_back(r.gate.trial_user_id);
+    trial_amounts.push_back(r.gate.trial_amount_micros);
+    trial_expires.push_back(SqlTime(r.gate.trial_user_id.empty() ? r.now
+                                                                 : r.gate.trial_expires_at));
+    credit_minutes.push_back(r.gate.credit_minutes);
+    cap_since_minutes.push_back(r.gate.spend_cap_since_minute);
+  }
+  // Migration 0065; a prepared statement, so only its parameters travel.
+  auto verdicts = ExecPrepared(
+      txn, "sv_create_instances",
+      "SELECT ord, verdict, coalesce(existing_id, ''), coalesce(used, 0), "
+      "coalesce(allowed, 0) FROM sv_create_instances($1::text[], $2::text[], $3::text[], "
+      "$4::integer[], $5::text[], $6::text[], $7::text[], $8::text[], $9::integer[], "
+      "$10::timestamptz[], $11::integer[], $12::text[], $13::bigint[], $14::timestamptz[], "
+      "$15::integer[], $16::bigint[], $17::integer)",
+      TextArrayLiteral(ids), TextArrayLiteral(tenants), TextArrayLiteral(names),
+      IntArrayLiteral(gpu_counts), TextArrayLiteral(models), TextArrayLiteral(images),
+      TextArrayLiteral(request_ids), TextArrayLiteral(fingerprints), IntArrayLiteral(max_leaves),
+      TextArrayLiteral(nows), IntArrayLiteral(pending_maxes), TextArrayLiteral(trial_users),
+      IntArrayLiteral(trial_amounts), TextArrayLiteral(trial_expires),
+      IntArrayLiteral(credit_minutes), IntArrayLiteral(cap_since_minutes),
+      kTenantActiveInstancesMax);
+  if (verdicts.size() != batch.size()) {
+    return Error(absl::StatusCode::kInternal, "INTERNAL",
+                 "sv_create_instances answered a different number of verdicts");
+  }
+  std::map<std::string, std::vector<size_t>> existing;  // Instance id -> elements.
+  for (const auto& row : verdicts) {
+    const size_t k = row[0].as<size_t>() - 1;  // Position in `order`.
+    if (k >= order.size()) {
+      return Error(absl::StatusCode::kInternal, "INTERNAL", "sv_create_instances: bad ord");
+    }
+    const size_t i = order[k];
+    const CreateRequest& r = batch[i];
+    const std::string outcome = row[1].as<std::string>();
+    const std::string existing_id = row[2].as<std::string>();
+    const int64_t used = row[3].as<int64_t>();
+    const int64_t allowed = row[4].as<int64_t>();
+    if (outcome == "CREATED") {
+      SV_RETURN_IF_ERROR(InsertInstanceExtras(txn, ids[k], r.spec.extras));
+      // The row as written: times are stored to the microsecond; a new row
+      // holds no GPUs yet, so it has no placements.
+      CreateOutcome created;
+      created.inserted = true;
+      InstanceRecord& record = created.record;
+      record.id = ids[k];
+      record.tenant_id = r.tenant_id;
+      record.spec = r.spec;
+      record.spec.name = names[k];
+      record.spec.extras = {};
+      record.state = InstanceState::kPending;
+      record.state_reason = "waiting for placement";
+      record.request_id = r.request_id;
+      record.created_at = record.updated_at = TimeFromMicros(absl::ToUnixMicros(r.now));
+      out[i] = std::move(created);
+    } else if (outcome == "EXISTS") {
+      existing[existing_id].push_back(i);  // The first answer, read below.
+    } else if (outcome == "REUSED") {
+      out[i] = Error(absl::StatusCode::kAlreadyExists, "REQUEST_ID_REUSED",
+                     absl::StrCat("request_id '", r.request_id, "' was already used for "
+                                  "instance ", existing_id, " with different parameters"));
+    } else if (outcome == "INSTANCE_LIMIT_REACHED") {
+      out[i] = Error(absl::StatusCode::kResourceExhausted, "INSTANCE_LIMIT_REACHED",
+                     absl::StrCat("the tenant already has ", used,
+                                  " unfinished instances, the most allowed (", allowed, ")"));
+    } else if (outcome == "QUOTA_EXCEEDED") {
+      out[i] = Error(absl::StatusCode::kResourceExhausted, "QUOTA_EXCEEDED",
+                     absl::StrCat("the tenant has ", used, " pending instances; its "
+                                  "quota allows ", allowed));
+    } else if (outcome == "INSUFFICIENT_CREDIT" || outcome == "SPEND_CAP_REACHED") {
+      CreateOutcome refused;
+      refused.refusal = CreateRefusal{outcome, used, allowed};
+      out[i] = std::move(refused);
+    } else {
+      return Error(absl::StatusCode::kInternal, "INTERNAL",
+                   "sv_create_instances answered " + outcome);
+    }
+  }
+  if (existing.empty()) return absl::OkStatus();
+  std::vector<std::string> existing_ids;
+  for (const auto& [id, elements] : existing) existing_ids.push_back(id);
+  std::vector<InstanceRecord> records;
+  for (const auto& row : txn.exec_params("SELECT " + kInstanceColumns +
+                                             " FROM instances WHERE id = ANY($1::text[])",
+                                         TextArrayLiteral(existing_ids))) {
+    records.push_back(InstanceFromRow(row));
+  }
+  LoadPlacements(txn, records);
+  for (auto& record : records) {
+    for (size_t i : existing[record.id]) out[i] = CreateOutcome{record, false, std::nullopt};
+    existing.erase(record.id);
+  }
+  if (!existing.empty()) {
+    return Error(absl::StatusCode::kInternal, "INTERNAL", "the instance vanished");
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<InstanceRecord> Store::GetInstance(const std::string& tenant_id,
@@ -441,27 +538,17 @@ absl::StatusOr<InstanceRecord> Store::DeleteInstance(const std::string& tenant_i
   std::vector<InstanceRecord> records;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
     records.clear();
-    std::optional<std::string> state = LockState(txn, tenant_id, id);
-    if (!state.has_value()) return absl::OkStatus();
-    const std::string from = *state;
-    if (from == "DELETED") {
-      for (const auto& row : txn.exec_params(
-               "SELECT " + kInstanceColumns + " FROM instances WHERE id = $1", id)) {
-        records.push_back(InstanceFromRow(row));
-      }
-      return absl::OkStatus();
+    // The row lock, the GPUs freed, the new state and its event in one round
+    // trip (migration 0065); the answer is the row as committed (a deleted
+    // instance holds no GPUs: no placements), or as it was when it was
+    // already DELETED.
+    for (const auto& row :
+         ExecPrepared(txn, "sv_delete_instance",
+                      "SELECT " + kInstanceColumns +
+                          " FROM sv_delete_instance($1, $2, $3::timestamptz)",
+                      tenant_id, id, SqlTime(now))) {
+      records.push_back(InstanceFromRow(row));
     }
-    txn.exec_params("DELETE FROM gpu_reservations WHERE instance_id = $1", id);
-    // The new state and its event in one round trip; the answer is the row
-    // as committed (a deleted instance holds no GPUs: no placements).
-    records.push_back(InstanceFromRow(txn.exec_params1(
-        "WITH u AS (UPDATE instances SET state = 'DELETED', "
-        "state_reason = 'deleted by the user', updated_at = $2::timestamptz, "
-        "running_since = NULL WHERE id = $1 RETURNING " + kInstanceColumns + "), "
-        "ev AS (INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
-        "SELECT id, $2::timestamptz, $3, 'DELETED', 'deleted by the user' FROM u) "
-        "SELECT * FROM u",
-        id, SqlTime(now), from)));
     return absl::OkStatus();
   }));
   if (records.empty()) return NotFound(id);

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -134,12 +135,56 @@ struct ListCursor {
   std::string id;
 };
 
+// ---- Creates (migration 0065, store/create_batch.h) --------------------------
+
+// The billing and budget checks a create must pass, run inside the create's
+// own transaction under the tenant's row lock (sv_create_gate). The API fills
+// it from billing::Billing::FillCreateGate and the spend cap's month.
+struct CreateGate {
+  std::string trial_user_id;  // Grant this user's trial first; "" = none.
+  int64_t trial_amount_micros = 0;
+  absl::Time trial_expires_at;
+  int credit_minutes = -1;    // Minutes of credit to require; < 0: no check.
+  int64_t spend_cap_since_minute = -1;  // The cap's month (Unix minute); < 0: none.
+};
+
+// One create. `spec` is normalized; `fingerprint` identifies the request's
+// content, so a retry with the same request id can be told from a different
+// request; `pending_max_default` >= 0 enforces the tenant's pending quota.
+struct CreateRequest {
+  std::string tenant_id;
+  InstanceSpec spec;
+  std::string request_id;
+  std::string fingerprint;
+  absl::Time now;
+  int pending_max_default = -1;
+  CreateGate gate;
+};
+
+// The gate's refusal, with its figures: INSUFFICIENT_CREDIT (needed,
+// available) or SPEND_CAP_REACHED (spent, cap). The caller words the error
+// (the rules' owners do: billing and the spend cap).
+struct CreateRefusal {
+  std::string reason;
+  int64_t used = 0;
+  int64_t allowed = 0;
+};
+
+struct CreateOutcome {
+  InstanceRecord record;           // Unset when refused.
+  bool inserted = false;           // False: an earlier call's answer.
+  std::optional<CreateRefusal> refusal;
+};
+
+class CreateBatcher;
+
 // All PostgreSQL access of svd. Every method is one transaction, every query
 // that touches tenant data is scoped by tenant id, and every time stored
 // comes from the caller (so tests can drive a fake clock).
 class Store {
  public:
-  explicit Store(Database& db) : db_(db) {}
+  explicit Store(Database& db);
+  ~Store();
 
   // Tenancy.
   absl::StatusOr<ApiKeyRecord> LookupApiKey(const std::string& key_id);
@@ -165,6 +210,22 @@ class Store {
                                                 const std::string& fingerprint,
                                                 absl::Time now, int pending_max_default = -1,
                                                 bool* inserted = nullptr);
+  // Runs the creates in one transaction (sv_create_instances), each with its
+  // own answer: limits, REQUEST_ID_REUSED and the gate's refusal per element.
+  // If the transaction fails for a reason other than the database being
+  // unreachable, every element is retried alone, so one bad element (e.g. an
+  // unknown library mount) never costs the others theirs.
+  std::vector<absl::StatusOr<CreateOutcome>> CreateInstances(
+      const std::vector<CreateRequest>& batch);
+  // One create, group-committed with the creates of other calls that arrive
+  // at the same moment when batching is on (store/create_batch.h), else
+  // CreateInstances of just this one.
+  absl::StatusOr<CreateOutcome> SubmitCreate(CreateRequest request);
+  // Turns on group commit of SubmitCreate with `lanes` batches in flight at
+  // most (a tenant's creates always share a lane); 0 turns it off. Call
+  // before serving.
+  void SetCreateBatchLanes(int lanes);
+
   absl::StatusOr<InstanceRecord> GetInstance(const std::string& tenant_id,
                                              const std::string& id);
   absl::StatusOr<std::vector<InstanceRecord>> ListInstances(
@@ -195,7 +256,11 @@ class Store {
   absl::StatusOr<int> AdvanceSimulatedStarts(absl::Time now);
 
  private:
+  absl::Status CreateBatchInTransaction(pqxx::work& txn, const std::vector<CreateRequest>& batch,
+                                        std::vector<absl::StatusOr<CreateOutcome>>& out);
+
   Database& db_;
+  std::unique_ptr<CreateBatcher> batcher_;
 };
 
 }  // namespace sv::store

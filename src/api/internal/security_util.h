@@ -28,10 +28,10 @@ std::unique_ptr<grpc::Service> NewBudgetService(const ApiDependencies& deps,
 // The first instant of the calendar month (Asia/Shanghai) that `now` is in.
 absl::Time SpendCapMonthStart(absl::Time now);
 
-// RESOURCE_EXHAUSTED / SPEND_CAP_REACHED when the tenant has a monthly
-// spend cap and this month's charges reached it.
-absl::Status CheckSpendCapForCreate(store::Database& db, const std::string& tenant_id,
-                                    absl::Time now);
+// RESOURCE_EXHAUSTED / SPEND_CAP_REACHED: the error of a create refused
+// because the tenant has a monthly spend cap and this month's charges reached
+// it (the create path checks that in its own transaction, sv_create_gate).
+absl::Status SpendCapRefusal(int64_t cap_micros, int64_t spent_micros);
 
 }  // namespace sv::api::internal
 
