@@ -246,11 +246,15 @@ int main() {
     const int64_t commits_after = std::atoll(psql(commits_sql).c_str());
     std::printf("profile: %.0f creates (+ as many deletes); %.2f commits per create+delete\n",
                 creates, (commits_after - commits_before) / creates);
-    std::printf("profile: statements per create+delete (calls/create | ms total | sql):\n%s",
-                psql(absl::StrCat("SELECT round(calls / ", creates,
-                                  ", 2), round(total_exec_time), left(regexp_replace(query, "
+    // "top" statements are the ones svd sent; "in" ones ran inside a
+    // function or trigger (their time is part of the top statement's).
+    std::printf("profile: statements per create+delete (calls/create | ms total | top or "
+                "in | sql):\n%s",
+                psql(absl::StrCat("SELECT round(calls::numeric / ", creates,
+                                  ", 2), round(total_exec_time), CASE WHEN toplevel THEN 'top' "
+                                  "ELSE 'in' END, left(regexp_replace(query, "
                                   "'\\s+', ' ', 'g'), 150) FROM pg_stat_statements ORDER BY "
-                                  "calls DESC LIMIT 40"))
+                                  "toplevel DESC, calls DESC LIMIT 60"))
                     .c_str());
     std::printf("profile: backend states sampled (wait event | state: samples):\n");
     for (const auto& [k, n] : waits) std::printf("  %-60s %d\n", k.c_str(), n);
