@@ -58,6 +58,25 @@ TEST(BillingApiTest, BalanceCreditGateTopUpAndAudit) {
   create.mutable_instance()->set_gpu_count(16);
   ASSERT_TRUE(instances->CreateInstance(Context(token).get(), create, &instance).ok());
 
+  // Growing it to 32 is held to the same gate; it keeps its 16 GPUs.
+  v1::GetInstanceRequest get;
+  get.set_id(instance.id());
+  v1::Instance seen;
+  for (int i = 0; i < 300 && seen.state() != v1::RUNNING; ++i) {
+    ASSERT_TRUE(instances->GetInstance(Context(token).get(), get, &seen).ok());
+    if (seen.state() != v1::RUNNING) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(seen.state(), v1::RUNNING);
+  v1::ResizeInstanceRequest grow;
+  grow.set_id(instance.id());
+  grow.set_gpu_count(32);
+  v1::ResizeInstanceResponse grown;
+  grpc::Status no_credit = instances->ResizeInstance(Context(token).get(), grow, &grown);
+  EXPECT_EQ(no_credit.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(api::ReasonOf(no_credit), "INSUFFICIENT_CREDIT") << no_credit.error_message();
+  ASSERT_TRUE(instances->GetInstance(Context(token).get(), get, &seen).ok());
+  EXPECT_EQ(seen.gpu_count(), 16);
+
   // Top-ups are for operators; the payment id makes a replay a no-op.
   v1::TopUpRequest topup;
   v1::ListTenantBalancesResponse tenants;
