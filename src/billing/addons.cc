@@ -180,22 +180,24 @@ absl::StatusOr<int64_t> PostStorage(pqxx::work& txn, int64_t platform, int64_t f
 
 }  // namespace
 
+std::string VolumesLiveSql(const std::string& lo, const std::string& hi) {
+  return absl::StrCat("EXISTS (SELECT 1 FROM volumes v WHERE v.created_at < to_timestamp(", hi,
+                      " * 60) AND (v.deleted_at IS NULL OR v.deleted_at > to_timestamp(", lo,
+                      " * 60)))");
+}
+
 absl::StatusOr<int64_t> PostAddOnCharges(pqxx::work& txn, int64_t from_minute,
-                                         int64_t to_minute, absl::Time now) {
-  const int64_t platform = PlatformAccount(txn, "platform_revenue");
-  // Most batches have neither app instances nor volumes; skipping the
-  // statements that would find nothing saves a dozen round trips a batch.
-  auto present = txn.exec_params(
-      "SELECT EXISTS (SELECT 1 FROM billing_batch), "
-      "EXISTS (SELECT 1 FROM volumes v WHERE v.created_at < to_timestamp($2::bigint * 60) "
-      "AND (v.deleted_at IS NULL OR v.deleted_at > to_timestamp($1::bigint * 60)))",
-      from_minute, to_minute);
+                                         int64_t to_minute, absl::Time now,
+                                         const AddOnBatch& batch) {
+  // Most batches have neither app instances nor volumes; the statements
+  // that would find nothing are skipped.
   int64_t app_legs = 0, storage_legs = 0;
-  if (present[0][0].as<bool>()) {
-    SV_ASSIGN_OR_RETURN(app_legs, PostAppFees(txn, platform, now));
+  if (batch.app_rent_rows) {
+    SV_ASSIGN_OR_RETURN(app_legs, PostAppFees(txn, batch.platform_account, now));
   }
-  if (present[0][1].as<bool>()) {
-    SV_ASSIGN_OR_RETURN(storage_legs, PostStorage(txn, platform, from_minute, to_minute, now));
+  if (batch.volumes_live) {
+    SV_ASSIGN_OR_RETURN(storage_legs, PostStorage(txn, batch.platform_account, from_minute,
+                                                  to_minute, now));
   }
   return app_legs + storage_legs;
 }

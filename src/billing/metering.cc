@@ -28,14 +28,15 @@ using store::SqlTime;
 std::string BatchCtes() {
   return absl::StrCat(
       "WITH ", internal::PricedMinutesCtes(internal::IntervalSource::kRunningSinceFast), R"sql(, tot AS (
-  SELECT tenant_id, sum(gross)::bigint AS total FROM priced WHERE gross > 0 GROUP BY tenant_id
+  SELECT tenant_id, sum(gross)::bigint AS total, count(*) AS n FROM priced WHERE gross > 0
+  GROUP BY tenant_id
 ), funds AS (
   SELECT t.id AS tenant_id, tw.id AS trial_id, tw.balance_micros AS trial_avail,
          CASE WHEN t.billing_mode = 'postpaid' THEN r.id ELSE pw.id END AS main_id,
          CASE WHEN t.billing_mode = 'postpaid'
               THEN r.balance_micros + r.credit_limit_micros
               ELSE pw.balance_micros END AS main_avail,
-         tot.total
+         tot.total, tot.n
   FROM tot JOIN tenants t ON t.id = tot.tenant_id
   JOIN ledger_accounts tw ON tw.tenant_id = t.id AND tw.kind = 'trial_wallet' AND tw.owner = ''
   JOIN ledger_accounts pw ON pw.tenant_id = t.id AND pw.kind = 'paid_wallet' AND pw.owner = ''
@@ -54,7 +55,18 @@ std::string BatchCtes() {
   SELECT c.*, greatest(0, least(c.gross, c.trial_avail + c.main_avail - c.before)) AS charged,
          greatest(0, least(c.gross, c.trial_avail - c.before)) AS from_trial
   FROM cum c
-), batch AS MATERIALIZED (
+), capped_rows AS MATERIALIZED (
+  -- The minutes of tenants that are not easy, with each instance's first
+  -- capped minute; a join with the few capped rows is cheaper than a window
+  -- sort. Only these rows can have a first_cap, so the shortfalls, stops
+  -- and notices read them instead of the whole batch.
+  SELECT c.instance_id, c.billing_no, c.tenant_id, c.minute, c.gpu_count, c.unit_price,
+         c.gross, c.start_us, c.trial_id, c.main_id, c.charged, c.from_trial, f.first_cap
+  FROM capped c LEFT JOIN (SELECT instance_id, min(minute) AS first_cap FROM capped
+                           WHERE charged < gross GROUP BY instance_id) f
+    ON f.instance_id = c.instance_id
+), batch AS (
+  -- Read once by the charges (and by app_rent), so usually not materialized.
   SELECT p.instance_id, p.billing_no, p.tenant_id, p.minute, p.gpu_count, p.unit_price,
          p.gross, p.start_us, f.trial_id, f.main_id, p.gross AS charged,
          CASE WHEN f.trial_avail >= f.total THEN p.gross ELSE 0 END AS from_trial,
@@ -62,33 +74,31 @@ std::string BatchCtes() {
   FROM priced p JOIN fundsx f USING (tenant_id)
   WHERE p.gross > 0 AND f.easy
   UNION ALL
-  -- The first capped minute of each instance; a join with the few capped
-  -- rows is cheaper than a window sort.
-  SELECT c.instance_id, c.billing_no, c.tenant_id, c.minute, c.gpu_count, c.unit_price,
-         c.gross, c.start_us, c.trial_id, c.main_id, c.charged, c.from_trial, f.first_cap
-  FROM capped c LEFT JOIN (SELECT instance_id, min(minute) AS first_cap FROM capped
-                           WHERE charged < gross GROUP BY instance_id) f
-    ON f.instance_id = c.instance_id
+  SELECT * FROM capped_rows
 ))sql");
 }
 
 // What a batch writes besides the charges, for the rows of `src`: the
 // first capped minute of an instance records what was not collected, stops
-// the instance at the end of what was paid, and tells the tenant. $5 is now.
-std::string ShortfallCtes(const std::string& src) {
-  return absl::StrCat(R"sql(
+// the instance at the end of what was paid, and tells the tenant. `firsts`
+// holds every row of `src` that can have minute = first_cap (all of `src`,
+// or only its capped rows). $5 is now. With `app_rent`, the rent minutes of
+// app instances also go to the temporary table billing_batch, for their
+// app fees (billing/addons.cc), and CTE app_rent returns one row for each.
+std::string ShortfallCtes(const std::string& src, const std::string& firsts, bool app_rent) {
+  std::string sql = absl::StrCat(R"sql(
 shortfalls AS (
   INSERT INTO billing_shortfalls (instance_id, usage_minute, tenant_id, gross_micros,
     charged_micros, shortfall_micros, at)
   SELECT instance_id, minute, tenant_id, gross, charged, gross - charged, $5::timestamptz
-  FROM )sql", src, R"sql( WHERE minute = first_cap
+  FROM )sql", firsts, R"sql( WHERE minute = first_cap
   ON CONFLICT DO NOTHING
 ), stops AS (
   INSERT INTO billing_stops (instance_id, tenant_id, stop_at)
   SELECT instance_id, tenant_id,
          CASE WHEN charged > 0 THEN to_timestamp((minute + 1) * 60)
               ELSE greatest(to_timestamp(minute * 60), to_timestamp(start_us / 1000000.0)) END
-  FROM )sql", src, R"sql( WHERE minute = first_cap
+  FROM )sql", firsts, R"sql( WHERE minute = first_cap
   ON CONFLICT DO NOTHING
 ), notices AS (
   INSERT INTO billing_notices (tenant_id, kind, instance_id, message, at)
@@ -96,13 +106,24 @@ shortfalls AS (
          'credit ran out in minute ' || to_char(to_timestamp(minute * 60) AT TIME ZONE 'UTC',
          'YYYY-MM-DD HH24:MI') || ' UTC; the instance is stopped; uncollected: '
          || (gross - charged) || ' micro-yuan', $5::timestamptz
-  FROM )sql", src, R"sql( WHERE minute = first_cap
-), app_rent AS (
-  -- The rent minutes of app instances, for their app fees (billing/addons.cc).
+  FROM )sql", firsts, R"sql( WHERE minute = first_cap
+))sql");
+  if (app_rent) {
+    absl::StrAppend(&sql, R"sql(, app_rent AS (
   INSERT INTO billing_batch (instance_id, tenant_id, minute, first_cap)
   SELECT b.instance_id, b.tenant_id, b.minute, b.first_cap FROM )sql", src, R"sql( b
   WHERE EXISTS (SELECT 1 FROM instance_apps a WHERE a.instance_id = b.instance_id)
+  RETURNING 1
 ))sql");
+  }
+  return sql;
+}
+
+// The last columns of a batch statement: app rent rows written (0 without
+// app_rent) and whether a volume is live in [$3, $4).
+std::string AddOnColumnsSql(bool app_rent) {
+  return absl::StrCat(app_rent ? "(SELECT count(*) FROM app_rent)" : "0::bigint", ", ",
+                      internal::VolumesLiveSql("$3::bigint", "$4::bigint"));
 }
 
 // The charge rows of a batch: one per instance-minute that is paid at all
@@ -125,10 +146,15 @@ constexpr char kChargedRowsFilter[] =
 // The fast path: the batch is computed once and everything is written by
 // one statement. A charge that already exists fails it (unique_violation);
 // the caller then takes the slow path below.
-std::string FastBatchSql() {
+// Returns (postings, app rent rows, volumes live). The postings are counted
+// without another pass over the batch: every minute of an easy tenant is
+// charged, and of the others those that pass the filter.
+std::string FastBatchSql(bool app_rent) {
   return absl::StrCat(BatchCtes(), ", charges AS (", ChargeRowsSql("batch"), "), ",
-                      ShortfallCtes("batch"), " SELECT count(*) FROM batch WHERE ",
-                      kChargedRowsFilter);
+                      ShortfallCtes("batch", "capped_rows", app_rent),
+                      " SELECT (SELECT coalesce(sum(n), 0) FROM fundsx WHERE easy)::bigint + "
+                      "(SELECT count(*) FROM capped_rows WHERE ", kChargedRowsFilter, "), ",
+                      AddOnColumnsSql(app_rent));
 }
 
 // The slow path, after a charge of the batch was found present: the batch
@@ -140,13 +166,14 @@ std::string SlowBatchTableSql() {
                       " SELECT * FROM batch");
 }
 
-std::string SlowBatchWriteSql() {
-  // $5 and $6 as in the fast path; $1-$4 are not needed here.
-  return absl::StrCat("WITH params AS (SELECT $1::text, $2::text, $3::text, $4::text), "
+// The same columns as FastBatchSql, with the same parameters ($1/$2 only
+// typed here).
+std::string SlowBatchWriteSql(bool app_rent) {
+  return absl::StrCat("WITH params AS (SELECT $1::timestamptz, $2::timestamptz), "
                       "charges AS (", ChargeRowsSql("billing_batch_full"),
                       " ON CONFLICT (instance_no, minute) DO NOTHING RETURNING 1), ",
-                      ShortfallCtes("billing_batch_full"),
-                      " SELECT count(*) FROM charges");
+                      ShortfallCtes("billing_batch_full", "billing_batch_full", app_rent),
+                      " SELECT (SELECT count(*) FROM charges), ", AddOnColumnsSql(app_rent));
 }
 
 constexpr char kClashSql[] = R"sql(
@@ -161,28 +188,58 @@ WHERE b.charged > 0 AND (b.first_cap IS NULL OR b.minute <= b.first_cap)
        CASE WHEN b.charged > b.from_trial THEN b.main_id ELSE 0 END)
 )sql";
 
+// Whether a stop of an instance whose tenant ran out is written and not yet
+// applied (billing_stops_pending keeps this an index probe).
+constexpr char kStopsPendingSql[] = "EXISTS (SELECT 1 FROM billing_stops WHERE NOT applied)";
+
 }  // namespace
 
 absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
                                                           absl::Time now) {
   MeteringResult result;
+  // Whether the last batch left stops to apply; a batch that stopped
+  // nothing costs no pass over billing_stops afterwards.
+  bool stops_pending = false;
   for (int round = 0; round < 100'000; ++round) {
-    SV_RETURN_IF_ERROR(ApplyPendingStops());  // Stops first: the next minutes see them.
-    bool done = false;
+    bool done = false, stops_first = false;
     int64_t minutes = 0, postings = 0, cursor_after = 0;
     SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
-      done = false;
+      done = stops_first = stops_pending = false;
       minutes = postings = 0;
-      // Only one svd bills at a time; a second one waits here and then finds
-      // the cursor moved on.
-      txn.exec_params("SELECT pg_advisory_xact_lock($1)", internal::kMeteringLockKey);
-      // JIT compilation costs more than it saves on these set-wise
-      // statements, and the sorts of a batch should stay in memory.
-      txn.exec("SET LOCAL jit = off");
-      txn.exec("SET LOCAL work_mem = '256MB'");
-      auto cursor_row = txn.exec("SELECT billed_before_minute FROM billing_cursor FOR UPDATE");
+      // One round trip for the lock, the settings and what the batch needs
+      // to know. Only one svd bills at a time; a second one waits for the
+      // lock and then finds the cursor moved on. JIT compilation costs more
+      // than it saves on these set-wise statements, and the sorts of a batch
+      // should stay in memory. An app instance can be in the batch only if
+      // it is RUNNING or left RUNNING after the cursor (as the intervals of
+      // PricedMinutesCtes); only then is the app-rent table created.
+      auto head = txn.exec(absl::StrCat(
+          "SELECT pg_advisory_xact_lock(", internal::kMeteringLockKey, "); "
+          "SET LOCAL jit = off; SET LOCAL work_mem = '256MB'; "
+          "SELECT c.billed_before_minute, ", kStopsPendingSql, ", "
+          "(SELECT count(*) FROM instances WHERE state = 'RUNNING'), "
+          "(SELECT id FROM ledger_accounts WHERE tenant_id IS NULL "
+          " AND kind = 'platform_revenue' AND owner = ''), "
+          "EXISTS (SELECT 1 FROM instance_apps a JOIN instances i ON i.id = a.instance_id "
+          "        WHERE i.state = 'RUNNING') "
+          "OR EXISTS (SELECT 1 FROM instance_events e JOIN instance_apps a "
+          "           ON a.instance_id = e.instance_id WHERE e.from_state = 'RUNNING' "
+          "           AND e.at > to_timestamp(c.billed_before_minute * 60)) "
+          "FROM billing_cursor c FOR UPDATE"));
+      // Stops first: the next minutes must see them (an earlier run may have
+      // ended before applying its stops).
+      if (head[0][1].as<bool>()) {
+        stops_first = true;
+        return absl::OkStatus();
+      }
+      if (head[0][3].is_null()) {
+        return Error(absl::StatusCode::kInternal, "LEDGER_ACCOUNT_MISSING",
+                     "the platform_revenue account is missing");
+      }
+      const int64_t revenue = head[0][3].as<int64_t>();
+      bool app_rent = head[0][4].as<bool>();
       int64_t cursor = 0;
-      if (cursor_row[0][0].is_null()) {
+      if (head[0][0].is_null()) {
         // An empty ledger starts at the first RUNNING time, at most
         // first_run_lookback ago.
         auto first = txn.exec_params(
@@ -191,8 +248,9 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
             MinuteOf(now));
         cursor = std::max(first[0][0].as<int64_t>(), MinuteOf(now - options_.first_run_lookback));
         cursor = std::min(cursor, before_minute);
+        app_rent = true;  // The check above had no cursor to go by.
       } else {
-        cursor = cursor_row[0][0].as<int64_t>();
+        cursor = head[0][0].as<int64_t>();
       }
       if (cursor >= before_minute) {
         done = true;
@@ -201,33 +259,38 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
                         "first_minute = $1 WHERE billed_before_minute IS NULL", cursor);
         return absl::OkStatus();
       }
-      auto running = txn.exec("SELECT count(*) FROM instances WHERE state = 'RUNNING'");
-      const int64_t active = std::max<int64_t>(1, running[0][0].as<int64_t>());
+      const int64_t active = std::max<int64_t>(1, head[0][2].as<int64_t>());
       const int64_t span = std::clamp<int64_t>(options_.batch_rows_max / active, 1,
                                                options_.batch_minutes_max);
       const int64_t end = std::min(before_minute, cursor + span);
-      // The app-instance rows of the batch, for their app fees.
-      txn.exec("CREATE TEMP TABLE billing_batch (instance_id text, tenant_id text, "
-               "minute bigint, first_cap bigint) ON COMMIT DROP");
-      const int64_t revenue = internal::PlatformAccount(txn, "platform_revenue");
+      // The fast path may fail on a charge already present; the savepoint
+      // keeps the rest of the transaction (and the app-rent table).
+      txn.exec(app_rent ? absl::StrCat(internal::kCreateAppRentTableSql,
+                                       "; SAVEPOINT billing_fast")
+                        : std::string("SAVEPOINT billing_fast"));
+      internal::AddOnBatch addons;
+      addons.platform_account = revenue;
       bool present = false;
-      txn.exec("SAVEPOINT billing_fast");
       try {
-        auto written = txn.exec_params(FastBatchSql(), SqlTime(MinuteStart(cursor)),
+        auto written = txn.exec_params(FastBatchSql(app_rent), SqlTime(MinuteStart(cursor)),
                                        SqlTime(MinuteStart(end)), cursor, end, SqlTime(now),
                                        revenue);
         postings = written[0][0].as<int64_t>();
-        txn.exec("RELEASE SAVEPOINT billing_fast");
+        addons.app_rent_rows = written[0][1].as<int64_t>() > 0;
+        addons.volumes_live = written[0][2].as<bool>();
       } catch (const pqxx::unique_violation&) {
         present = true;  // A charge of the batch exists: undo the statement.
       }
-      if (present) txn.exec("ROLLBACK TO SAVEPOINT billing_fast");
       if (present) {
+        txn.exec("ROLLBACK TO SAVEPOINT billing_fast");
         txn.exec_params(SlowBatchTableSql(), SqlTime(MinuteStart(cursor)),
                         SqlTime(MinuteStart(end)), cursor, end);
-        auto written = txn.exec_params(SlowBatchWriteSql(), "", "", "", "", SqlTime(now),
+        auto written = txn.exec_params(SlowBatchWriteSql(app_rent), SqlTime(MinuteStart(cursor)),
+                                       SqlTime(MinuteStart(end)), cursor, end, SqlTime(now),
                                        revenue);
         postings = written[0][0].as<int64_t>();
+        addons.app_rent_rows = written[0][1].as<int64_t>() > 0;
+        addons.volumes_live = written[0][2].as<bool>();
         auto clashes = txn.exec(kClashSql);
         if (clashes[0][0].as<int64_t>() > 0) {
           return Error(absl::StatusCode::kInternal, "CHARGE_CONTENT_CLASH",
@@ -236,21 +299,33 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
       }
       // App fees and storage of the same minutes, after the rent
       // (billing/addons.cc).
-      SV_ASSIGN_OR_RETURN(int64_t addon_legs, internal::PostAddOnCharges(txn, cursor, end, now));
+      SV_ASSIGN_OR_RETURN(int64_t addon_legs,
+                          internal::PostAddOnCharges(txn, cursor, end, now, addons));
       postings += addon_legs;
-      txn.exec_params("UPDATE billing_cursor SET billed_before_minute = $1, "
-                      "first_minute = coalesce(first_minute, $3), updated_at = $2::timestamptz",
-                      end, SqlTime(now), cursor);
+      auto moved = txn.exec_params(
+          absl::StrCat("UPDATE billing_cursor SET billed_before_minute = $1, "
+                       "first_minute = coalesce(first_minute, $3), updated_at = $2::timestamptz "
+                       "RETURNING ", kStopsPendingSql),
+          end, SqlTime(now), cursor);
+      stops_pending = moved[0][0].as<bool>();
       minutes = end - cursor;
       cursor_after = end;
       return absl::OkStatus();
     }));
+    if (stops_first) {
+      SV_RETURN_IF_ERROR(ApplyPendingStops());
+      continue;
+    }
     result.minutes_billed += minutes;
     result.postings += postings;
     result.billed_before_minute = cursor_after;
     if (done || cursor_after >= before_minute) break;
+    if (stops_pending) {
+      SV_RETURN_IF_ERROR(ApplyPendingStops());
+      stops_pending = false;
+    }
   }
-  SV_RETURN_IF_ERROR(ApplyPendingStops());
+  if (stops_pending) SV_RETURN_IF_ERROR(ApplyPendingStops());
   return result;
 }
 

@@ -282,6 +282,46 @@ TEST_F(BillingTest, TrialFirstThenStopsAtTheRightMinute) {
   ExpectAuditClean(billing);
 }
 
+// A stop that was recorded but never applied (the process died between the
+// batch's commit and StopInstance) is applied by the next run before it
+// bills any later minute, and a run that records no stop leaves none
+// pending.
+TEST_F(BillingTest, UnappliedStopIsAppliedBeforeLaterMinutes) {
+  Billing billing = MakeBilling();
+  auto [tenant, user] = NewTenant("pendingstop");
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-ps", 100 * kMicrosPerYuan, clock_.Now()).ok());
+  const std::string id = Run(tenant, 1);
+  const int64_t m0 = MinuteOf(clock_.Now());
+  clock_.Advance(absl::Minutes(5));
+  ASSERT_TRUE(billing.BillMinutesBefore(m0 + 4, clock_.Now()).ok());
+  // As the batch of minute m0 + 3 would have recorded it: stop at its end.
+  const int64_t stop_minute = m0 + 4;
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+    txn.exec_params("INSERT INTO billing_stops (instance_id, tenant_id, stop_at) "
+                    "VALUES ($1, $2, to_timestamp($3::bigint * 60))",
+                    id, tenant, stop_minute);
+    return absl::OkStatus();
+  }).ok());
+  clock_.Advance(absl::Minutes(10));
+  auto billed = billing.BillMinutesBefore(MinuteOf(clock_.Now()), clock_.Now());
+  ASSERT_TRUE(billed.ok()) << billed.status();
+  auto instance = store_->GetInstance(tenant, id);
+  EXPECT_EQ(instance->state, store::InstanceState::kStopped);
+  EXPECT_EQ(instance->state_reason, "credit exhausted");
+  auto charges = billing.ListTransfers(tenant, {.kind = "charge", .limit = 1000});
+  ASSERT_TRUE(charges.ok());
+  int64_t last_minute = 0;
+  for (const auto& t : *charges) last_minute = std::max(last_minute, *t.usage_minute);
+  EXPECT_EQ(last_minute, stop_minute - 1);
+  EXPECT_EQ(charges->size(), static_cast<size_t>(stop_minute - m0));
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+    EXPECT_EQ(txn.exec("SELECT count(*) FROM billing_stops WHERE NOT applied")[0][0]
+                  .as<int64_t>(), 0);
+    return absl::OkStatus();
+  }).ok());
+  ExpectAuditClean(billing);
+}
+
 // A low balance warns before it runs out.
 TEST_F(BillingTest, WarnsBeforeCreditRunsOut) {
   Billing billing = MakeBilling();

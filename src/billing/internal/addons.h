@@ -23,6 +23,26 @@ namespace sv::billing::internal {
 // sum to the fee.
 inline constexpr int64_t kPublisherSharePerMille = 700;
 
+// The temporary table of a metering transaction that holds the rent
+// minutes of app instances (instance_id, tenant_id, minute, first_cap), for
+// their app fees. Created only when an app instance can be in the batch.
+inline constexpr char kCreateAppRentTableSql[] =
+    "CREATE TEMP TABLE billing_batch (instance_id text, tenant_id text, minute bigint, "
+    "first_cap bigint) ON COMMIT DROP";
+
+// A boolean SQL expression: some volume is live in [lo, hi) (Unix minutes,
+// SQL expressions of type bigint), so the minutes may owe storage.
+std::string VolumesLiveSql(const std::string& lo, const std::string& hi);
+
+// What PostAddOnCharges needs to know about the batch, found by the
+// metering statements themselves so that a batch without app instances or
+// volumes costs no round trip here.
+struct AddOnBatch {
+  int64_t platform_account = 0;  // platform_revenue
+  bool app_rent_rows = false;    // billing_batch has rows
+  bool volumes_live = false;     // VolumesLiveSql over the batch's minutes
+};
+
 // Posts the app fees of the rent minutes in billing_batch (the temp table
 // of the metering transaction) and the storage of every live volume-minute
 // of [from_minute, to_minute), in that order after the rent, each capped at
@@ -30,7 +50,8 @@ inline constexpr int64_t kPublisherSharePerMille = 700;
 // and storage:<volume>:<minute>; a replay with other content is INTERNAL /
 // CHARGE_CONTENT_CLASH. Returns the legs written.
 absl::StatusOr<int64_t> PostAddOnCharges(pqxx::work& txn, int64_t from_minute,
-                                         int64_t to_minute, absl::Time now);
+                                         int64_t to_minute, absl::Time now,
+                                         const AddOnBatch& batch);
 
 // The auditor's checks of these postings: {name, sql}; the sql may use $1/$2
 // (audited range as timestamps) and $3/$4 (the same as Unix minutes).
