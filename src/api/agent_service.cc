@@ -64,6 +64,9 @@ struct AgentApi::Impl {
     void OnNotification(const std::string& payload) override {
       if (absl::StartsWith(payload, "node:")) impl_.EndStreamsOf(payload.substr(5));
     }
+    // Signals sent while nobody listened are lost: the monitor re-reads the
+    // credentials of the open streams (svd's start counts as well).
+    void OnListening() override { impl_.recheck_streams = true; }
 
    private:
     Impl& impl_;
@@ -83,6 +86,7 @@ struct AgentApi::Impl {
   bool stopping = false;
   std::map<grpc::ServerContext*, std::string> live;  // Stream -> its credential id.
   RevocationSink revocations;
+  std::atomic<bool> recheck_streams{false};
   std::thread monitor;
 
   void Kick() {
@@ -109,6 +113,21 @@ struct AgentApi::Impl {
                    credential_id);
     }
     return ended;
+  }
+
+  // Ends the open streams whose credential is revoked; false on a
+  // database error (try again later).
+  bool EndRevokedStreams() {
+    std::vector<std::string> ids;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      for (const auto& entry : live) ids.push_back(entry.second);
+    }
+    if (ids.empty()) return true;
+    auto revoked = agents.RevokedNodeCredentials(ids);
+    if (!revoked.ok()) return false;
+    for (const auto& id : *revoked) EndStreamsOf(id);
+    return true;
   }
 
   void MonitorLoop();
@@ -455,6 +474,8 @@ void AgentApi::Impl::MonitorLoop() {
   // death, so an svd outage never takes the fleet down with it.
   const absl::Time judge_from = clock.Now() + options.heartbeat_timeout;
   while (Sleep(options.monitor_interval)) {
+    // Every replica, leader or not: its own streams.
+    if (recheck_streams.exchange(false) && !EndRevokedStreams()) recheck_streams = true;
     // Node health is leader-only work, fenced with the leader's epoch.
     store::LeaderTurn turn(loops != nullptr ? loops->leader_gate() : nullptr);
     if (!turn.ok()) continue;

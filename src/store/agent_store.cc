@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "common/ids.h"
 #include "common/status.h"
+#include "store/sql_arrays.h"
 
 namespace sv::store {
 namespace {
@@ -121,6 +122,21 @@ absl::StatusOr<NodeCredentialRecord> AgentStore::RevokeNodeCredential(const std:
                  "node credential " + id.substr(0, 64) + " not found");
   }
   return *found;
+}
+
+absl::StatusOr<std::vector<std::string>> AgentStore::RevokedNodeCredentials(
+    const std::vector<std::string>& ids) {
+  std::vector<std::string> revoked;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    revoked.clear();
+    auto rows = txn.exec_params(
+        "SELECT id FROM node_credentials WHERE id = ANY($1::text[]) AND revoked_at IS NOT NULL "
+        "ORDER BY id",
+        TextArrayLiteral(ids));
+    for (const auto& row : rows) revoked.push_back(row[0].as<std::string>());
+    return absl::OkStatus();
+  }));
+  return revoked;
 }
 
 // ---- Registration and heartbeats -------------------------------------------

@@ -84,6 +84,9 @@ class AgentStore {
   // returns the credential with it. NOT_FOUND (NODE_CREDENTIAL_NOT_FOUND).
   absl::StatusOr<NodeCredentialRecord> RevokeNodeCredential(const std::string& id,
                                                             absl::Time now);
+  // Those of `ids` that are revoked (unknown ids are left out).
+  absl::StatusOr<std::vector<std::string>> RevokedNodeCredentials(
+      const std::vector<std::string>& ids);
 
   // Registers the node (creating or updating its row) and counts as a
   // heartbeat. A node that was down becomes ready again. Returns its id.

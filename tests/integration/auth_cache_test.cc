@@ -59,6 +59,28 @@ grpc::Status Whoami(SvdProcess& svd, const std::string& token, v1::Account* out 
   return s;
 }
 
+using AgentStream = grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>;
+
+// Opens an agent stream to `svd` and sends the registration.
+std::unique_ptr<AgentStream> OpenAgentStream(SvdProcess& svd, grpc::ClientContext* context,
+                                             const std::string& credential,
+                                             const std::string& node) {
+  context->AddMetadata("authorization", "Bearer " + credential);
+  context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto stream = v1::AgentService::NewStub(svd.channel())->Connect(context);
+  v1::AgentMessage m;
+  auto* r = m.mutable_register_();
+  r->set_node_name(node);
+  r->set_gpu_model("RTX 4090");
+  r->set_gpu_count(8);
+  r->set_zone("z");
+  r->set_pod("p");
+  r->set_leaf_switch("l");
+  r->set_driver("process");
+  stream->Write(m);
+  return stream;
+}
+
 class AuthCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -243,10 +265,20 @@ TEST_F(AuthCacheTest, WrongSecretForACachedKeyIsRefused) {
 // the database refusing new connections so it cannot come back), B serves
 // nothing from its cache: a key revoked meanwhile, whose signal B can never
 // receive, is refused on B's very first call. When the connection returns
-// the cache is trusted again, empty of what it held.
+// the cache is trusted again, empty of what it held, and an agent stream
+// whose node credential was revoked meanwhile (a lost signal) is ended.
 TEST_F(AuthCacheTest, LostListenConnectionBypassesTheCache) {
   const auto key = NewKey(owner_);
   WarmOnB(key.secret());
+  v1::NodeCredentialService::Stub credentials(a_->channel());
+  v1::CreateNodeCredentialRequest mint;
+  mint.set_node_name("cache-node-2");
+  v1::CreateNodeCredentialResponse node;
+  ASSERT_TRUE(credentials.CreateNodeCredential(Context(a_->admin_key()).get(), mint, &node).ok());
+  grpc::ClientContext live;
+  auto stream = OpenAgentStream(*b_, &live, node.credential(), "cache-node-2");
+  v1::ServerMessage reply;
+  ASSERT_TRUE(stream->Read(&reply) && reply.has_registered());
   const double pid = Metric(*b_, "sv_auth_revocation_backend_pid");
   ASSERT_GT(pid, 0);
   const double connections = Metric(*b_, "sv_auth_revocation_connections_total");
@@ -261,6 +293,8 @@ TEST_F(AuthCacheTest, LostListenConnectionBypassesTheCache) {
   {
     pqxx::nontransaction txn(test_db);
     txn.exec("UPDATE api_keys SET revoked_at = now() WHERE id = '" + key.key().id() + "'");
+    txn.exec("UPDATE node_credentials SET revoked_at = now() WHERE id = '" +
+             node.credential_id() + "'");
   }
   ASSERT_TRUE(WaitMetric(*b_, "sv_auth_revocation_listening", 0));
   const double bypasses = Metric(*b_, "sv_auth_cache_bypasses_total");
@@ -273,8 +307,15 @@ TEST_F(AuthCacheTest, LostListenConnectionBypassesTheCache) {
     pqxx::nontransaction txn(admin);
     txn.exec("ALTER DATABASE \"" + db + "\" ALLOW_CONNECTIONS true");
   }
+  const auto allowed = SteadyClock::now();
   ASSERT_TRUE(WaitMetric(*b_, "sv_auth_cache_trusted", 1));
   EXPECT_GT(Metric(*b_, "sv_auth_revocation_connections_total"), connections);
+  // B's monitor re-reads its streams' credentials after the reconnect
+  // (every second): the stream ends.
+  while (stream->Read(&reply)) {
+  }
+  EXPECT_LE(SteadyClock::now() - allowed, std::chrono::seconds(5));
+  EXPECT_FALSE(stream->Finish().ok());
   EXPECT_NE(Metric(*b_, "sv_auth_revocation_backend_pid"), pid);
   EXPECT_EQ(api::ReasonOf(Whoami(*b_, key.secret())), "API_KEY_REVOKED");
   WarmOnB(owner_);  // The cache works again.
@@ -302,25 +343,8 @@ TEST_F(AuthCacheTest, RevokedNodeCredentialIsRefusedEverywhere) {
   ASSERT_FALSE(credential.empty()) << minted.out;
   ASSERT_FALSE(credential_id.empty()) << minted.out;
 
-  auto stub = v1::AgentService::NewStub(b_->channel());
-  auto open = [&](grpc::ClientContext* context) {
-    auto stream = stub->Connect(context);
-    v1::AgentMessage m;
-    auto* r = m.mutable_register_();
-    r->set_node_name("cache-node-1");
-    r->set_gpu_model("RTX 4090");
-    r->set_gpu_count(8);
-    r->set_zone("z");
-    r->set_pod("p");
-    r->set_leaf_switch("l");
-    r->set_driver("process");
-    stream->Write(m);
-    return stream;
-  };
   grpc::ClientContext live;
-  live.AddMetadata("authorization", "Bearer " + credential);
-  live.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-  auto stream = open(&live);
+  auto stream = OpenAgentStream(*b_, &live, credential, "cache-node-1");
   v1::ServerMessage reply;
   ASSERT_TRUE(stream->Read(&reply) && reply.has_registered());
 
@@ -350,9 +374,7 @@ TEST_F(AuthCacheTest, RevokedNodeCredentialIsRefusedEverywhere) {
   EXPECT_FALSE(stream->Finish().ok());
 
   grpc::ClientContext again;
-  again.AddMetadata("authorization", "Bearer " + credential);
-  again.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-  auto refused = open(&again);
+  auto refused = OpenAgentStream(*b_, &again, credential, "cache-node-1");
   EXPECT_FALSE(refused->Read(&reply));
   grpc::Status status = refused->Finish();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
