@@ -66,8 +66,9 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
     if (!who.ok()) return Finish("DeleteInstance", nullptr, "", who.status());
     absl::Status status = CheckInstanceId(request->id());
     if (status.ok()) {
-      auto record = deps_.store->DeleteInstance(who->tenant_id, request->id(),
-                                                deps_.clock->Now());
+      // Group-committed with the deletes of other calls arriving together.
+      auto record = deps_.store->SubmitDelete({who->tenant_id, request->id(),
+                                               deps_.clock->Now()});
       status = record.status();
       if (record.ok()) {
         ToProto(*record, response);

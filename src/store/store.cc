@@ -336,12 +336,102 @@ Store::Store(Database& db) : db_(db) {}
 Store::~Store() = default;
 
 void Store::SetCreateBatchLanes(int lanes) {
-  batcher_ = lanes > 0 ? std::make_unique<CreateBatcher>(*this, lanes) : nullptr;
+  if (lanes <= 0) {
+    creates_.reset();
+    deletes_.reset();
+    return;
+  }
+  creates_ = std::make_unique<GroupCommitter<CreateRequest, absl::StatusOr<CreateOutcome>>>(
+      lanes, [this](const std::vector<CreateRequest>& batch) { return CreateInstances(batch); });
+  deletes_ = std::make_unique<GroupCommitter<DeleteRequest, absl::StatusOr<InstanceRecord>>>(
+      lanes, [this](const std::vector<DeleteRequest>& batch) { return DeleteInstances(batch); });
 }
 
 absl::StatusOr<CreateOutcome> Store::SubmitCreate(CreateRequest request) {
-  if (batcher_ != nullptr) return batcher_->Submit(std::move(request));
+  if (creates_ != nullptr) {
+    const std::string tenant_id = request.tenant_id;
+    return creates_->Submit(tenant_id, std::move(request));
+  }
   return std::move(CreateInstances({std::move(request)})[0]);
+}
+
+absl::StatusOr<InstanceRecord> Store::SubmitDelete(DeleteRequest request) {
+  if (deletes_ != nullptr) {
+    const std::string tenant_id = request.tenant_id;
+    return deletes_->Submit(tenant_id, std::move(request));
+  }
+  return DeleteInstance(request.tenant_id, request.id, request.now);
+}
+
+std::vector<absl::StatusOr<InstanceRecord>> Store::DeleteInstances(
+    const std::vector<DeleteRequest>& batch) {
+  std::vector<absl::StatusOr<InstanceRecord>> out;
+  std::vector<size_t> busy;
+  absl::Status status = db_.Transact(
+      [&](pqxx::work& txn) { return DeleteBatchInTransaction(txn, batch, out, busy); });
+  if (!status.ok()) {
+    // As in CreateInstances: alone, each gets its own answer, unless the
+    // database is unreachable. A delete that did commit answers the same
+    // row again (deleting a DELETED instance changes nothing).
+    out.assign(batch.size(), status);
+    if (batch.size() == 1 || status.code() == absl::StatusCode::kUnavailable) return out;
+    busy.clear();
+    for (size_t i = 0; i < batch.size(); ++i) busy.push_back(i);
+  }
+  // Rows another transaction held: deleted alone, waiting for the row lock.
+  for (size_t i : busy) out[i] = DeleteInstance(batch[i].tenant_id, batch[i].id, batch[i].now);
+  return out;
+}
+
+absl::Status Store::DeleteBatchInTransaction(pqxx::work& txn,
+                                             const std::vector<DeleteRequest>& batch,
+                                             std::vector<absl::StatusOr<InstanceRecord>>& out,
+                                             std::vector<size_t>& busy) {
+  out.assign(batch.size(), absl::InternalError("no verdict"));
+  busy.clear();
+  std::vector<std::string> tenants, ids, nows;
+  for (const DeleteRequest& r : batch) {
+    tenants.push_back(r.tenant_id);
+    ids.push_back(r.id);
+    nows.push_back(SqlTime(r.now));
+  }
+  // Migration 0066; the rows answered are read in the same transaction.
+  auto verdicts = ExecPrepared(
+      txn, "sv_delete_instances",
+      "SELECT ord, verdict FROM sv_delete_instances($1::text[], $2::text[], "
+      "$3::timestamptz[])",
+      TextArrayLiteral(tenants), TextArrayLiteral(ids), TextArrayLiteral(nows));
+  if (verdicts.size() != batch.size()) {
+    return Error(absl::StatusCode::kInternal, "INTERNAL",
+                 "sv_delete_instances answered a different number of verdicts");
+  }
+  std::map<std::string, std::vector<size_t>> answered;  // Instance id -> elements.
+  for (const auto& row : verdicts) {
+    const size_t i = row[0].as<size_t>() - 1;
+    if (i >= batch.size()) {
+      return Error(absl::StatusCode::kInternal, "INTERNAL", "sv_delete_instances: bad ord");
+    }
+    const std::string verdict = row[1].as<std::string>();
+    if (verdict == "NOT_FOUND") {
+      out[i] = NotFound(batch[i].id);
+    } else if (verdict == "BUSY") {
+      busy.push_back(i);
+    } else {
+      answered[batch[i].id].push_back(i);  // DELETED or UNCHANGED: the row.
+    }
+  }
+  if (answered.empty()) return absl::OkStatus();
+  std::vector<std::string> answered_ids;
+  for (const auto& [id, elements] : answered) answered_ids.push_back(id);
+  // A deleted instance holds no GPUs: no placements to load.
+  for (const auto& row : ExecPrepared(txn, "sv_deleted_rows",
+                                      "SELECT " + kInstanceColumns +
+                                          " FROM instances WHERE id = ANY($1::text[])",
+                                      TextArrayLiteral(answered_ids))) {
+    InstanceRecord record = InstanceFromRow(row);
+    for (size_t i : answered[record.id]) out[i] = record;
+  }
+  return absl::OkStatus();
 }
 
 std::vector<absl::StatusOr<CreateOutcome>> Store::CreateInstances(

@@ -176,7 +176,15 @@ struct CreateOutcome {
   std::optional<CreateRefusal> refusal;
 };
 
-class CreateBatcher;
+// One delete of a batch (Store::DeleteInstances).
+struct DeleteRequest {
+  std::string tenant_id;
+  std::string id;
+  absl::Time now;
+};
+
+template <typename Request, typename Result>
+class GroupCommitter;  // store/create_batch.h
 
 // All PostgreSQL access of svd. Every method is one transaction, every query
 // that touches tenant data is scoped by tenant id, and every time stored
@@ -225,6 +233,14 @@ class Store {
   // most (a tenant's creates always share a lane); 0 turns it off. Call
   // before serving.
   void SetCreateBatchLanes(int lanes);
+  // Deletes in one transaction (sv_delete_instances), each with its own
+  // answer as DeleteInstance gives it; an instance whose row another
+  // transaction holds is deleted alone after the batch. On a failed batch
+  // every element is retried alone, as in CreateInstances.
+  std::vector<absl::StatusOr<InstanceRecord>> DeleteInstances(
+      const std::vector<DeleteRequest>& batch);
+  // One delete, group-committed like SubmitCreate (same lanes setting).
+  absl::StatusOr<InstanceRecord> SubmitDelete(DeleteRequest request);
 
   absl::StatusOr<InstanceRecord> GetInstance(const std::string& tenant_id,
                                              const std::string& id);
@@ -256,11 +272,15 @@ class Store {
   absl::StatusOr<int> AdvanceSimulatedStarts(absl::Time now);
 
  private:
+  absl::Status DeleteBatchInTransaction(pqxx::work& txn, const std::vector<DeleteRequest>& batch,
+                                        std::vector<absl::StatusOr<InstanceRecord>>& out,
+                                        std::vector<size_t>& busy);
   absl::Status CreateBatchInTransaction(pqxx::work& txn, const std::vector<CreateRequest>& batch,
                                         std::vector<absl::StatusOr<CreateOutcome>>& out);
 
   Database& db_;
-  std::unique_ptr<CreateBatcher> batcher_;
+  std::unique_ptr<GroupCommitter<CreateRequest, absl::StatusOr<CreateOutcome>>> creates_;
+  std::unique_ptr<GroupCommitter<DeleteRequest, absl::StatusOr<InstanceRecord>>> deletes_;
 };
 
 }  // namespace sv::store

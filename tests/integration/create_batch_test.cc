@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <pqxx/pqxx>
@@ -177,6 +178,52 @@ TEST_F(CreateBatchTest, SpendCapRefusesOnlyItsTenant) {
   EXPECT_EQ(out[0]->refusal->allowed, 0);  // The cap.
   EXPECT_FALSE(out[1]->refusal.has_value());
   EXPECT_TRUE(out[1]->inserted);
+}
+
+// Deletes of one batch: each its own answer, another tenant's instance is
+// NOT_FOUND, a repeated delete answers the DELETED row, and a row another
+// transaction holds is deleted alone once that one commits.
+TEST_F(CreateBatchTest, DeleteBatchAnswersEachAndWaitsOnlyForHeldRows) {
+  auto [a, a_user] = NewTenant("alpha");
+  auto [b, b_user] = NewTenant("beta");
+  auto created = store_->CreateInstances({Request(a, "a1"), Request(a, "a2"), Request(b, "b1")});
+  for (const auto& c : created) ASSERT_TRUE(c.ok()) << c.status();
+  const std::string a1 = created[0]->record.id, a2 = created[1]->record.id,
+                    b1 = created[2]->record.id;
+  // Another transaction holds a2's row until it commits.
+  pqxx::connection holder(url_);
+  pqxx::work held(holder);
+  held.exec_params("SELECT 1 FROM instances WHERE id = $1 FOR NO KEY UPDATE", a2);
+  std::vector<absl::StatusOr<InstanceRecord>> out;
+  std::thread deleter([&] {
+    out = store_->DeleteInstances(
+        {{a, a1, now_}, {a, b1, now_}, {a, a1, now_}, {a, a2, now_}, {b, b1, now_}});
+  });
+  // The batch commits without waiting for a2: a1 and b1 become DELETED
+  // while a2's row is still held.
+  const std::string deleted_sql = absl::StrCat(
+      "SELECT count(*) FROM instances WHERE state = 'DELETED' AND id IN ('", a1, "', '", b1,
+      "')");
+  for (int i = 0; i < 200 && Scalar(deleted_sql) < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(Scalar(deleted_sql), 2);
+  held.commit();
+  deleter.join();
+  ASSERT_EQ(out.size(), 5u);
+  ASSERT_TRUE(out[0].ok()) << out[0].status();
+  EXPECT_EQ(out[0]->state, InstanceState::kDeleted);
+  ASSERT_FALSE(out[1].ok());  // beta's instance, asked for as alpha.
+  EXPECT_EQ(out[1].status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(out[2].ok());
+  EXPECT_EQ(out[2]->id, a1);
+  EXPECT_EQ(out[2]->state, InstanceState::kDeleted);
+  ASSERT_TRUE(out[3].ok()) << out[3].status();
+  EXPECT_EQ(out[3]->state, InstanceState::kDeleted);
+  ASSERT_TRUE(out[4].ok());
+  EXPECT_EQ(out[4]->state, InstanceState::kDeleted);
+  // One DELETED event each, the repeated delete wrote none.
+  EXPECT_EQ(Scalar("SELECT count(*) FROM instance_events WHERE to_state = 'DELETED'"), 3);
 }
 
 // Many callers of several tenants at once through the batcher: each
