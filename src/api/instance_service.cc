@@ -293,30 +293,22 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
 
 }  // namespace
 
-absl::Status CreateInstanceFor(const ApiDependencies& deps, const store::Principal& who,
-                               store::InstanceSpec spec, std::string request_id,
-                               v1::Instance* response, bool* ranked) {
-  if (ranked != nullptr) *ranked = true;
-  store::InstanceExtras extras = std::move(spec.extras);
-  SV_ASSIGN_OR_RETURN(spec, NormalizeInstanceSpec(spec));
-  spec.extras = std::move(extras);
-  if (request_id.empty()) {
-    request_id = NewUuid();  // No retry protection was asked for.
-  } else {
-    SV_RETURN_IF_ERROR(ValidateRequestId(request_id));
-  }
-  // One transaction (group-committed with the creates of other calls that
-  // arrive at the same moment, store/create_batch.h) runs, under the
-  // tenant's row lock: the user's trial grant (a user's first create is when
-  // it is granted), the idempotency lookup (a retry of an accepted create
-  // gets its first answer), the credit gate (FAILED_PRECONDITION /
-  // INSUFFICIENT_CREDIT unless the first minutes are paid for), the monthly
-  // spend cap (RESOURCE_EXHAUSTED / SPEND_CAP_REACHED, docs/security.md), the
-  // instance limit and the pending quota (RESOURCE_EXHAUSTED /
-  // QUOTA_EXCEEDED), all exact, and the row.
+namespace {
+
+// The create of `spec` with every check a create needs: one element of a
+// group-committed transaction (store/create_batch.h). Under the tenant's
+// row lock it runs the user's trial grant (a user's first create is when it
+// is granted), the idempotency lookup (a retry of an accepted create gets
+// its first answer), the credit gate (FAILED_PRECONDITION /
+// INSUFFICIENT_CREDIT unless the first minutes are paid for), the monthly
+// spend cap (RESOURCE_EXHAUSTED / SPEND_CAP_REACHED, docs/security.md), the
+// instance limit and the pending quota (RESOURCE_EXHAUSTED /
+// QUOTA_EXCEEDED), all exact, and the row.
+absl::StatusOr<store::CreateOutcome> CreateWithGate(const ApiDependencies& deps,
+                                                    const store::Principal& who,
+                                                    store::InstanceSpec spec,
+                                                    const std::string& request_id) {
   const absl::Time now = deps.clock->Now();
-  const bool has_extras = !spec.extras.ports.empty() || !spec.extras.library_mounts.empty() ||
-                          !spec.extras.app_image_id.empty();
   store::CreateRequest create;
   create.tenant_id = who.tenant_id;
   create.fingerprint = InstanceFingerprint(spec) + ExtrasFingerprint(spec.extras);
@@ -329,15 +321,35 @@ absl::Status CreateInstanceFor(const ApiDependencies& deps, const store::Princip
   if (deps.billing != nullptr) deps.billing->FillCreateGate(who.user_id, now, &create.gate);
   create.gate.spend_cap_since_minute = absl::ToUnixSeconds(SpendCapMonthStart(now)) / 60;
   SV_ASSIGN_OR_RETURN(store::CreateOutcome outcome, deps.store->SubmitCreate(create));
-  if (outcome.refusal.has_value()) {
-    const store::CreateRefusal& r = *outcome.refusal;
-    if (r.reason == "INSUFFICIENT_CREDIT" && deps.billing != nullptr) {
-      return deps.billing->CreditRefusal(create.spec.gpu_count, create.spec.gpu_model, r.used,
-                                         r.allowed);
-    }
-    if (r.reason == "SPEND_CAP_REACHED") return SpendCapRefusal(r.allowed, r.used);
-    return Error(absl::StatusCode::kInternal, "INTERNAL", "unknown create refusal " + r.reason);
+  if (!outcome.refusal.has_value()) return outcome;
+  // The gate refused: the rules' owners word the error.
+  const store::CreateRefusal& r = *outcome.refusal;
+  if (r.reason == "INSUFFICIENT_CREDIT" && deps.billing != nullptr) {
+    return deps.billing->CreditRefusal(create.spec.gpu_count, create.spec.gpu_model, r.used,
+                                       r.allowed);
   }
+  if (r.reason == "SPEND_CAP_REACHED") return SpendCapRefusal(r.allowed, r.used);
+  return Error(absl::StatusCode::kInternal, "INTERNAL", "unknown create refusal " + r.reason);
+}
+
+}  // namespace
+
+absl::Status CreateInstanceFor(const ApiDependencies& deps, const store::Principal& who,
+                               store::InstanceSpec spec, std::string request_id,
+                               v1::Instance* response, bool* ranked) {
+  if (ranked != nullptr) *ranked = true;
+  store::InstanceExtras extras = std::move(spec.extras);
+  SV_ASSIGN_OR_RETURN(spec, NormalizeInstanceSpec(spec));
+  spec.extras = std::move(extras);
+  if (request_id.empty()) {
+    request_id = NewUuid();  // No retry protection was asked for.
+  } else {
+    SV_RETURN_IF_ERROR(ValidateRequestId(request_id));
+  }
+  const bool has_extras = !spec.extras.ports.empty() || !spec.extras.library_mounts.empty() ||
+                          !spec.extras.app_image_id.empty();
+  SV_ASSIGN_OR_RETURN(store::CreateOutcome outcome,
+                      CreateWithGate(deps, who, std::move(spec), request_id));
   const bool inserted = outcome.inserted;
   store::InstanceRecord record = std::move(outcome.record);
   bool pass_ran = false;
