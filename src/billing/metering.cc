@@ -200,6 +200,7 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
   // Whether the last batch left stops to apply; a batch that stopped
   // nothing costs no pass over billing_stops afterwards.
   bool stops_pending = false;
+  int stop_passes = 0;
   for (int round = 0; round < 100'000; ++round) {
     bool done = false, stops_first = false;
     int64_t minutes = 0, postings = 0, cursor_after = 0;
@@ -313,9 +314,16 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
       return absl::OkStatus();
     }));
     if (stops_first) {
+      // Each pass applies up to 1,000 stops and marks them; a stop that
+      // stays pending after this many passes would otherwise spin here.
+      if (++stop_passes > 1'000) {
+        return Error(absl::StatusCode::kInternal, "STOPS_NOT_APPLIED",
+                     "pending credit stops are not being applied; billing is held");
+      }
       SV_RETURN_IF_ERROR(ApplyPendingStops());
       continue;
     }
+    stop_passes = 0;
     result.minutes_billed += minutes;
     result.postings += postings;
     result.billed_before_minute = cursor_after;
