@@ -88,7 +88,7 @@ async function refreshBalance() {
 
 async function refreshMoneyTables() {
   const [usage, transfers, invoices] = await Promise.all([
-    api('GET', '/v1/usage'), api('GET', '/v1/transfers?pageSize=50'), api('GET', '/v1/invoices')]);
+    api('GET', '/v1/usage'), api('GET', '/v1/transfers?pageSize=50&newestFirst=true'), api('GET', '/v1/invoices')]);
   const rows = usage.rows || [];
   const byDay = new Map();
   for (const r of rows) byDay.set(r.day, (byDay.get(r.day) || 0) + microsToNumber(r.amountMicros));
@@ -99,8 +99,8 @@ async function refreshMoneyTables() {
   });
   fillTable(document.querySelector('#usage-table tbody'), rows, (r) => [
     r.day, el('code', { text: r.instanceId }), String(r.gpuMinutes), formatMoney(r.amountMicros)]);
-  // Transfers come oldest first; show the newest first.
-  const list = (transfers.transfers || []).slice().reverse();
+  // The newest 50, newest first.
+  const list = transfers.transfers || [];
   fillTable(document.querySelector('#transfers-table tbody'), list, (t) => [
     formatTime(t.createTime), t.kind, t.instanceId ? el('code', { text: t.instanceId }) : '—',
     t.usageMinuteTime ? formatTime(t.usageMinuteTime) : '—', formatMoney(t.tenantDeltaMicros)]);

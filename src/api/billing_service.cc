@@ -1,6 +1,8 @@
 // BillingService (the caller's tenant) and BillingAdminService (operators).
 #include <charconv>
+#include <string_view>
 
+#include "absl/strings/str_cat.h"
 #include "api/internal/service_util.h"
 #include "api/validation.h"
 #include "billing/billing.h"
@@ -158,7 +160,18 @@ class BillingServiceImpl final : public v1::BillingService::Service {
       return Error(absl::StatusCode::kInvalidArgument, "INVALID_PAGE_TOKEN",
                    "page_token is not one this server returned");
     }
-    filter.after = request.page_token();  // Checked by ListTransfers.
+    // A newest-first token starts with 'n', so a token is only accepted in
+    // the order that issued it; the rest is checked by ListTransfers.
+    filter.newest_first = request.newest_first();
+    std::string_view token = request.page_token();
+    if (!token.empty()) {
+      if ((token.front() == 'n') != filter.newest_first) {
+        return Error(absl::StatusCode::kInvalidArgument, "INVALID_PAGE_TOKEN",
+                     "page_token belongs to the other order (newest_first)");
+      }
+      if (filter.newest_first) token.remove_prefix(1);
+    }
+    filter.after = std::string(token);
     if (request.has_start_time()) {
       SV_RETURN_IF_ERROR(CheckTimestamp("start_time", request.start_time()));
       filter.from = FromProto(request.start_time());
@@ -178,7 +191,10 @@ class BillingServiceImpl final : public v1::BillingService::Service {
     const bool more = static_cast<int>(transfers.size()) > page_size;
     if (more) transfers.resize(page_size);
     for (const auto& t : transfers) ToProto(t, response->add_transfers());
-    if (more) response->set_next_page_token(transfers.back().cursor);
+    if (more) {
+      response->set_next_page_token(
+          absl::StrCat(filter.newest_first ? "n" : "", transfers.back().cursor));
+    }
     return absl::OkStatus();
   }
 

@@ -96,6 +96,7 @@ struct TransferFilter {
   // page). A malformed cursor is INVALID_ARGUMENT / INVALID_PAGE_TOKEN.
   std::string after;
   int limit = 100;
+  bool newest_first = false;  // descending order (and `after` means before)
 };
 
 struct UsageRow {

@@ -103,10 +103,14 @@ absl::StatusOr<std::vector<TransferRecord>> Billing::ListTransfers(
                      "AND ($3 = '' OR t.kind = $3) AND ($4 = '' OR t.instance_id = $4) "
                      "AND ($5::timestamptz IS NULL OR t.at >= $5::timestamptz) "
                      "AND ($6::timestamptz IS NULL OR t.at < $6::timestamptz) "
-                     "AND ($8::int = 0 OR (t.at, t.src, t.src_no, t.src_minute, t.leg) > "
+                     "AND ($8::int = 0 OR (t.at, t.src, t.src_no, t.src_minute, t.leg) ",
+                     filter.newest_first ? "<" : ">",
                      "  ('epoch'::timestamptz + $2::bigint * interval '1 microsecond', "
-                     "   $9::smallint, $10::bigint, $11::bigint, $12::smallint)) "
-                     "ORDER BY t.at, t.src, t.src_no, t.src_minute, t.leg LIMIT $7"),
+                     "   $9::smallint, $10::bigint, $11::bigint, $12::smallint)) ",
+                     filter.newest_first
+                         ? "ORDER BY t.at DESC, t.src DESC, t.src_no DESC, t.src_minute DESC, "
+                           "t.leg DESC LIMIT $7"
+                         : "ORDER BY t.at, t.src, t.src_no, t.src_minute, t.leg LIMIT $7"),
         tenant_id, after[0], filter.kind, filter.instance_id,
         filter.from ? std::optional<std::string>(SqlTime(*filter.from)) : std::nullopt,
         filter.to ? std::optional<std::string>(SqlTime(*filter.to)) : std::nullopt,

@@ -103,6 +103,9 @@ void AddTenantCommands(CLI::App& app, Action* action) {
 
   auto list = std::make_shared<v1::ListTransfersRequest>();
   auto* transfers = app.add_subcommand("transfers", "Ledger transfers of the tenant, oldest first");
+  transfers->add_flag("--newest-first",
+                      [list](std::int64_t n) { list->set_newest_first(n > 0); },
+                      "Newest first (the page token keeps the order)");
   transfers->add_option("--kind", *list->mutable_kind(),
                         "charge, trial_grant, trial_expiry, topup or sla_refund");
   transfers->add_option("--instance", *list->mutable_instance_id(), "Only this instance");

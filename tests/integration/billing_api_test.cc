@@ -154,6 +154,37 @@ TEST(BillingApiTest, BalanceCreditGateTopUpAndAudit) {
   RunResult listed = svctl(token, {"transfers", "--kind", "topup"});
   EXPECT_EQ(listed.exit_code, 0) << listed.err;
   EXPECT_NE(listed.out.find("topup"), std::string::npos) << listed.out;
+
+  // Newest first, a page at a time: wx-77, then alipay-2026-0001. A token
+  // only works in the order that issued it.
+  v1::ListTransfersRequest newest;
+  newest.set_kind("topup");
+  newest.set_page_size(1);
+  newest.set_newest_first(true);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 5; ++i) {
+    v1::ListTransfersResponse p;
+    ASSERT_TRUE(billing->ListTransfers(Context(token).get(), newest, &p).ok());
+    for (const auto& t : p.transfers()) keys.push_back(t.idempotency_key());
+    if (p.next_page_token().empty()) break;
+    newest.set_page_token(p.next_page_token());
+  }
+  EXPECT_EQ(keys, (std::vector<std::string>{"topup:wx-77", "topup:alipay-2026-0001"}));
+  v1::ListTransfersRequest oldest;
+  oldest.set_kind("topup");
+  oldest.set_page_size(1);
+  ASSERT_TRUE(billing->ListTransfers(Context(token).get(), oldest, &page).ok());
+  ASSERT_EQ(page.transfers_size(), 1);
+  EXPECT_EQ(page.transfers(0).idempotency_key(), "topup:alipay-2026-0001");
+  ASSERT_FALSE(page.next_page_token().empty());
+  newest.set_page_token(page.next_page_token());
+  grpc::Status mixed = billing->ListTransfers(Context(token).get(), newest, &page);
+  EXPECT_EQ(mixed.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(api::ReasonOf(mixed), "INVALID_PAGE_TOKEN");
+  RunResult newest_cli = svctl(token, {"transfers", "--kind", "topup", "--newest-first"});
+  EXPECT_EQ(newest_cli.exit_code, 0) << newest_cli.err;
+  EXPECT_LT(newest_cli.out.find("12.500000"), newest_cli.out.find("50.000000"))
+      << newest_cli.out;
   RunResult audited = svctl(svd.admin_key(), {"--token", svd.admin_key(), "admin", "audit"});
   EXPECT_EQ(audited.exit_code, 0) << audited.out << audited.err;
 
