@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -63,6 +65,70 @@ TEST(CreateLimitsTest, PendingQuotaHoldsUnderConcurrentCreates) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(accepted.load(), 3);
   EXPECT_EQ(refused.load(), 17);
+  stub.reset();
+}
+
+// The same through svd for several tenants at once: their creates are
+// group-committed together (store/create_batch.h), and still each tenant's
+// quota admits exactly its quota, and two calls with one request_id get
+// one instance.
+TEST(CreateLimitsTest, PendingQuotasOfSeveralTenantsHoldUnderConcurrentCreates) {
+  constexpr int kTenants = 3;
+  constexpr int kCallsPerTenant = 12;
+  constexpr int kQuota = 3;
+  SvdProcess svd(SvdOptions{CreateTestDatabase(), 1, 1, {}});
+  ASSERT_TRUE(svd.Start());
+  auto stub = v1::InstanceService::NewStub(svd.channel());
+  std::vector<std::string> tokens;
+  for (int t = 0; t < kTenants; ++t) {
+    tokens.push_back(CreateTenant(svd, "crowd-" + std::to_string(t)));
+    v1::Account me;
+    ASSERT_TRUE(v1::AccountService::NewStub(svd.channel())
+                    ->GetCurrentAccount(Context(tokens.back()).get(), {}, &me)
+                    .ok());
+    v1::SetTenantQuotaRequest quota;
+    quota.mutable_quota()->set_tenant_id(me.tenant_id());
+    quota.mutable_quota()->set_gpus_in_use_max(1024);
+    quota.mutable_quota()->set_pending_count_max(kQuota);
+    v1::TenantQuota set;
+    ASSERT_TRUE(v1::SchedulerAdminService::NewStub(svd.channel())
+                    ->SetTenantQuota(Context(svd.admin_key()).get(), quota, &set)
+                    .ok());
+  }
+  v1::Instance filler;
+  ASSERT_TRUE(Create(*stub, tokens[0], 8, 0, &filler).ok());  // The only node is now full.
+  std::mutex mutex;
+  std::vector<std::map<std::string, std::set<std::string>>> ids(kTenants);  // rid -> ids.
+  std::atomic<int> refused{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kTenants; ++t) {
+    for (int c = 0; c < kCallsPerTenant; ++c) {
+      threads.emplace_back([&, t, c] {
+        v1::CreateInstanceRequest request;
+        request.mutable_instance()->set_gpu_count(8);
+        request.set_request_id("r" + std::to_string(c / 2));  // Pairs share one.
+        v1::Instance i;
+        grpc::Status r = stub->CreateInstance(Context(tokens[t]).get(), request, &i);
+        std::lock_guard<std::mutex> lock(mutex);
+        if (r.ok()) {
+          ids[t][request.request_id()].insert(i.id());
+        } else {
+          ++refused;
+          EXPECT_EQ(api::ReasonOf(r), "QUOTA_EXCEEDED") << r.error_message();
+        }
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  for (int t = 0; t < kTenants; ++t) {
+    std::set<std::string> distinct;
+    for (const auto& [rid, got] : ids[t]) {
+      EXPECT_EQ(got.size(), 1u) << "two instances for one request_id " << rid;
+      distinct.insert(got.begin(), got.end());
+    }
+    EXPECT_EQ(distinct.size(), static_cast<size_t>(kQuota)) << "tenant " << t;
+  }
+  EXPECT_GE(refused.load(), kTenants * (kCallsPerTenant / 2 - kQuota));
   stub.reset();
 }
 
