@@ -458,18 +458,7 @@ TEST_F(AgentLifecycleTest, RealAgentsReportFabricLatency) {
 TEST_F(AgentLifecycleTest, BadAgentMessagesAreRejected) {
   const std::string credential = MintCredential("node-a");
   auto stub = v1::AgentService::NewStub(svd_->channel());
-  auto registration = [](const std::string& node) {
-    v1::AgentMessage m;
-    auto* r = m.mutable_register_();
-    r->set_node_name(node);
-    r->set_gpu_model("RTX 4090");
-    r->set_gpu_count(8);
-    r->set_zone("z");
-    r->set_pod("p");
-    r->set_leaf_switch("l");
-    r->set_driver("process");
-    return m;
-  };
+  const auto& registration = AgentRegistration;
   auto connect_once = [&](const std::string& token, const std::string& node) {
     auto context = Context(token);
     auto stream = stub->Connect(context.get());

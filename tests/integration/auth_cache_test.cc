@@ -68,16 +68,7 @@ std::unique_ptr<AgentStream> OpenAgentStream(SvdProcess& svd, grpc::ClientContex
   context->AddMetadata("authorization", "Bearer " + credential);
   context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
   auto stream = v1::AgentService::NewStub(svd.channel())->Connect(context);
-  v1::AgentMessage m;
-  auto* r = m.mutable_register_();
-  r->set_node_name(node);
-  r->set_gpu_model("RTX 4090");
-  r->set_gpu_count(8);
-  r->set_zone("z");
-  r->set_pod("p");
-  r->set_leaf_switch("l");
-  r->set_driver("process");
-  stream->Write(m);
+  stream->Write(AgentRegistration(node));
   return stream;
 }
 

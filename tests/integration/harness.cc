@@ -198,6 +198,19 @@ std::unique_ptr<grpc::ClientContext> Context(const std::string& token) {
   return ctx;
 }
 
+v1::AgentMessage AgentRegistration(const std::string& node_name) {
+  v1::AgentMessage m;
+  auto* r = m.mutable_register_();
+  r->set_node_name(node_name);
+  r->set_gpu_model("RTX 4090");
+  r->set_gpu_count(8);
+  r->set_zone("z");
+  r->set_pod("p");
+  r->set_leaf_switch("l");
+  r->set_driver("process");
+  return m;
+}
+
 std::string CreateTenant(SvdProcess& svd, const std::string& name) {
   v1::AdminService::Stub admin(svd.channel());
   v1::CreateTenantRequest request;

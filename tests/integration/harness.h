@@ -13,6 +13,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "store/embedded_postgres.h"
+#include "sv/v1/agent.pb.h"
 
 namespace sv::testing {
 
@@ -72,6 +73,10 @@ std::string CreateTenant(SvdProcess& svd, const std::string& name);
 
 // Context with the bearer token and a 30 s deadline.
 std::unique_ptr<grpc::ClientContext> Context(const std::string& token);
+
+// The first message of an agent stream: an 8 x RTX 4090 node on the process
+// driver in zone z, pod p, leaf l.
+v1::AgentMessage AgentRegistration(const std::string& node_name);
 
 // Runs a program, returns exit code, captures stdout and stderr.
 struct RunResult {

@@ -529,16 +529,7 @@ TEST_F(SecurityTest, NodeCredentialsWrongOrRevokedAreRefused) {
   auto connect = [&](const std::string& token) {
     auto context = Context(token);
     auto stream = stub->Connect(context.get());
-    v1::AgentMessage m;
-    auto* r = m.mutable_register_();
-    r->set_node_name("sec-node-1");
-    r->set_gpu_model("RTX 4090");
-    r->set_gpu_count(8);
-    r->set_zone("z");
-    r->set_pod("p");
-    r->set_leaf_switch("l");
-    r->set_driver("process");
-    stream->Write(m);
+    stream->Write(AgentRegistration("sec-node-1"));
     v1::ServerMessage reply;
     if (stream->Read(&reply) && reply.has_registered()) {
       context->TryCancel();
