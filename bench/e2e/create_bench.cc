@@ -8,8 +8,11 @@
 // SV_BENCH_PROFILE=1 (loads pg_stat_statements and prints, per create, the
 // statements run, the transactions committed and the wait events sampled),
 // SV_BENCH_SVD_ARGS (extra svd flags, split on spaces; e.g.
-// "--auth-cache-max-age-ms 0" measures without the credential cache).
-// The fleet is large enough that creates are placed, not just queued.
+// "--auth-cache-max-age-ms 0" measures without the credential cache),
+// SV_BENCH_DELETE (1: each create is followed by a delete of it, so the
+// fleet never fills and every create is placed; 0: creates only, one tenant
+// per client, so the fleet fills and later creates are accepted as PENDING
+// with a queue reason, which measures CreateInstance alone).
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -87,6 +90,7 @@ int main() {
   pg_options.database = "sv";
   pg_options.settings = {"max_connections=300", "shared_buffers=256MB"};
   const bool profile = EnvInt("SV_BENCH_PROFILE", 0) != 0;
+  const bool with_delete = EnvInt("SV_BENCH_DELETE", 1) != 0;
   if (profile) {
     pg_options.settings.push_back("shared_preload_libraries=pg_stat_statements");
     pg_options.settings.push_back("pg_stat_statements.track=all");
@@ -135,12 +139,14 @@ int main() {
   while (!admin_key.empty() && admin_key.back() == '\n') admin_key.pop_back();
   const std::string endpoint = "127.0.0.1:" + port.substr(0, port.size() - 1);
 
-  // One tenant per 8 clients, so per-tenant quotas do not bind.
+  // One tenant per 8 clients, so per-tenant quotas do not bind; without
+  // deletes one per client, so each tenant's pending quota (1,000) holds
+  // its creates of a run.
   std::vector<std::string> tokens;
   {
     auto admin = sv::v1::AdminService::NewStub(
         grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()));
-    for (int t = 0; t < std::max(1, clients / 8); ++t) {
+    for (int t = 0; t < std::max(1, with_delete ? clients / 8 : clients); ++t) {
       grpc::ClientContext context;
       context.AddMetadata("authorization", "Bearer " + admin_key);
       sv::v1::CreateTenantRequest request;
@@ -181,6 +187,7 @@ int main() {
   std::mutex mutex;
   std::vector<double> latencies_ms;
   std::atomic<int> errors{0};
+  std::atomic<int> answered_pending{0};
   std::vector<std::thread> threads;
   const auto started = Clock::now();
   if (profile) {
@@ -224,6 +231,8 @@ int main() {
           ++errors;
           continue;
         }
+        if (created.state() == sv::v1::PENDING) ++answered_pending;
+        if (!with_delete) continue;
         grpc::ClientContext del_context;
         del_context.AddMetadata("authorization", "Bearer " + tokens[c % tokens.size()]);
         del_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
@@ -244,8 +253,9 @@ int main() {
   if (profile) {
     const double creates = std::max<size_t>(1, latencies_ms.size());
     const int64_t commits_after = std::atoll(psql(commits_sql).c_str());
-    std::printf("profile: %.0f creates (+ as many deletes); %.2f commits per create+delete\n",
-                creates, (commits_after - commits_before) / creates);
+    std::printf("profile: %.0f creates%s; %.2f commits per create%s\n", creates,
+                with_delete ? " (+ as many deletes)" : "",
+                (commits_after - commits_before) / creates, with_delete ? "+delete" : "");
     // "top" statements are the ones svd sent; "in" ones ran inside a
     // function or trigger (their time is part of the top statement's).
     std::printf("profile: statements per create+delete (calls/create | ms total | top or "
@@ -281,9 +291,12 @@ int main() {
   if (std::regex_search(out, match, std::regex(R"(tps = ([0-9.]+))"))) {
     pgbench_tps = std::stod(match[1]);
   }
-  std::printf("e2e CreateInstance (each followed by a DeleteInstance), %d clients, %.1f s:\n",
+  std::printf("e2e CreateInstance (%s), %d clients, %.1f s:\n",
+              with_delete ? "each followed by a DeleteInstance"
+                          : "creates only; placed until the fleet is full, then queued",
               clients, elapsed);
-  std::printf("  creates/s      %10.0f   (errors: %d)\n", creates_per_s, errors.load());
+  std::printf("  creates/s      %10.0f   (errors: %d; answered PENDING: %d)\n", creates_per_s,
+              errors.load(), answered_pending.load());
   std::printf("  p50 latency    %10.2f ms\n", at(0.50));
   std::printf("  p99 latency    %10.2f ms\n", at(0.99));
   std::printf("pgbench -N, %d clients, same server:\n  tps            %10.0f\n", clients,
