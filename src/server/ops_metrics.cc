@@ -9,20 +9,23 @@
 namespace sv::server {
 namespace {
 
-// One round trip; each figure is cheap (indexed by state, or one row).
+// One round trip; each figure is cheap (indexed by state, or one row). Queue
+// age and billing lag are measured against svd's clock ($1), the clock that
+// wrote created_at and moves the billing cursor (a fake one under
+// --fake-clock-start); the lease against PostgreSQL's, which it runs on.
 constexpr char kOpsSql[] = R"sql(
 SELECT
   (SELECT count(*) FROM instances WHERE state = 'PENDING'),
-  (SELECT coalesce(extract(epoch from clock_timestamp() - min(created_at)), 0)
+  (SELECT coalesce(extract(epoch from $1::timestamptz - min(created_at)), 0)
      FROM instances WHERE state = 'PENDING'),
-  (SELECT extract(epoch from clock_timestamp() - to_timestamp(billed_before_minute * 60))
+  (SELECT extract(epoch from $1::timestamptz - to_timestamp(billed_before_minute * 60))
      FROM billing_cursor WHERE billed_before_minute IS NOT NULL LIMIT 1),
   (SELECT epoch FROM leader_lease WHERE name = 'control'),
   (SELECT coalesce(extract(epoch from expires_at - clock_timestamp()), -1)
      FROM leader_lease WHERE name = 'control' AND holder <> '')
 )sql";
 
-void Collect(store::Database& db, const control::Leadership& leadership,
+void Collect(store::Database& db, const control::Leadership& leadership, const Clock& clock,
              metrics::Registry& r) {
   const store::Database::PoolStats pool = db.Stats();
   r.SetGauge("sv_db_broken_connections", "Database connections dropped as broken since start.",
@@ -34,7 +37,7 @@ void Collect(store::Database& db, const control::Leadership& leadership,
   double pending = 0, oldest = 0, billing_lag = -1, epoch = 0, lease_left = -1;
   absl::Status status = db.Transact([&](pqxx::work& txn) {
     txn.exec("SET LOCAL statement_timeout = 2000");
-    auto row = txn.exec1(kOpsSql);
+    auto row = txn.exec_params1(kOpsSql, store::SqlTime(clock.Now()));
     pending = row[0].as<double>();
     oldest = row[1].as<double>();
     billing_lag = row[2].is_null() ? -1 : row[2].as<double>();
@@ -63,9 +66,10 @@ void Collect(store::Database& db, const control::Leadership& leadership,
 
 }  // namespace
 
-void RegisterOpsMetrics(store::Database& db, control::Leadership& leadership) {
+void RegisterOpsMetrics(store::Database& db, control::Leadership& leadership,
+                        const Clock& clock) {
   metrics::Registry::Default().AddCollector(
-      [&db, &leadership](metrics::Registry& r) { Collect(db, leadership, r); });
+      [&db, &leadership, &clock](metrics::Registry& r) { Collect(db, leadership, clock, r); });
 }
 
 std::string LeadershipStatusJson(const control::Leadership& leadership, bool shutting_down) {

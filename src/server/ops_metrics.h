@@ -7,12 +7,16 @@
 
 #include <string>
 
+#include "common/clock.h"
 #include "control/leadership.h"
 #include "store/database.h"
 
 namespace sv::server {
 
-void RegisterOpsMetrics(store::Database& db, control::Leadership& leadership);
+// `clock` is svd's (fake under --fake-clock-start): queue age and billing
+// lag are measured against it.
+void RegisterOpsMetrics(store::Database& db, control::Leadership& leadership,
+                        const Clock& clock);
 
 // {"replica": ..., "leader": true, "epoch": 7, "holder": ..., "shutting_down": false}
 std::string LeadershipStatusJson(const control::Leadership& leadership, bool shutting_down);

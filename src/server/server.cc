@@ -282,7 +282,7 @@ int RunServer(const ServerOptions& options) {
     r.SetGauge("sv_db_pool_idle_connections", "Idle database connections.", {}, pool.idle);
     r.SetGauge("sv_db_pool_connections_max", "The pool's bound.", {}, pool.max);
   });
-  RegisterOpsMetrics(db, leadership);
+  RegisterOpsMetrics(db, leadership, clock);
   HttpServer http(
       options.http_listen_address,
       [&]() -> absl::Status {

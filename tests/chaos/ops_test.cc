@@ -6,12 +6,16 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <httplib.h>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "nlohmann/json.hpp"
 #include "sv/v1/instance.grpc.pb.h"
 #include "tests/integration/harness.h"
@@ -73,6 +77,50 @@ TEST(OpsTest, StatusMetricsAndJsonLogs) {
   }
   EXPECT_GT(lines, 5);
   EXPECT_GE(with_request, 1) << "no log line names the create's request_id";
+}
+
+// The value of an unlabelled gauge in a /metrics body (NaN when absent).
+double Gauge(const std::string& body, const std::string& name) {
+  const std::string key = "\n" + name + " ";
+  const size_t at = body.find(key);
+  if (at == std::string::npos) return std::nan("");
+  return std::stod(body.substr(at + key.size()));
+}
+
+// Goal: under --fake-clock-start the queue age and the billing lag are
+// measured on svd's clock, which wrote created_at and moves the billing
+// cursor, not on PostgreSQL's (three days later here).
+TEST(OpsTest, QueueAgeAndBillingLagUseSvdsClock) {
+  const std::string start =
+      absl::FormatTime(absl::RFC3339_sec, absl::Now() - absl::Hours(72), absl::UTCTimeZone());
+  SvdProcess svd(SvdOptions{CreateTestDatabase(), 0, 1,
+                            {"--fake-clock-start", start, "--billing-interval-ms", "200"}});
+  ASSERT_TRUE(svd.Start());
+  const std::string token = CreateTenant(svd, "ops-clock");
+  auto stub = v1::InstanceService::NewStub(svd.channel());
+  v1::CreateInstanceRequest request;
+  request.mutable_instance()->set_gpu_count(1);
+  v1::Instance created;
+  ASSERT_TRUE(stub->CreateInstance(Context(token).get(), request, &created).ok());
+  ASSERT_EQ(created.state(), v1::PENDING);  // No nodes: it waits.
+
+  httplib::Client http("127.0.0.1", svd.http_port());
+  double lag = -1;
+  std::string body;
+  // The first billing runs catch up from the cursor's start; wait for that.
+  for (int i = 0; i < 100 && !(lag >= 0 && lag < 600); ++i) {
+    auto metrics = http.Get("/metrics");
+    ASSERT_TRUE(metrics && metrics->status == 200);
+    body = metrics->body;
+    lag = Gauge(body, "sv_billing_lag_seconds");
+    if (!(lag >= 0 && lag < 600)) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const double age = Gauge(body, "sv_scheduler_queue_oldest_seconds");
+  EXPECT_GE(age, 0) << body;
+  EXPECT_LT(age, 600) << "queue age measured on another clock";
+  EXPECT_GE(lag, 0) << "billing never ran";
+  EXPECT_LT(lag, 600) << "billing lag measured on another clock";
+  EXPECT_EQ(svd.Stop(), 0);
 }
 
 }  // namespace
