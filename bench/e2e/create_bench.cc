@@ -12,7 +12,9 @@
 // SV_BENCH_DELETE (1: each create is followed by a delete of it, so the
 // fleet never fills and every create is placed; 0: creates only, one tenant
 // per client, so the fleet fills and later creates are accepted as PENDING
-// with a queue reason, which measures CreateInstance alone).
+// with a queue reason, which measures CreateInstance alone), SV_BENCH_SVD (the
+// svd binary to run instead of this build's, to compare two builds in
+// alternating runs).
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -94,6 +96,7 @@ int main() {
   if (profile) {
     pg_options.settings.push_back("shared_preload_libraries=pg_stat_statements");
     pg_options.settings.push_back("pg_stat_statements.track=all");
+    pg_options.settings.push_back("pg_stat_statements.track_planning=on");
   }
   sv::store::EmbeddedPostgres pg(pg_options);
   if (absl::Status s = pg.Start(); !s.ok()) {
@@ -119,10 +122,13 @@ int main() {
       std::istringstream words(extra);
       for (std::string word; words >> word;) args.push_back(word);
     }
+    const char* svd_path = std::getenv("SV_BENCH_SVD");
+    if (svd_path == nullptr || *svd_path == '\0') svd_path = SV_SVD_PATH;
+    args[0] = svd_path;
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    execv(SV_SVD_PATH, argv.data());
+    execv(svd_path, argv.data());
     _exit(127);
   }
   std::string port;
@@ -265,6 +271,18 @@ int main() {
                                   "ELSE 'in' END, left(regexp_replace(query, "
                                   "'\\s+', ' ', 'g'), 150) FROM pg_stat_statements ORDER BY "
                                   "toplevel DESC, calls DESC LIMIT 60"))
+                    .c_str());
+    // Where PostgreSQL's time went: the statements by total execution time,
+    // nested ones (inside the batch functions and triggers) included.
+    std::printf("profile: statements by total time (ms executing | ms planning | plans "
+                "| calls/create | ms per call | top or in | sql):\n%s",
+                psql(absl::StrCat("SELECT round(total_exec_time), round(total_plan_time), "
+                                  "plans, round(calls::numeric / ",
+                                  creates, ", 2), round((total_exec_time / greatest(calls, 1))::numeric, 3), "
+                                  "CASE WHEN toplevel THEN 'top' ELSE 'in' END, "
+                                  "left(regexp_replace(query, '\\s+', ' ', 'g'), 300) FROM "
+                                  "pg_stat_statements ORDER BY total_exec_time + total_plan_time DESC "
+                                  "LIMIT 40"))
                     .c_str());
     std::printf("profile: backend states sampled (wait event | state: samples):\n");
     for (const auto& [k, n] : waits) std::printf("  %-60s %d\n", k.c_str(), n);
