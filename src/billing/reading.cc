@@ -1,5 +1,7 @@
 // Read paths: balances, transfers, usage, tenants' balances, revenue.
 #include <algorithm>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -15,6 +17,7 @@ namespace {
 using store::SqlTime;
 
 constexpr int kNoticesMax = 20;
+constexpr int64_t kMaxUs = 253'402'300'799'000'000;  // 9999-12-31, in µs.
 
 // Balances of one tenant from the columns of kFundsColumns.
 constexpr char kFundsColumns[] =
@@ -78,11 +81,106 @@ absl::StatusOr<Balance> Billing::GetBalance(const std::string& tenant_id, absl::
   return balance;
 }
 
+namespace {
+
+// One ListTransfers query: the page after `after` (decoded cursor) among the
+// rows whose key lies in [from, to).
+//
+// The order is (key, source, id or instance number, minute, leg). A
+// transfer's key is its posting time; a minute charge's key is the end of the
+// minute it charges, which is fixed by the row's primary key (instance
+// number, minute), so each instance's charges are read in primary-key order
+// from the page's position on, at most one page of them per instance, never
+// the tenant's whole history. The time filter applies to the same key:
+// charges are selected by the minute charged, as invoices are. The minute
+// bounds only narrow the index range; the exact comparisons on the key follow.
+std::vector<TransferRecord> ReadTransferPage(pqxx::work& txn, const std::string& tenant_id,
+                                             const TransferFilter& filter,
+                                             std::optional<int64_t> from_us,
+                                             std::optional<int64_t> to_us, bool has_cursor,
+                                             const int64_t (&after)[5]) {
+  constexpr int64_t kMinuteUs = 60'000'000;
+  auto floor_minute = [](int64_t us) {
+    return us >= 0 ? us / kMinuteUs : -((-us + kMinuteUs - 1) / kMinuteUs);
+  };
+  std::optional<int64_t> lo_us = from_us, hi_us = to_us;
+  if (has_cursor && !filter.newest_first) lo_us = std::max(lo_us.value_or(after[0]), after[0]);
+  if (has_cursor && filter.newest_first) hi_us = std::min(hi_us.value_or(after[0]), after[0]);
+  std::optional<int64_t> minute_lo, minute_hi;
+  if (lo_us) minute_lo = floor_minute(*lo_us) - 1;
+  if (hi_us) minute_hi = floor_minute(*hi_us);
+
+  const char* cmp = filter.newest_first ? "<" : ">";
+  const char* cmp_eq = filter.newest_first ? "<=" : ">=";
+  const char* dir = filter.newest_first ? " DESC" : "";
+  const std::string cursor_row =
+      "('epoch'::timestamptz + $8::bigint * interval '1 microsecond', $9::smallint, "
+      "$10::bigint, $11::bigint, $12::smallint)";
+  const std::string cursor_at = "('epoch'::timestamptz + $8::bigint * interval '1 microsecond')";
+  const std::string from_at = "('epoch'::timestamptz + $4::bigint * interval '1 microsecond')";
+  const std::string to_at = "('epoch'::timestamptz + $5::bigint * interval '1 microsecond')";
+  const std::string charge_key = "('epoch'::timestamptz + (c.minute + 1) * interval '1 minute')";
+  const std::string sql = absl::StrCat(
+      "WITH t AS ((",
+      // Transfers other than minute charges: the tenant's, in posting order
+      // (index ledger_transfers_tenant_at, migration 0080).
+      "SELECT t.id, t.idempotency_key, t.leg, t.kind, t.from_account_id, t.to_account_id, "
+      "t.amount_micros, t.instance_id, t.usage_minute, t.at, t.at AS k, 0::smallint AS src, "
+      "t.id AS src_no, 0::bigint AS src_minute FROM ledger_transfers t "
+      "WHERE t.tenant_id = $1 AND $2 <> 'charge' AND ($2 = '' OR t.kind = $2) "
+      "AND ($3 = '' OR t.instance_id = $3) "
+      "AND ($4::bigint IS NULL OR t.at >= ", from_at, ") "
+      "AND ($5::bigint IS NULL OR t.at < ", to_at, ") "
+      "AND ($7::int = 0 OR (t.at ", cmp_eq, " ", cursor_at, " AND (t.at, 0::smallint, t.id, "
+      "0::bigint, t.leg) ", cmp, " ", cursor_row, ")) ",
+      "ORDER BY t.at", dir, ", t.id", dir, ", t.leg", dir, " LIMIT $6) UNION ALL (",
+      // Minute charges: per instance of the tenant, by primary key. An
+      // instance has no charge whose key is at or before its creation.
+      "SELECT NULL::bigint, 'charge:' || i.id || ':' || c.minute, l.leg::smallint, "
+      "'charge'::text, l.from_account_id, c.revenue_account, l.amount, i.id, c.minute, c.at, "
+      "c.k, 1::smallint, c.instance_no, c.minute FROM instances i "
+      "CROSS JOIN LATERAL (SELECT c.*, ", charge_key, " AS k FROM ledger_charges c "
+      "WHERE c.instance_no = i.billing_no "
+      "AND ($13::bigint IS NULL OR c.minute >= $13::bigint) "
+      "AND ($14::bigint IS NULL OR c.minute <= $14::bigint) "
+      "AND ($4::bigint IS NULL OR ", charge_key, " >= ", from_at, ") "
+      "AND ($5::bigint IS NULL OR ", charge_key, " < ", to_at, ") "
+      "AND ($7::int = 0 OR (", charge_key, ", 1::smallint, c.instance_no, c.minute) ", cmp_eq,
+      " ($8::bigint * interval '1 microsecond' + 'epoch'::timestamptz, $9::smallint, "
+      "$10::bigint, $11::bigint)) "
+      // One charge row more than a page: the row at the cursor may have no
+      // leg left after it.
+      "ORDER BY c.minute", dir, " LIMIT $6 + 1) c "
+      "CROSS JOIN LATERAL (VALUES (0, c.trial_account, c.trial_micros), "
+      "(1, c.main_account, c.main_micros)) AS l (leg, from_account_id, amount) "
+      "WHERE i.tenant_id = $1 AND $2 IN ('', 'charge') AND ($3 = '' OR i.id = $3) "
+      "AND ($5::bigint IS NULL OR i.created_at < ", to_at, ") AND l.amount > 0)) "
+      "SELECT ", internal::kTransferColumns, ", (extract(epoch from t.k) * 1000000)::bigint "
+      "FROM t", internal::kTransferJoins,
+      "WHERE ($7::int = 0 OR (t.k, t.src, t.src_no, t.src_minute, t.leg) ", cmp, " ", cursor_row,
+      ") ORDER BY t.k", dir, ", t.src", dir, ", t.src_no", dir, ", t.src_minute", dir, ", t.leg",
+      dir, " LIMIT $6");
+  auto rows = txn.exec_params(sql, tenant_id, filter.kind, filter.instance_id, from_us, to_us,
+                              filter.limit, has_cursor ? 1 : 0, after[0], after[1], after[2],
+                              after[3], after[4], minute_lo, minute_hi);
+  std::vector<TransferRecord> out;
+  for (const auto& row : rows) {
+    TransferRecord t = internal::ReadTransfer(row, tenant_id);
+    t.cursor = absl::StrCat(row[15].as<int64_t>(), ".", row[12].as<int>(), ".",
+                            row[13].as<int64_t>(), ".", row[14].as<int64_t>(), ".", t.leg);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<TransferRecord>> Billing::ListTransfers(
     const std::string& tenant_id, const TransferFilter& filter) {
-  // The cursor is "at_us.src.no.minute.leg" (TransferRecord::cursor).
+  // The cursor is "key_us.src.no.minute.leg" (TransferRecord::cursor).
   int64_t after[5] = {0, 0, 0, 0, 0};
-  if (!filter.after.empty()) {
+  const bool has_cursor = !filter.after.empty();
+  if (has_cursor) {
     std::vector<std::string> parts = absl::StrSplit(filter.after, '.');
     bool ok = parts.size() == 5;
     for (size_t i = 0; ok && i < parts.size(); ++i) ok = absl::SimpleAtoi(parts[i], &after[i]);
@@ -91,32 +189,66 @@ absl::StatusOr<std::vector<TransferRecord>> Billing::ListTransfers(
                    "page_token is not one this server returned");
     }
   }
+  // Times outside what PostgreSQL stores are clamped to sane bounds.
+  auto clamp_us = [](absl::Time t) {
+    return std::clamp<int64_t>(absl::ToUnixMicros(t), -kMaxUs, kMaxUs);
+  };
+  std::optional<int64_t> from_us, to_us;
+  if (filter.from) from_us = clamp_us(*filter.from);
+  if (filter.to) to_us = clamp_us(*filter.to);
+  // Charges of many instances are read in a window of keys next to the
+  // page's position, widened until it holds a page: a tenant with hundreds
+  // of instances running at once fills a page from a minute or two of them,
+  // where one page per instance would read hundreds of pages. The rows of
+  // a window are exactly the first rows of the whole order: every row
+  // outside it is later (earlier, newest first) than every row inside it.
+  // One instance, or no charges, needs no window.
+  const bool windowed = filter.instance_id.empty() && (filter.kind.empty() || filter.kind == "charge");
   std::vector<TransferRecord> out;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
     out.clear();
-    // Transfers and minute charges (ledger_all_transfers, migration 0030) in
-    // one keyset order; $8 = 0 marks the first page.
-    auto rows = txn.exec_params(
-        absl::StrCat("SELECT ", internal::kTransferColumns, " FROM ledger_all_transfers t",
-                     internal::kTransferJoins,
-                     "WHERE t.tenant_id = $1 "
-                     "AND ($3 = '' OR t.kind = $3) AND ($4 = '' OR t.instance_id = $4) "
-                     "AND ($5::timestamptz IS NULL OR t.at >= $5::timestamptz) "
-                     "AND ($6::timestamptz IS NULL OR t.at < $6::timestamptz) "
-                     "AND ($8::int = 0 OR (t.at, t.src, t.src_no, t.src_minute, t.leg) ",
-                     filter.newest_first ? "<" : ">",
-                     "  ('epoch'::timestamptz + $2::bigint * interval '1 microsecond', "
-                     "   $9::smallint, $10::bigint, $11::bigint, $12::smallint)) ",
-                     filter.newest_first
-                         ? "ORDER BY t.at DESC, t.src DESC, t.src_no DESC, t.src_minute DESC, "
-                           "t.leg DESC LIMIT $7"
-                         : "ORDER BY t.at, t.src, t.src_no, t.src_minute, t.leg LIMIT $7"),
-        tenant_id, after[0], filter.kind, filter.instance_id,
-        filter.from ? std::optional<std::string>(SqlTime(*filter.from)) : std::nullopt,
-        filter.to ? std::optional<std::string>(SqlTime(*filter.to)) : std::nullopt,
-        filter.limit, filter.after.empty() ? 0 : 1, after[1], after[2], after[3], after[4]);
-    for (const auto& row : rows) out.push_back(internal::ReadTransfer(row, tenant_id));
-    return absl::OkStatus();
+    if (!windowed) {
+      out = ReadTransferPage(txn, tenant_id, filter, from_us, to_us, has_cursor, after);
+      return absl::OkStatus();
+    }
+    // Where the tenant's history starts (nothing has a key before it), and
+    // how many instances run now (their minutes fill a window).
+    auto stats = txn.exec_params(
+        "SELECT least((SELECT (extract(epoch from min(created_at)) * 1000000)::bigint "
+        "FROM instances WHERE tenant_id = $1), (SELECT (extract(epoch from min(at)) * "
+        "1000000)::bigint FROM ledger_transfers WHERE tenant_id = $1)), "
+        "(SELECT count(*) FROM instances WHERE tenant_id = $1 AND state = 'RUNNING')",
+        tenant_id);
+    if (stats[0][0].is_null()) return absl::OkStatus();  // No history at all.
+    const int64_t earliest_us = stats[0][0].as<int64_t>();
+    const int64_t running = std::max<int64_t>(1, stats[0][1].as<int64_t>());
+    // Where windows of the newest-first order start (a minute is charged
+    // after it ends, so no charge's key is much later than now). Only the
+    // cost depends on it: a window bounds one side, and rows beyond its
+    // start on the other side are read all the same.
+    const int64_t latest_us = std::min(kMaxUs, absl::ToUnixMicros(clock_.Now() + absl::Minutes(2)));
+    constexpr int64_t kMinuteUs = 60'000'000;
+    int64_t width_us = (2 + (filter.limit + running - 1) / running) * kMinuteUs;
+    for (int round = 0;; ++round) {
+      std::optional<int64_t> from = from_us, to = to_us;
+      bool last = round >= 10;
+      if (!filter.newest_first) {
+        const int64_t base = std::max({from_us.value_or(earliest_us), earliest_us,
+                                       has_cursor ? after[0] : earliest_us});
+        const int64_t end = base + width_us;
+        if (end >= to_us.value_or(kMaxUs) || end > latest_us) last = true;
+        if (!last) to = end;
+      } else {
+        const int64_t base = std::min({to_us.value_or(latest_us), latest_us,
+                                       has_cursor ? after[0] + 1 : latest_us});
+        const int64_t start = base - width_us;
+        if (start <= from_us.value_or(-kMaxUs) || start < earliest_us) last = true;
+        if (!last) from = start;
+      }
+      out = ReadTransferPage(txn, tenant_id, filter, from, to, has_cursor, after);
+      if (last || out.size() >= static_cast<size_t>(filter.limit)) return absl::OkStatus();
+      width_us *= 4;
+    }
   }));
   return out;
 }

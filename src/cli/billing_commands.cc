@@ -109,6 +109,11 @@ void AddTenantCommands(CLI::App& app, Action* action) {
   transfers->add_option("--kind", *list->mutable_kind(),
                         "charge, trial_grant, trial_expiry, topup or sla_refund");
   transfers->add_option("--instance", *list->mutable_instance_id(), "Only this instance");
+  auto transfers_from = std::make_shared<std::string>();
+  auto transfers_to = std::make_shared<std::string>();
+  transfers->add_option("--from", *transfers_from,
+                        "Start, RFC 3339, inclusive (a charge counts at the end of its minute)");
+  transfers->add_option("--to", *transfers_to, "End, RFC 3339, exclusive");
   transfers->add_option("--page-size", [list](const CLI::results_t& r) {
     int n = 0;
     if (!absl::SimpleAtoi(r[0], &n)) return false;
@@ -118,6 +123,12 @@ void AddTenantCommands(CLI::App& app, Action* action) {
   transfers->add_option("--page-token", *list->mutable_page_token(), "From a previous page");
   transfers->callback([=] {
     *action = [=](Session& s) {
+      if (!transfers_from->empty() && !ParseTime(*transfers_from, list->mutable_start_time())) {
+        return Fail("--from must be an RFC 3339 time");
+      }
+      if (!transfers_to->empty() && !ParseTime(*transfers_to, list->mutable_end_time())) {
+        return Fail("--to must be an RFC 3339 time");
+      }
       std::string error;
       if (!s.Connect(&error)) return Fail(error);
       v1::ListTransfersResponse response;

@@ -185,6 +185,19 @@ TEST(BillingApiTest, BalanceCreditGateTopUpAndAudit) {
   EXPECT_EQ(newest_cli.exit_code, 0) << newest_cli.err;
   EXPECT_LT(newest_cli.out.find("12.500000"), newest_cli.out.find("50.000000"))
       << newest_cli.out;
+  // A time window: nothing before 2000, both top-ups after it; a bad time
+  // is refused by svctl before any call.
+  RunResult before_2000 =
+      svctl(token, {"transfers", "--kind", "topup", "--to", "2000-01-01T00:00:00Z"});
+  EXPECT_EQ(before_2000.exit_code, 0) << before_2000.err;
+  EXPECT_EQ(before_2000.out.find("12.500000"), std::string::npos) << before_2000.out;
+  RunResult since_2000 =
+      svctl(token, {"transfers", "--kind", "topup", "--from", "2000-01-01T00:00:00Z"});
+  EXPECT_NE(since_2000.out.find("12.500000"), std::string::npos) << since_2000.out;
+  EXPECT_NE(since_2000.out.find("50.000000"), std::string::npos) << since_2000.out;
+  RunResult bad_time = svctl(token, {"transfers", "--from", "yesterday"});
+  EXPECT_NE(bad_time.exit_code, 0);
+  EXPECT_NE(bad_time.err.find("RFC 3339"), std::string::npos) << bad_time.err;
   RunResult audited = svctl(svd.admin_key(), {"--token", svd.admin_key(), "admin", "audit"});
   EXPECT_EQ(audited.exit_code, 0) << audited.out << audited.err;
 

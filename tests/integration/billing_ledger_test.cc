@@ -3,6 +3,7 @@
 // micro-yuan, against an independent simple model where one is needed.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -690,6 +691,113 @@ TEST_F(BillingTest, LateRunIsChargedByAdjustments) {
   ExpectAuditClean(billing);
   ASSERT_TRUE(billing.RunOnce(clock_.Now() + absl::Minutes(1)).ok());
   EXPECT_EQ(billing.ListTransfers(tenant, {.kind = "adjustment", .limit = 100})->size(), 3u);
+}
+
+// ListTransfers pages, in both orders, with every filter and several page
+// sizes, list exactly what one plain query over ledger_all_transfers lists
+// in the documented order: a transfer by its posting time, a minute charge
+// by the end of the minute it charges. The instances overlap, the runs post
+// several minutes at once (catch-up), top-ups fall between charges, and
+// another tenant's charges must not appear.
+TEST_F(BillingTest, TransferPagesMatchOnePlainQuery) {
+  Billing billing = MakeBilling();
+  auto [tenant, user] = NewTenant("pages");
+  auto [other, other_user] = NewTenant("pagesother");
+  ASSERT_TRUE(billing.EnsureTrialGrant(user, clock_.Now()).ok());
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-p0", 100 * kMicrosPerYuan, clock_.Now()).ok());
+  ASSERT_TRUE(billing.TopUp(other, "pay-o0", 100 * kMicrosPerYuan, clock_.Now()).ok());
+  const absl::Time t0 = clock_.Now();
+  const std::string a = Run(tenant, 1);
+  Run(other, 1);
+  clock_.Advance(absl::Minutes(5));
+  const std::string b = Run(tenant, 8);
+  for (int step = 0; step < 8; ++step) {
+    clock_.Advance(absl::Minutes(3) + absl::Seconds(7));
+    if (step == 2) Stop(tenant, b);
+    if (step % 3 == 1) {
+      ASSERT_TRUE(billing.TopUp(tenant, absl::StrCat("pay-p", step + 1), kMicrosPerYuan,
+                                clock_.Now()).ok());
+    }
+    if (step % 2 == 0) ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  }
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  // Five quiet hours (b stopped, a runs on), then a top-up and a third
+  // instance: a page that spans the hours must widen its window of keys.
+  Stop(tenant, a);
+  clock_.Advance(absl::Hours(5));
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-late", kMicrosPerYuan, clock_.Now()).ok());
+  const std::string c = Run(tenant, 2);
+  clock_.Advance(absl::Minutes(4));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  ExpectAuditClean(billing);
+
+  auto reference = [&](const TransferFilter& f) {
+    std::vector<std::string> keys;
+    EXPECT_TRUE(db_->Transact([&](pqxx::work& txn) {
+      keys.clear();
+      const std::string order = f.newest_first ? " DESC" : "";
+      auto rows = txn.exec_params(
+          absl::StrCat(
+              "SELECT idempotency_key || '/' || leg FROM (SELECT *, CASE WHEN src = 0 THEN at "
+              "ELSE 'epoch'::timestamptz + (src_minute + 1) * interval '1 minute' END AS k "
+              "FROM ledger_all_transfers) t WHERE tenant_id = $1 "
+              "AND ($2 = '' OR kind = $2) AND ($3 = '' OR instance_id = $3) "
+              "AND ($4::timestamptz IS NULL OR k >= $4::timestamptz) "
+              "AND ($5::timestamptz IS NULL OR k < $5::timestamptz) "
+              "ORDER BY k", order, ", src", order, ", src_no", order, ", src_minute", order,
+              ", leg", order),
+          tenant, f.kind, f.instance_id,
+          f.from ? std::optional<std::string>(store::SqlTime(*f.from)) : std::nullopt,
+          f.to ? std::optional<std::string>(store::SqlTime(*f.to)) : std::nullopt);
+      for (const auto& r : rows) keys.push_back(r[0].as<std::string>());
+      return absl::OkStatus();
+    }).ok());
+    return keys;
+  };
+
+  std::vector<TransferFilter> filters = {
+      {},
+      {.kind = "charge"},
+      {.kind = "topup"},
+      {.instance_id = b},
+      {.from = t0 + absl::Minutes(7), .to = t0 + absl::Minutes(19) + absl::Seconds(40)},
+      {.from = t0 + absl::Minutes(3), .kind = "charge", .instance_id = a},
+      {.from = t0 + absl::Minutes(20), .to = clock_.Now(), .kind = "charge"},
+      {.from = t0 + absl::Hours(2)},
+      {.instance_id = c},
+  };
+  size_t listed = 0;
+  for (TransferFilter filter : filters) {
+    for (bool newest_first : {false, true}) {
+      filter.newest_first = newest_first;
+      const std::vector<std::string> want = reference(filter);
+      for (int limit : {1, 2, 5, 1000}) {
+        filter.limit = limit;
+        filter.after.clear();
+        std::vector<std::string> got;
+        for (int page = 0; page < 1000; ++page) {
+          auto transfers = billing.ListTransfers(tenant, filter);
+          ASSERT_TRUE(transfers.ok()) << transfers.status();
+          ASSERT_LE(transfers->size(), static_cast<size_t>(limit));
+          for (const auto& t : *transfers) {
+            got.push_back(absl::StrCat(t.idempotency_key, "/", t.leg));
+          }
+          if (transfers->size() < static_cast<size_t>(limit)) break;
+          filter.after = transfers->back().cursor;
+        }
+        EXPECT_EQ(got, want) << "kind '" << filter.kind << "' instance '" << filter.instance_id
+                             << "' limit " << limit << " newest_first " << newest_first;
+      }
+      listed += want.size();
+    }
+  }
+  // The data set is what the test means it to be: charges of both
+  // instances, top-ups, the trial grant, nothing of the other tenant.
+  const std::vector<std::string> all = reference({});
+  EXPECT_GT(all.size(), 40u);
+  EXPECT_TRUE(std::find(all.begin(), all.end(), "trial:" + user + "/0") != all.end());
+  EXPECT_GT(listed, 4 * all.size() / 2);
+  for (const auto& key : all) EXPECT_EQ(key.find("pay-o"), std::string::npos) << key;
 }
 
 }  // namespace
