@@ -10,7 +10,6 @@
 #include "metrics/metrics.h"
 #include "spdlog/spdlog.h"
 #include "store/security_store.h"
-#include "store/sql_arrays.h"
 
 namespace sv::api {
 namespace {
@@ -19,30 +18,8 @@ namespace {
 constexpr size_t kBatchRowsMax = 256;
 
 absl::Status InsertBatch(store::Database& db, const std::vector<store::AuditRow>& rows) {
-  std::vector<std::string> at, tenant, user, email, key, method, request, code, reason, peer;
-  for (const auto& r : rows) {
-    at.push_back(store::SqlTime(r.at));
-    tenant.push_back(r.tenant_id);
-    user.push_back(r.user_id);
-    email.push_back(r.user_email);
-    key.push_back(r.api_key_id);
-    method.push_back(r.method);
-    request.push_back(r.request_id);
-    code.push_back(r.code);
-    reason.push_back(r.reason);
-    peer.push_back(r.peer);
-  }
-  using store::TextArrayLiteral;
   return db.Transact([&](pqxx::work& txn) -> absl::Status {
-    txn.exec_params(
-        "INSERT INTO audit_log (at, tenant_id, user_id, user_email, api_key_id, method, "
-        "request_id, code, reason, peer) SELECT * FROM unnest($1::timestamptz[], $2::text[], "
-        "$3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], "
-        "$10::text[])",
-        TextArrayLiteral(at), TextArrayLiteral(tenant), TextArrayLiteral(user),
-        TextArrayLiteral(email), TextArrayLiteral(key), TextArrayLiteral(method),
-        TextArrayLiteral(request), TextArrayLiteral(code), TextArrayLiteral(reason),
-        TextArrayLiteral(peer));
+    store::InsertAuditRows(txn, rows);
     return absl::OkStatus();
   });
 }

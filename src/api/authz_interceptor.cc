@@ -41,12 +41,13 @@ std::string RequestIdOf(const google::protobuf::Message& message) {
 
 class AuthzInterceptor final : public grpc::experimental::Interceptor {
  public:
-  AuthzInterceptor(grpc::experimental::ServerRpcInfo* info, const AuditSink& audit)
+  AuthzInterceptor(grpc::experimental::ServerRpcInfo* info, const AuditSink& audit,
+                   bool in_transaction_audit)
       : context_(info->server_context()),
         method_(info->method() != nullptr ? info->method() : ""),
         rule_(FindMethodRule(method_)),
         audit_(audit) {
-    CallRegistry::Default().Begin(context_, method_);
+    CallRegistry::Default().Begin(context_, method_, in_transaction_audit && audit_);
   }
   ~AuthzInterceptor() override { CallRegistry::Default().End(context_); }
 
@@ -75,6 +76,14 @@ class AuthzInterceptor final : public grpc::experimental::Interceptor {
     // Calls that never identified their caller are counted in the metrics
     // but not written: an unauthenticated flood must not fill the database.
     if (!info.has_value() || !info->who.has_value()) return;
+    if (info->audited) {
+      // The service committed the row (code OK) with the call's write.
+      if (status.ok()) return;
+      // It must not end the call otherwise; if it did, the final status is
+      // recorded too rather than lost.
+      spdlog::error("audit: {} was audited OK in its transaction but ended {}", method_,
+                    GrpcCodeName(status.error_code()));
+    }
     AuditEvent event;
     event.who = info->who;
     event.method = method_;
@@ -99,11 +108,13 @@ CallRegistry& CallRegistry::Default() {
   return *registry;
 }
 
-void CallRegistry::Begin(const grpc::ServerContextBase* context, std::string method) {
+void CallRegistry::Begin(const grpc::ServerContextBase* context, std::string method,
+                         bool in_transaction_audit) {
   if (context == nullptr) return;
   CallInfo info;
   info.rule = FindMethodRule(method);
   info.method = std::move(method);
+  info.in_transaction_audit = in_transaction_audit;
   std::lock_guard<std::mutex> lock(State().mutex);
   State().calls[context] = std::move(info);
 }
@@ -125,6 +136,30 @@ void CallRegistry::SetPrincipal(const grpc::ServerContextBase* context,
   std::lock_guard<std::mutex> lock(State().mutex);
   auto it = State().calls.find(context);
   if (it != State().calls.end()) it->second.who = who;
+}
+
+void CallRegistry::MarkAudited(const grpc::ServerContextBase* context) {
+  std::lock_guard<std::mutex> lock(State().mutex);
+  auto it = State().calls.find(context);
+  if (it != State().calls.end()) it->second.audited = true;
+}
+
+std::optional<store::AuditRow> InTransactionAuditRow(const grpc::ServerContextBase* context,
+                                                     const google::protobuf::Message& request,
+                                                     absl::Time at) {
+  auto info = CallRegistry::Default().Find(context);
+  if (!info.has_value() || !info->in_transaction_audit || !info->who.has_value() ||
+      info->rule == nullptr || info->rule->access != Access::kWrite) {
+    return std::nullopt;
+  }
+  // What Record() below writes for a call that ends OK.
+  AuditEvent event;
+  event.who = info->who;
+  event.method = info->method;
+  event.request_id = RequestIdOf(request);
+  event.code = static_cast<int>(grpc::StatusCode::OK);
+  event.peer = context->peer();
+  return AuditRowOf(event, at);
 }
 
 store::AuditRow AuditRowOf(const AuditEvent& event, absl::Time at) {
@@ -159,7 +194,7 @@ AuditSink DatabaseAuditSink(store::Database& db, const Clock& clock) {
 
 grpc::experimental::Interceptor* AuthzInterceptorFactory::CreateServerInterceptor(
     grpc::experimental::ServerRpcInfo* info) {
-  return new AuthzInterceptor(info, audit_);
+  return new AuthzInterceptor(info, audit_, in_transaction_audit_);
 }
 
 }  // namespace sv::api

@@ -24,6 +24,10 @@ namespace grpc {
 class ServerContextBase;
 }  // namespace grpc
 
+namespace google::protobuf {
+class Message;
+}  // namespace google::protobuf
+
 namespace sv::api {
 
 // One finished mutating call, as the audit log records it.
@@ -51,6 +55,11 @@ struct CallInfo {
   std::string method;
   const MethodRule* rule = nullptr;  // nullptr: the method has no rule.
   std::optional<store::Principal> who;
+  // The interceptor's sink writes to the services' database, so a service
+  // may write the call's audit row in its own transaction instead.
+  bool in_transaction_audit = false;
+  // A service committed the call's row with code OK (MarkAudited).
+  bool audited = false;
 };
 
 // The calls in flight, by their ServerContext. Process-wide: contexts are
@@ -58,23 +67,43 @@ struct CallInfo {
 class CallRegistry {
  public:
   static CallRegistry& Default();
-  void Begin(const grpc::ServerContextBase* context, std::string method);
+  void Begin(const grpc::ServerContextBase* context, std::string method,
+             bool in_transaction_audit = false);
   void End(const grpc::ServerContextBase* context);
   // Nothing when the call did not pass through the interceptor.
   std::optional<CallInfo> Find(const grpc::ServerContextBase* context) const;
   void SetPrincipal(const grpc::ServerContextBase* context, const store::Principal& who);
+  // The call's audit row, from InTransactionAuditRow, was committed: the
+  // interceptor writes none when the call ends OK.
+  void MarkAudited(const grpc::ServerContextBase* context);
 };
+
+// For a service that writes its call's audit row in the transaction of the
+// call's own write (the create and delete batches, docs/security.md): the
+// row the interceptor would write if the call ends OK, stamped `at`. Nothing
+// when the interceptor must write it: the call did not pass through an
+// interceptor whose sink writes to the services' database, is not audited,
+// or did not identify its caller. A service that committed the row calls
+// MarkAudited and must then end the call OK.
+std::optional<store::AuditRow> InTransactionAuditRow(const grpc::ServerContextBase* context,
+                                                     const google::protobuf::Message& request,
+                                                     absl::Time at);
 
 class AuthzInterceptorFactory final
     : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
-  // `audit` receives every mutating call of sv.v1 that identified its caller.
-  explicit AuthzInterceptorFactory(AuditSink audit) : audit_(std::move(audit)) {}
+  // `audit` receives every mutating call of sv.v1 that identified its
+  // caller, except those a service audited in its own transaction; services
+  // may do that only when `in_transaction_audit` says `audit` writes to
+  // audit_log of the database the services write to.
+  explicit AuthzInterceptorFactory(AuditSink audit, bool in_transaction_audit = false)
+      : audit_(std::move(audit)), in_transaction_audit_(in_transaction_audit) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override;
 
  private:
   AuditSink audit_;
+  bool in_transaction_audit_;
 };
 
 }  // namespace sv::api

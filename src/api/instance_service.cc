@@ -2,6 +2,7 @@
 #include "absl/strings/numbers.h"
 #include "api/internal/instance_extras.h"
 #include "api/internal/security_util.h"
+#include "api/authz_interceptor.h"
 #include "api/validation.h"
 #include "billing/billing.h"
 #include "common/ids.h"
@@ -25,7 +26,7 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
     auto who = auth_.Authenticate(*context);
     if (!who.ok()) return Finish("CreateInstance", nullptr, request->request_id(), who.status());
     return Finish("CreateInstance", &*who, request->request_id(),
-                  Create(*who, *request, response));
+                  Create(*context, *who, *request, response));
   }
 
   grpc::Status GetInstance(grpc::ServerContext* context, const v1::GetInstanceRequest* request,
@@ -66,15 +67,20 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
     if (!who.ok()) return Finish("DeleteInstance", nullptr, "", who.status());
     absl::Status status = CheckInstanceId(request->id());
     if (status.ok()) {
-      // Group-committed with the deletes of other calls arriving together.
-      auto record = deps_.store->SubmitDelete({who->tenant_id, request->id(),
-                                               deps_.clock->Now()});
+      // Group-committed with the deletes of other calls arriving together;
+      // the call's audit row commits with the delete when it answers the row.
+      const absl::Time now = deps_.clock->Now();
+      store::DeleteOutcome outcome = deps_.store->SubmitDelete(
+          {who->tenant_id, request->id(), now, InTransactionAuditRow(context, *request, now)});
+      const auto& record = outcome.record;
       status = record.status();
       if (record.ok()) {
         ToProto(*record, response);
         spdlog::info("api: deleted {} tenant={}", record->id, who->tenant_id);
         if (deps_.loops) deps_.loops->Kick();  // Freed GPUs may fit the queue.
       }
+      // Its row says OK, and the call ends OK: nothing below can fail.
+      if (outcome.audited) CallRegistry::Default().MarkAudited(context);
     }
     return Finish("DeleteInstance", &*who, "", status);
   }
@@ -198,18 +204,31 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
     return absl::OkStatus();
   }
 
-  absl::Status Create(const store::Principal& who, const v1::CreateInstanceRequest& request,
-                      v1::Instance* response) {
+  absl::Status Create(grpc::ServerContext& context, const store::Principal& who,
+                      const v1::CreateInstanceRequest& request, v1::Instance* response) {
     const v1::Instance& in = request.instance();
     store::InstanceSpec spec{in.name(), in.gpu_count(), in.gpu_model(), in.image(),
                              in.max_leaves()};
     SV_RETURN_IF_ERROR(ReadInstanceExtras(in, spec));
     bool ranked = true;
-    SV_RETURN_IF_ERROR(CreateInstanceFor(deps_, who, std::move(spec), request.request_id(),
-                                         response, &ranked));
+    bool audited = false;
+    SV_RETURN_IF_ERROR(CreateInstanceFor(
+        deps_, who, std::move(spec), request.request_id(), response, &ranked,
+        InTransactionAuditRow(&context, request, deps_.clock->Now()), &audited));
+    // The call's audit row (OK) committed with the instance: the call must
+    // end OK, so below only what cannot fail it.
+    if (audited) CallRegistry::Default().MarkAudited(&context);
     // A new row no queue pass has seen yet has no position (0) to read.
     if (!ranked) return absl::OkStatus();
-    return SetQueuePositions(who.tenant_id, {response});
+    absl::Status status = SetQueuePositions(who.tenant_id, {response});
+    if (!status.ok() && audited) {
+      // The instance is created and the answer says so; only its queue
+      // position (0: not known yet) is missing.
+      spdlog::warn("api: queue position of {} not read: {}", response->id(),
+                   status.ToString());
+      return absl::OkStatus();
+    }
+    return status;
   }
 
   // Queue positions are written by the scheduling loop (docs/scheduler.md).
@@ -307,7 +326,8 @@ namespace {
 absl::StatusOr<store::CreateOutcome> CreateWithGate(const ApiDependencies& deps,
                                                     const store::Principal& who,
                                                     store::InstanceSpec spec,
-                                                    const std::string& request_id) {
+                                                    const std::string& request_id,
+                                                    std::optional<store::AuditRow> audit) {
   const absl::Time now = deps.clock->Now();
   store::CreateRequest create;
   create.tenant_id = who.tenant_id;
@@ -320,6 +340,7 @@ absl::StatusOr<store::CreateOutcome> CreateWithGate(const ApiDependencies& deps,
                             : -1;
   if (deps.billing != nullptr) deps.billing->FillCreateGate(who.user_id, now, &create.gate);
   create.gate.spend_cap_since_minute = absl::ToUnixSeconds(SpendCapMonthStart(now)) / 60;
+  create.audit = std::move(audit);
   SV_ASSIGN_OR_RETURN(store::CreateOutcome outcome, deps.store->SubmitCreate(create));
   if (!outcome.refusal.has_value()) return outcome;
   // The gate refused: the rules' owners word the error.
@@ -336,8 +357,10 @@ absl::StatusOr<store::CreateOutcome> CreateWithGate(const ApiDependencies& deps,
 
 absl::Status CreateInstanceFor(const ApiDependencies& deps, const store::Principal& who,
                                store::InstanceSpec spec, std::string request_id,
-                               v1::Instance* response, bool* ranked) {
+                               v1::Instance* response, bool* ranked,
+                               std::optional<store::AuditRow> audit, bool* audited) {
   if (ranked != nullptr) *ranked = true;
+  if (audited != nullptr) *audited = false;
   store::InstanceExtras extras = std::move(spec.extras);
   SV_ASSIGN_OR_RETURN(spec, NormalizeInstanceSpec(spec));
   spec.extras = std::move(extras);
@@ -348,8 +371,12 @@ absl::Status CreateInstanceFor(const ApiDependencies& deps, const store::Princip
   }
   const bool has_extras = !spec.extras.ports.empty() || !spec.extras.library_mounts.empty() ||
                           !spec.extras.app_image_id.empty();
+  // The call's audit row goes into the create's transaction only when
+  // nothing after the commit can fail the call: no extras to read.
+  if (has_extras || audited == nullptr) audit.reset();
   SV_ASSIGN_OR_RETURN(store::CreateOutcome outcome,
-                      CreateWithGate(deps, who, std::move(spec), request_id));
+                      CreateWithGate(deps, who, std::move(spec), request_id, std::move(audit)));
+  if (audited != nullptr) *audited = outcome.audited;
   const bool inserted = outcome.inserted;
   store::InstanceRecord record = std::move(outcome.record);
   bool pass_ran = false;

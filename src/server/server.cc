@@ -264,10 +264,11 @@ int RunServer(const ServerOptions& options) {
   {
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> hooks;
     hooks.push_back(std::make_unique<api::MetricsInterceptorFactory>());
-    // Authorization context and the audit log of every call (docs/security.md).
-    hooks.push_back(
-        std::make_unique<api::AuthzInterceptorFactory>(
-            api::BatchedDatabaseAuditSink(db, clock)));
+    // Authorization context and the audit log of every call (docs/security.md);
+    // the sink writes to `db`, so creates and deletes may commit their calls'
+    // rows in their own transactions.
+    hooks.push_back(std::make_unique<api::AuthzInterceptorFactory>(
+        api::BatchedDatabaseAuditSink(db, clock), /*in_transaction_audit=*/true));
     builder.experimental().SetInterceptorCreators(std::move(hooks));
   }
   api.RegisterWith(builder);

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/ids.h"
 #include "common/status.h"
+#include "store/sql_arrays.h"
 
 namespace sv::store {
 namespace {
@@ -258,6 +259,32 @@ absl::Status SecurityStore::RemoveMember(const std::string& tenant_id,
 }
 
 // ---- Audit --------------------------------------------------------------------
+
+void InsertAuditRows(pqxx::work& txn, const std::vector<AuditRow>& rows) {
+  if (rows.empty()) return;
+  std::vector<std::string> at, tenant, user, email, key, method, request, code, reason, peer;
+  for (const auto& r : rows) {
+    at.push_back(SqlTime(r.at));
+    tenant.push_back(r.tenant_id);
+    user.push_back(r.user_id);
+    email.push_back(r.user_email);
+    key.push_back(r.api_key_id);
+    method.push_back(r.method);
+    request.push_back(r.request_id);
+    code.push_back(r.code);
+    reason.push_back(r.reason);
+    peer.push_back(r.peer);
+  }
+  ExecPrepared(txn, "sv_insert_audit_rows",
+               "INSERT INTO audit_log (at, tenant_id, user_id, user_email, api_key_id, method, "
+               "request_id, code, reason, peer) SELECT * FROM unnest($1::timestamptz[], "
+               "$2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], "
+               "$8::text[], $9::text[], $10::text[])",
+               TextArrayLiteral(at), TextArrayLiteral(tenant), TextArrayLiteral(user),
+               TextArrayLiteral(email), TextArrayLiteral(key), TextArrayLiteral(method),
+               TextArrayLiteral(request), TextArrayLiteral(code), TextArrayLiteral(reason),
+               TextArrayLiteral(peer));
+}
 
 absl::Status SecurityStore::AppendAudit(const AuditRow& row) {
   return db_.Transact([&](pqxx::work& txn) -> absl::Status {

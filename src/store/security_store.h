@@ -51,25 +51,18 @@ struct MemberRow {
   absl::Time created_at;
 };
 
-struct AuditRow {
-  int64_t id = 0;
-  absl::Time at;
-  std::string tenant_id;
-  std::string user_id;
-  std::string user_email;
-  std::string api_key_id;
-  std::string method;
-  std::string request_id;
-  std::string code;
-  std::string reason;
-  std::string peer;
-};
+// AuditRow (one audit_log row) is in store/store.h: the create and delete
+// batches write their calls' rows in their own transactions.
 
 struct AuditFilter {
   std::string tenant_id;  // Empty: every tenant (platform admin only).
   int64_t before_id = 0;  // Keyset paging, newest first; 0: from the newest.
   int limit = 100;
 };
+
+// Writes audit rows in the caller's transaction with one prepared statement
+// (the audit batcher's and the create and delete batches' writes).
+void InsertAuditRows(pqxx::work& txn, const std::vector<AuditRow>& rows);
 
 class SecurityStore {
  public:

@@ -10,6 +10,7 @@
 #include "common/ids.h"
 #include "common/status.h"
 #include "store/create_batch.h"
+#include "store/security_store.h"
 #include "store/sql_arrays.h"
 
 namespace sv::store {
@@ -343,8 +344,8 @@ void Store::SetCreateBatchLanes(int lanes) {
   }
   creates_ = std::make_unique<GroupCommitter<CreateRequest, absl::StatusOr<CreateOutcome>>>(
       lanes, [this](const std::vector<CreateRequest>& batch) { return CreateInstances(batch); });
-  deletes_ = std::make_unique<GroupCommitter<DeleteRequest, absl::StatusOr<InstanceRecord>>>(
-      lanes, [this](const std::vector<DeleteRequest>& batch) { return DeleteInstances(batch); });
+  deletes_ = std::make_unique<GroupCommitter<DeleteRequest, DeleteOutcome>>(
+      lanes, [this](const std::vector<DeleteRequest>& batch) { return DeleteBatch(batch); });
 }
 
 absl::StatusOr<CreateOutcome> Store::SubmitCreate(CreateRequest request) {
@@ -355,17 +356,23 @@ absl::StatusOr<CreateOutcome> Store::SubmitCreate(CreateRequest request) {
   return std::move(CreateInstances({std::move(request)})[0]);
 }
 
-absl::StatusOr<InstanceRecord> Store::SubmitDelete(DeleteRequest request) {
+DeleteOutcome Store::SubmitDelete(DeleteRequest request) {
   if (deletes_ != nullptr) {
     const std::string tenant_id = request.tenant_id;
     return deletes_->Submit(tenant_id, std::move(request));
   }
-  return DeleteInstance(request.tenant_id, request.id, request.now);
+  return std::move(DeleteBatch({std::move(request)})[0]);
 }
 
 std::vector<absl::StatusOr<InstanceRecord>> Store::DeleteInstances(
     const std::vector<DeleteRequest>& batch) {
   std::vector<absl::StatusOr<InstanceRecord>> out;
+  for (DeleteOutcome& o : DeleteBatch(batch)) out.push_back(std::move(o.record));
+  return out;
+}
+
+std::vector<DeleteOutcome> Store::DeleteBatch(const std::vector<DeleteRequest>& batch) {
+  std::vector<DeleteOutcome> out;
   std::vector<size_t> busy;
   absl::Status status = db_.Transact(
       [&](pqxx::work& txn) { return DeleteBatchInTransaction(txn, batch, out, busy); });
@@ -373,21 +380,27 @@ std::vector<absl::StatusOr<InstanceRecord>> Store::DeleteInstances(
     // As in CreateInstances: alone, each gets its own answer, unless the
     // database is unreachable. A delete that did commit answers the same
     // row again (deleting a DELETED instance changes nothing).
-    out.assign(batch.size(), status);
-    if (batch.size() == 1 || status.code() == absl::StatusCode::kUnavailable) return out;
+    out.assign(batch.size(), DeleteOutcome{status, false});
+    if (status.code() == absl::StatusCode::kUnavailable) return out;
+    const bool audits = std::any_of(batch.begin(), batch.end(),
+                                    [](const DeleteRequest& r) { return r.audit.has_value(); });
+    if (batch.size() == 1 && !audits) return out;
     busy.clear();
     for (size_t i = 0; i < batch.size(); ++i) busy.push_back(i);
   }
-  // Rows another transaction held: deleted alone, waiting for the row lock.
-  for (size_t i : busy) out[i] = DeleteInstance(batch[i].tenant_id, batch[i].id, batch[i].now);
+  // Rows another transaction held (or a failed batch's elements): deleted
+  // alone, waiting for the row lock; their audit rows are the interceptor's.
+  for (size_t i : busy) {
+    out[i] = {DeleteInstance(batch[i].tenant_id, batch[i].id, batch[i].now), false};
+  }
   return out;
 }
 
 absl::Status Store::DeleteBatchInTransaction(pqxx::work& txn,
                                              const std::vector<DeleteRequest>& batch,
-                                             std::vector<absl::StatusOr<InstanceRecord>>& out,
+                                             std::vector<DeleteOutcome>& out,
                                              std::vector<size_t>& busy) {
-  out.assign(batch.size(), absl::InternalError("no verdict"));
+  out.assign(batch.size(), DeleteOutcome{absl::InternalError("no verdict"), false});
   busy.clear();
   std::vector<std::string> tenants, ids, nows;
   for (const DeleteRequest& r : batch) {
@@ -413,7 +426,7 @@ absl::Status Store::DeleteBatchInTransaction(pqxx::work& txn,
     }
     const std::string verdict = row[1].as<std::string>();
     if (verdict == "NOT_FOUND") {
-      out[i] = NotFound(batch[i].id);
+      out[i].record = NotFound(batch[i].id);
     } else if (verdict == "BUSY") {
       busy.push_back(i);
     } else {
@@ -429,8 +442,19 @@ absl::Status Store::DeleteBatchInTransaction(pqxx::work& txn,
                                           " FROM instances WHERE id = ANY($1::text[])",
                                       TextArrayLiteral(answered_ids))) {
     InstanceRecord record = InstanceFromRow(row);
-    for (size_t i : answered[record.id]) out[i] = record;
+    for (size_t i : answered[record.id]) out[i].record = record;
   }
+  // The audit rows of the calls answered with their row, in this
+  // transaction: they commit with the delete or not at all.
+  std::vector<AuditRow> audits;
+  for (const auto& [id, elements] : answered) {
+    for (size_t i : elements) {
+      if (!batch[i].audit.has_value() || !out[i].record.ok()) continue;
+      audits.push_back(*batch[i].audit);
+      out[i].audited = true;
+    }
+  }
+  InsertAuditRows(txn, audits);
   return absl::OkStatus();
 }
 
@@ -445,11 +469,19 @@ std::vector<absl::StatusOr<CreateOutcome>> Store::CreateInstances(
   // each would fail the same way. Otherwise one element may have failed the
   // batch; alone, each gets its own answer. A create that did commit before
   // answers its first answer again (its request_id), so retrying is safe.
-  if (batch.size() == 1 || status.code() == absl::StatusCode::kUnavailable) return out;
+  // Alone, an element carries no audit row (the interceptor writes it with
+  // the call's final status), so an audit row never costs a create.
+  const bool audits = std::any_of(batch.begin(), batch.end(),
+                                  [](const CreateRequest& r) { return r.audit.has_value(); });
+  if ((batch.size() == 1 && !audits) || status.code() == absl::StatusCode::kUnavailable) {
+    return out;
+  }
   for (size_t i = 0; i < batch.size(); ++i) {
     std::vector<absl::StatusOr<CreateOutcome>> one;
+    CreateRequest request = batch[i];
+    request.audit.reset();
     absl::Status alone = db_.Transact(
-        [&](pqxx::work& txn) { return CreateBatchInTransaction(txn, {batch[i]}, one); });
+        [&](pqxx::work& txn) { return CreateBatchInTransaction(txn, {request}, one); });
     out[i] = alone.ok() ? std::move(one[0]) : absl::StatusOr<CreateOutcome>(alone);
   }
   return out;
@@ -510,6 +542,7 @@ absl::Status Store::CreateBatchInTransaction(pqxx::work& txn,
                  "sv_create_instances answered a different number of verdicts");
   }
   std::map<std::string, std::vector<size_t>> existing;  // Instance id -> elements.
+  std::vector<AuditRow> audits;  // Of the calls that created their instance.
   for (const auto& row : verdicts) {
     const size_t k = row[0].as<size_t>() - 1;  // Position in `order`.
     if (k >= order.size()) {
@@ -537,6 +570,10 @@ absl::Status Store::CreateBatchInTransaction(pqxx::work& txn,
       record.state_reason = "waiting for placement";
       record.request_id = r.request_id;
       record.created_at = record.updated_at = TimeFromMicros(absl::ToUnixMicros(r.now));
+      if (r.audit.has_value()) {
+        audits.push_back(*r.audit);
+        created.audited = true;
+      }
       out[i] = std::move(created);
     } else if (outcome == "EXISTS") {
       existing[existing_id].push_back(i);  // The first answer, read below.
@@ -561,6 +598,8 @@ absl::Status Store::CreateBatchInTransaction(pqxx::work& txn,
                    "sv_create_instances answered " + outcome);
     }
   }
+  // In this transaction: the rows commit with the instances or not at all.
+  InsertAuditRows(txn, audits);
   if (existing.empty()) return absl::OkStatus();
   std::vector<std::string> existing_ids;
   for (const auto& [id, elements] : existing) existing_ids.push_back(id);

@@ -148,6 +148,21 @@ struct CreateGate {
   int64_t spend_cap_since_minute = -1;  // The cap's month (Unix minute); < 0: none.
 };
 
+// One row of audit_log (docs/security.md, "Audit log").
+struct AuditRow {
+  int64_t id = 0;
+  absl::Time at;
+  std::string tenant_id;
+  std::string user_id;
+  std::string user_email;
+  std::string api_key_id;
+  std::string method;
+  std::string request_id;
+  std::string code;
+  std::string reason;
+  std::string peer;
+};
+
 // One create. `spec` is normalized; `fingerprint` identifies the request's
 // content, so a retry with the same request id can be told from a different
 // request; `pending_max_default` >= 0 enforces the tenant's pending quota.
@@ -159,6 +174,10 @@ struct CreateRequest {
   absl::Time now;
   int pending_max_default = -1;
   CreateGate gate;
+  // The call's audit row (code OK), written in the batch's transaction when
+  // this element creates its instance (CreateOutcome::audited); else, and
+  // whenever the element is redone alone, not written here.
+  std::optional<AuditRow> audit;
 };
 
 // The gate's refusal, with its figures: INSUFFICIENT_CREDIT (needed,
@@ -174,6 +193,7 @@ struct CreateOutcome {
   InstanceRecord record;           // Unset when refused.
   bool inserted = false;           // False: an earlier call's answer.
   std::optional<CreateRefusal> refusal;
+  bool audited = false;            // CreateRequest::audit was committed with it.
 };
 
 // One delete of a batch (Store::DeleteInstances).
@@ -181,6 +201,15 @@ struct DeleteRequest {
   std::string tenant_id;
   std::string id;
   absl::Time now;
+  // As CreateRequest::audit: written in the batch's transaction when the
+  // element answers the row (DELETED or already DELETED).
+  std::optional<AuditRow> audit;
+};
+
+// A delete's answer, and whether its audit row was committed with it.
+struct DeleteOutcome {
+  absl::StatusOr<InstanceRecord> record;
+  bool audited = false;
 };
 
 template <typename Request, typename Result>
@@ -240,7 +269,7 @@ class Store {
   std::vector<absl::StatusOr<InstanceRecord>> DeleteInstances(
       const std::vector<DeleteRequest>& batch);
   // One delete, group-committed like SubmitCreate (same lanes setting).
-  absl::StatusOr<InstanceRecord> SubmitDelete(DeleteRequest request);
+  DeleteOutcome SubmitDelete(DeleteRequest request);
 
   absl::StatusOr<InstanceRecord> GetInstance(const std::string& tenant_id,
                                              const std::string& id);
@@ -272,15 +301,16 @@ class Store {
   absl::StatusOr<int> AdvanceSimulatedStarts(absl::Time now);
 
  private:
+  std::vector<DeleteOutcome> DeleteBatch(const std::vector<DeleteRequest>& batch);
   absl::Status DeleteBatchInTransaction(pqxx::work& txn, const std::vector<DeleteRequest>& batch,
-                                        std::vector<absl::StatusOr<InstanceRecord>>& out,
+                                        std::vector<DeleteOutcome>& out,
                                         std::vector<size_t>& busy);
   absl::Status CreateBatchInTransaction(pqxx::work& txn, const std::vector<CreateRequest>& batch,
                                         std::vector<absl::StatusOr<CreateOutcome>>& out);
 
   Database& db_;
   std::unique_ptr<GroupCommitter<CreateRequest, absl::StatusOr<CreateOutcome>>> creates_;
-  std::unique_ptr<GroupCommitter<DeleteRequest, absl::StatusOr<InstanceRecord>>> deletes_;
+  std::unique_ptr<GroupCommitter<DeleteRequest, DeleteOutcome>> deletes_;
 };
 
 }  // namespace sv::store

@@ -226,6 +226,110 @@ TEST_F(CreateBatchTest, DeleteBatchAnswersEachAndWaitsOnlyForHeldRows) {
   EXPECT_EQ(Scalar("SELECT count(*) FROM instance_events WHERE to_state = 'DELETED'"), 3);
 }
 
+// The calls' audit rows (issue 9): a batch commits the row of each element
+// that created its instance or deleted (or re-answered) its row, in the same
+// transaction; any other answer, and every element redone alone after a
+// failed batch or deleted alone after a held row, leaves its row to the
+// interceptor (audited = false, no row written here).
+TEST_F(CreateBatchTest, AuditRowsCommitWithTheirElementsOnly) {
+  auto [a, a_user] = NewTenant("alpha");
+  auto [b, b_user] = NewTenant("beta");
+  auto [c, c_user] = NewTenant("gamma");
+  Scalar(absl::StrCat("INSERT INTO tenant_quotas (tenant_id, gpus_in_use_max, "
+                      "pending_count_max, instances_max, updated_at) VALUES ('",
+                      a, "', 1000, 1000, 1, now()) RETURNING 1"));
+  auto audited = [&](CreateRequest r, const std::string& user) {
+    AuditRow row;
+    row.at = now_;
+    row.tenant_id = r.tenant_id;
+    row.user_id = user;
+    row.user_email = "someone@example.com";
+    row.api_key_id = "key-x";
+    row.method = "/sv.v1.InstanceService/CreateInstance";
+    row.request_id = r.request_id;
+    row.code = "OK";
+    row.peer = "ipv4:127.0.0.1:1";
+    r.audit = row;
+    return r;
+  };
+  auto rows = [&](const std::string& where) {
+    return Scalar("SELECT count(*) FROM audit_log WHERE " + where);
+  };
+  auto out = store_->CreateInstances({audited(Request(a, "a1"), a_user),
+                                      audited(Request(a, "a2"), a_user),  // Over the limit.
+                                      audited(Request(b, "b1"), b_user),
+                                      audited(Request(b, "b1"), b_user),  // Answered EXISTS.
+                                      Request(b, "b2")});                 // No row asked.
+  ASSERT_EQ(out.size(), 5u);
+  ASSERT_TRUE(out[0].ok() && out[2].ok() && out[3].ok() && out[4].ok());
+  EXPECT_TRUE(out[0]->audited);
+  EXPECT_EQ(sv::ReasonOf(out[1].status()), "INSTANCE_LIMIT_REACHED");
+  EXPECT_TRUE(out[2]->audited);
+  EXPECT_FALSE(out[3]->inserted);
+  EXPECT_FALSE(out[3]->audited);
+  EXPECT_FALSE(out[4]->audited);
+  EXPECT_EQ(rows("true"), 2);
+  EXPECT_EQ(rows(absl::StrCat("request_id = 'a1' AND tenant_id = '", a, "' AND code = 'OK' ",
+                              "AND user_id = '", a_user, "' AND peer = 'ipv4:127.0.0.1:1'")),
+            1);
+  EXPECT_EQ(rows("request_id = 'b1'"), 1);
+
+  // A failed batch: each element is redone alone, without its row.
+  std::vector<CreateRequest> failing = {audited(Request(c, "c1"), c_user),
+                                        audited(Request(c, "c2"), c_user)};
+  failing[1].spec.extras.library_mounts = {"no-such-item"};
+  out = store_->CreateInstances(failing);
+  ASSERT_TRUE(out[0].ok()) << out[0].status();
+  EXPECT_TRUE(out[0]->inserted);
+  EXPECT_FALSE(out[0]->audited);
+  EXPECT_FALSE(out[1].ok());
+  EXPECT_EQ(rows(absl::StrCat("tenant_id = '", c, "'")), 0);
+
+  // Deletes: the row answered is audited with it; NOT_FOUND is not.
+  auto delete_row = [&](DeleteRequest r, const std::string& user) {
+    AuditRow row;
+    row.at = now_;
+    row.tenant_id = r.tenant_id;
+    row.user_id = user;
+    row.method = "/sv.v1.InstanceService/DeleteInstance";
+    row.code = "OK";
+    r.audit = row;
+    return r;
+  };
+  auto listed = store_->ListInstances(a, std::nullopt, 10, false);
+  ASSERT_TRUE(listed.ok() && listed->size() == 1u);
+  const std::string a_id = (*listed)[0].id;
+  DeleteOutcome deleted = store_->SubmitDelete(delete_row({a, a_id, now_}, a_user));
+  ASSERT_TRUE(deleted.record.ok()) << deleted.record.status();
+  EXPECT_TRUE(deleted.audited);
+  DeleteOutcome again = store_->SubmitDelete(delete_row({a, a_id, now_}, a_user));
+  ASSERT_TRUE(again.record.ok());
+  EXPECT_TRUE(again.audited);  // Answered OK (already DELETED): audited too.
+  DeleteOutcome other = store_->SubmitDelete(delete_row({b, a_id, now_}, b_user));
+  EXPECT_EQ(other.record.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(other.audited);
+  EXPECT_EQ(rows("method LIKE '%DeleteInstance'"), 2);
+  EXPECT_EQ(rows(absl::StrCat("method LIKE '%DeleteInstance' AND tenant_id = '", b, "'")), 0);
+
+  // A row another transaction holds: deleted alone after the batch, so its
+  // audit row is left to the interceptor.
+  auto b_listed = store_->ListInstances(b, std::nullopt, 10, false);
+  ASSERT_TRUE(b_listed.ok() && !b_listed->empty());
+  const std::string b_id = (*b_listed)[0].id;
+  pqxx::connection holder(url_);
+  pqxx::work held(holder);
+  held.exec_params("SELECT 1 FROM instances WHERE id = $1 FOR NO KEY UPDATE", b_id);
+  DeleteOutcome busy;
+  std::thread deleter([&] { busy = store_->SubmitDelete(delete_row({b, b_id, now_}, b_user)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  held.commit();
+  deleter.join();
+  ASSERT_TRUE(busy.record.ok()) << busy.record.status();
+  EXPECT_EQ(busy.record->state, InstanceState::kDeleted);
+  EXPECT_FALSE(busy.audited);
+  EXPECT_EQ(rows(absl::StrCat("method LIKE '%DeleteInstance' AND tenant_id = '", b, "'")), 0);
+}
+
 // Many callers of several tenants at once through the batcher: each
 // tenant's pending quota admits exactly its quota, however the creates were
 // grouped, and the two callers sharing a request_id get one instance.

@@ -362,29 +362,67 @@ TEST_F(SecurityTest, KeyScopeRotationRevocationAndStorage) {
 // result; owners see their tenant only, the admin sees all.
 TEST_F(SecurityTest, AuditLogRecordsMutatingCalls) {
   CreateInstance(*svd_, *owner_a_, "audit-a-1");
+  const v1::Instance b1 = CreateInstance(*svd_, *owner_b_, "audit-b-1");
+  // A create commits its call's row in its own transaction, a retry (the
+  // first answer again) and a refused create are written by the
+  // interceptor, a delete commits its row with the delete: each call has
+  // exactly one row, with its final status.
   CreateInstance(*svd_, *owner_b_, "audit-b-1");
+  v1::AuditService::Stub audit(svd_->channel());
+  v1::ListAuditEntriesRequest b_request;
+  b_request.set_page_size(1000);
+  auto count_deletes = [&] {
+    v1::ListAuditEntriesResponse entries;
+    EXPECT_TRUE(audit.ListAuditEntries(Context(*owner_b_).get(), b_request, &entries).ok());
+    int n = 0;
+    for (const auto& e : entries.entries()) {
+      n += e.method() == "/sv.v1.InstanceService/DeleteInstance" && e.code() == "OK" ? 1 : 0;
+    }
+    return n;
+  };
+  int deletes_before = 0;
+  {
+    v1::InstanceService::Stub stub(svd_->channel());
+    v1::CreateInstanceRequest reused;
+    reused.mutable_instance()->set_gpu_count(2);
+    reused.set_request_id("audit-b-1");
+    v1::Instance ignored;
+    EXPECT_EQ(stub.CreateInstance(Context(*owner_b_).get(), reused, &ignored).error_code(),
+              grpc::StatusCode::ALREADY_EXISTS);
+    deletes_before = count_deletes();
+    v1::DeleteInstanceRequest del;
+    del.set_id(b1.id());
+    EXPECT_TRUE(stub.DeleteInstance(Context(*owner_b_).get(), del, &ignored).ok());
+  }
   const std::string viewer =
       AddUser(*owner_b_, "viewer@b.example", v1::TENANT_ROLE_VIEWER).first_key().secret();
   grpc::Status denied;
   CreateInstance(*svd_, viewer, "audit-b-denied", &denied);
   EXPECT_EQ(denied.error_code(), grpc::StatusCode::PERMISSION_DENIED);
 
-  v1::AuditService::Stub audit(svd_->channel());
   v1::ListAuditEntriesResponse b_entries;
-  ASSERT_TRUE(audit.ListAuditEntries(Context(*owner_b_).get(), {}, &b_entries).ok());
+  ASSERT_TRUE(audit.ListAuditEntries(Context(*owner_b_).get(), b_request, &b_entries).ok());
   const std::string b_tenant = Whoami(*owner_b_).tenant_id();
-  bool saw_create = false, saw_denied = false;
+  bool saw_denied = false;
+  std::multiset<std::string> b1_codes;
+  int deletes = 0;
   for (const auto& e : b_entries.entries()) {
     EXPECT_EQ(e.tenant_id(), b_tenant);
     if (e.request_id() == "audit-b-1") {
-      saw_create = e.code() == "OK" && e.method() == "/sv.v1.InstanceService/CreateInstance";
+      EXPECT_EQ(e.method(), "/sv.v1.InstanceService/CreateInstance");
+      b1_codes.insert(e.code());
+    }
+    if (e.method() == "/sv.v1.InstanceService/DeleteInstance" && e.code() == "OK") {
+      ++deletes;
+      EXPECT_EQ(e.user_email(), "sec-b@example.com");
     }
     if (e.request_id() == "audit-b-denied") {
       saw_denied = e.code() == "PERMISSION_DENIED" && e.user_email() == "viewer@b.example";
     }
     EXPECT_NE(e.method(), "/sv.v1.InstanceService/ListInstances");  // Reads are not audited.
   }
-  EXPECT_TRUE(saw_create);
+  EXPECT_EQ(b1_codes, (std::multiset<std::string>{"OK", "OK", "ALREADY_EXISTS"}));
+  EXPECT_EQ(deletes, deletes_before + 1);
   EXPECT_TRUE(saw_denied);
 
   v1::ListAuditEntriesResponse all;

@@ -32,10 +32,14 @@ absl::Status AddInstanceExtras(store::Store& store, const std::string& tenant_id
 // The create path: quota admission, trial grant and credit gate, the create
 // transaction (with spec.extras), immediate placement and the answer.
 // `ranked`, if set, is false when the answer is a new row no queue pass has
-// seen yet (so it has no queue position to read).
+// seen yet (so it has no queue position to read). `audit` (with `audited`)
+// is the call's audit row to commit with the instance (InTransactionAuditRow);
+// `audited` says whether it was, and then the call must end OK.
 absl::Status CreateInstanceFor(const ApiDependencies& deps, const store::Principal& who,
                                store::InstanceSpec spec, std::string request_id,
-                               v1::Instance* response, bool* ranked = nullptr);
+                               v1::Instance* response, bool* ranked = nullptr,
+                               std::optional<store::AuditRow> audit = std::nullopt,
+                               bool* audited = nullptr);
 
 // Service factories (volume_service.cc, marketplace_service.cc).
 std::unique_ptr<grpc::Service> NewVolumeService(const ApiDependencies& deps,
