@@ -61,7 +61,8 @@ absl::Status SettleUnsentDetaches(store::Database& db, const std::string& node_i
                                   const std::set<std::pair<std::string, std::string>>& ever_sent,
                                   absl::Time now) {
   return db.Transact([&](pqxx::work& txn) -> absl::Status {
-    auto rows = txn.exec_params(
+    auto rows = store::ExecPrepared(
+        txn, "sv_agent_unsent_detaches",
         "SELECT DISTINCT a.instance_id, a.volume_id FROM volume_attachments a "
         "JOIN gpu_reservations r ON r.instance_id = a.instance_id AND r.node_id = $1 "
         "WHERE a.state = 'detaching' AND NOT ($1 = ANY(a.confirmed_nodes))",

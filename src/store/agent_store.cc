@@ -185,12 +185,16 @@ absl::StatusOr<std::vector<AgentAssignment>> AgentStore::DesiredForNode(
   std::vector<AgentAssignment> desired;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
     desired.clear();
-    auto node = txn.exec_params("SELECT state FROM nodes WHERE id = $1", node_id);
+    // Every agent polls these about twice a second: prepared statements,
+    // parsed and planned once per connection (docs/reliability.md).
+    auto node = ExecPrepared(txn, "sv_agent_node_state", "SELECT state FROM nodes WHERE id = $1",
+                             node_id);
     if (node.empty() || node[0][0].as<std::string>() == "down") {
       return Error(absl::StatusCode::kFailedPrecondition, "NODE_DOWN",
                    absl::StrCat("node ", node_id, " is down; its agent must register again"));
     }
-    auto rows = txn.exec_params(
+    auto rows = ExecPrepared(
+        txn, "sv_agent_desired",
         absl::StrCat("SELECT i.id, i.image, i.state, array_agg(r.gpu_index ORDER BY "
                      "r.gpu_index)::text, i.queue_seq FROM gpu_reservations r JOIN instances i ON "
                      "i.id = r.instance_id JOIN nodes n ON n.id = r.node_id "
