@@ -534,9 +534,17 @@ void AgentApi::Stop() {
 
 store::NotificationSink* AgentApi::revocation_sink() { return &impl_->revocations; }
 
-absl::StatusOr<std::string> AgentApi::AuthenticateNodeName(const grpc::ServerContext& context) {
-  SV_ASSIGN_OR_RETURN(auto record, impl_->AuthenticateNode(context));
+absl::StatusOr<std::string> AgentApi::AuthenticateNodeStream(grpc::ServerContext* context) {
+  SV_ASSIGN_OR_RETURN(auto record, impl_->AuthenticateNode(*context));
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (impl_->stopping) return Error(absl::StatusCode::kUnavailable, "STOPPING", "svd is stopping");
+  impl_->live[context] = record.id;
   return record.node_name;
+}
+
+void AgentApi::EndNodeStream(grpc::ServerContext* context) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->live.erase(context);
 }
 
 absl::StatusOr<std::string> AgentApi::CreateNodeCredential(const std::string& node_name) {

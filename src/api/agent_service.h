@@ -40,10 +40,13 @@ class AgentApi {
   // the monitor; call before shutting the gRPC server down.
   void Stop();
 
-  // The node a call's credential (authorization: Bearer svn_...) is for;
-  // UNAUTHENTICATED with a reason otherwise. Other node-agent services
-  // (SlaTelemetryService) authenticate with it.
-  absl::StatusOr<std::string> AuthenticateNodeName(const grpc::ServerContext& context);
+  // For a node-agent stream of another service (SlaTelemetryService): the
+  // node its credential (authorization: Bearer svn_...) is for, or
+  // UNAUTHENTICATED with a reason; UNAVAILABLE while svd stops. The stream
+  // is then ended like the agent streams when its credential is revoked (on
+  // any replica) or svd stops. Pair with EndNodeStream.
+  absl::StatusOr<std::string> AuthenticateNodeStream(grpc::ServerContext* context);
+  void EndNodeStream(grpc::ServerContext* context);
 
   // Mints a node credential; returns the plaintext (only its hash is kept).
   absl::StatusOr<std::string> CreateNodeCredential(const std::string& node_name);

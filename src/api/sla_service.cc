@@ -481,13 +481,15 @@ class TelemetryServiceImpl final : public v1::SlaTelemetryService::Service {
   grpc::Status StreamTelemetry(grpc::ServerContext* context,
                                grpc::ServerReader<v1::SlaTelemetryBatch>* reader,
                                v1::StreamTelemetryResponse* response) override {
-    auto node = api_.agent_api.AuthenticateNodeName(*context);
+    // The stream is ended when its node credential is revoked.
+    auto node = api_.agent_api.AuthenticateNodeStream(context);
     if (!node.ok()) {
       spdlog::warn("sla: rejected a telemetry stream from {}: {}", context->peer(),
                    node.status().ToString());
       return ToGrpcStatus(node.status());
     }
     if (!api_.Track(context)) {
+      api_.agent_api.EndNodeStream(context);
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "svd is stopping");
     }
     Holders holders;
@@ -497,6 +499,7 @@ class TelemetryServiceImpl final : public v1::SlaTelemetryService::Service {
       status = api_.IngestBatch(*node, batch, holders, *response);
     }
     api_.Untrack(context);
+    api_.agent_api.EndNodeStream(context);
     if (!status.ok()) {
       spdlog::warn("sla: node {}: telemetry stream ended: {}", *node, status.ToString());
     }

@@ -19,6 +19,7 @@
 #include "sv/v1/agent.grpc.pb.h"
 #include "sv/v1/instance.grpc.pb.h"
 #include "sv/v1/security.grpc.pb.h"
+#include "sv/v1/sla.grpc.pb.h"
 #include "tests/integration/harness.h"
 
 namespace sv::testing {
@@ -338,6 +339,22 @@ TEST_F(AuthCacheTest, RevokedNodeCredentialIsRefusedEverywhere) {
   auto stream = OpenAgentStream(*b_, &live, credential, "cache-node-1");
   v1::ServerMessage reply;
   ASSERT_TRUE(stream->Read(&reply) && reply.has_registered());
+  // The node's telemetry stream on B too; B has taken it once it counts
+  // the batch's sample (for nobody's GPU: dropped).
+  grpc::ClientContext telemetry_context;
+  telemetry_context.AddMetadata("authorization", "Bearer " + credential);
+  telemetry_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  v1::StreamTelemetryResponse telemetry_totals;
+  auto telemetry = v1::SlaTelemetryService::NewStub(b_->channel())
+                       ->StreamTelemetry(&telemetry_context, &telemetry_totals);
+  v1::SlaTelemetryBatch batch;
+  batch.add_gpu_samples()->set_gpu_index(0);
+  ASSERT_TRUE(telemetry->Write(batch));
+  const std::string dropped = "sv_sla_samples_total{result=\"dropped\"}";
+  for (int i = 0; i < 500 && Metric(*b_, dropped) < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GE(Metric(*b_, dropped), 1);
 
   // A tenant's key may not revoke node credentials.
   v1::NodeCredentialService::Stub credentials(a_->channel());
@@ -363,6 +380,14 @@ TEST_F(AuthCacheTest, RevokedNodeCredentialIsRefusedEverywhere) {
   const auto ended = SteadyClock::now() - committed;
   EXPECT_LE(ended, kRevocationBound) << "B's stream outlived the bound";
   EXPECT_FALSE(stream->Finish().ok());
+  // So does the telemetry stream: a revoked node sends no more samples.
+  bool telemetry_open = true;
+  while (telemetry_open && SteadyClock::now() - committed < kRevocationBound) {
+    telemetry_open = telemetry->Write(batch);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(telemetry_open) << "B's telemetry stream outlived the bound";
+  EXPECT_EQ(telemetry->Finish().error_code(), grpc::StatusCode::CANCELLED);
 
   grpc::ClientContext again;
   auto refused = OpenAgentStream(*b_, &again, credential, "cache-node-1");
