@@ -71,6 +71,21 @@ std::vector<Check> Checks() {
        "    OR tw.tenant_id IS DISTINCT FROM i.tenant_id)) "
        "OR (c.main_account IS NOT NULL AND (mw.kind NOT IN ('paid_wallet', 'receivable') "
        "    OR mw.kind IS NULL OR mw.tenant_id IS DISTINCT FROM i.tenant_id))"},
+      // The row conditions of ledger_charges (CHECK ledger_charges_well_formed,
+      // migration 0075, added NOT VALID over rows the older constraints
+      // had checked): checked here for every row.
+      {"charge rows are well formed",
+       "SELECT 'charge of instance number ' || instance_no || ' minute ' || minute || ': ' "
+       "|| gpu_count || ' GPUs at ' || unit_price || ', trial part ' || trial_micros "
+       "|| ' from ' || coalesce(trial_account::text, '-') || ', main part ' || main_micros "
+       "|| ' from ' || coalesce(main_account::text, '-') || ' to ' || revenue_account "
+       "FROM ledger_charges WHERE NOT coalesce(gpu_count > 0 "
+       "AND trial_micros >= 0 AND main_micros >= 0 AND trial_micros + main_micros > 0 "
+       "AND trial_micros + main_micros <= gpu_count * unit_price "
+       "AND (trial_micros > 0) = (trial_account IS NOT NULL) "
+       "AND (main_micros > 0) = (main_account IS NOT NULL) "
+       "AND revenue_account <> coalesce(trial_account, 0) "
+       "AND revenue_account <> coalesce(main_account, 0), false)"},
       {"charges match RUNNING intervals",
        expected +
            "SELECT 'instance ' || coalesce(o.instance_id, c.instance_id) || ' minute ' || "
@@ -138,7 +153,8 @@ int RunAuditCommand(const std::string& database_url) {
   for (const auto& line : *failures) std::cout << "FAIL " << line << "\n";
   if (failures->empty()) {
     std::cout << "ok: ledger sums to zero, balances match transfers, no wallet negative, "
-                 "no minute charged twice, charges match RUNNING intervals\n";
+                 "no minute charged twice, charge rows well formed, "
+                 "charges match RUNNING intervals\n";
     return 0;
   }
   return 1;

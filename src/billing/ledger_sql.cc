@@ -49,41 +49,30 @@ WITH cand AS (
 )
 SELECT ev.instance_id, i.billing_no, i.tenant_id, )sql" SV_GPU_COUNT_AT_EVENT R"sql( AS gpu_count, i.gpu_model,
        (extract(epoch from ev.at) * 1000000)::bigint AS start_us,
-       (extract(epoch from ev.next_at) * 1000000)::bigint AS end_us, false AS fast
+       (extract(epoch from ev.next_at) * 1000000)::bigint AS end_us
 FROM ev JOIN instances i ON i.id = ev.instance_id
 WHERE ev.to_state = 'RUNNING' AND ev.at < $2::timestamptz
   AND (ev.next_at IS NULL OR ev.next_at > $1::timestamptz)
 )sql";
 
-// The same intervals, faster: an instance that is RUNNING and has not left
-// RUNNING since $1 has exactly one interval that matters, the open one from
-// running_since (written with its RUNNING event); only the others need the
-// window over their events. The auditor uses the events-only form, so it
-// also checks that running_since agrees with the events.
-constexpr char kIntervalsFastSql[] = R"sql(
-WITH recent AS (
-  SELECT instance_id AS id FROM instance_events
-  WHERE from_state = 'RUNNING' AND at > $1::timestamptz
-  UNION
-  SELECT id FROM instances WHERE state = 'RUNNING' AND running_since IS NULL
-), ev AS (
+// The events-only intervals of the instances in the caller's CTE `recent`
+// (id): metering's instances that left RUNNING after $1 or are RUNNING
+// without running_since. Every other RUNNING instance has exactly one
+// interval that matters, the open one from running_since (written with its
+// RUNNING event), which metering reads from `instances` directly
+// (billing/metering.cc). The auditor uses the events-only form, so it also
+// checks that running_since agrees with the events.
+constexpr char kIntervalsOfRecentSql[] = R"sql(
+WITH ev AS (
   SELECT e.instance_id, e.at, e.to_state,
          lead(e.at) OVER w AS next_at
   FROM instance_events e JOIN recent c ON c.id = e.instance_id
   WHERE e.to_state = 'RUNNING' OR e.from_state = 'RUNNING'
   WINDOW w AS (PARTITION BY e.instance_id ORDER BY e.at, e.id)
 )
-SELECT i.id AS instance_id, i.billing_no, i.tenant_id, i.gpu_count, i.gpu_model,
-       (extract(epoch from i.running_since) * 1000000)::bigint AS start_us,
-       NULL::bigint AS end_us, true AS fast
-FROM instances i
-WHERE i.state = 'RUNNING' AND i.running_since IS NOT NULL
-  AND i.running_since < $2::timestamptz
-  AND NOT EXISTS (SELECT 1 FROM recent r WHERE r.id = i.id)
-UNION ALL
-SELECT ev.instance_id, i.billing_no, i.tenant_id, )sql" SV_GPU_COUNT_AT_EVENT R"sql(, i.gpu_model,
-       (extract(epoch from ev.at) * 1000000)::bigint,
-       (extract(epoch from ev.next_at) * 1000000)::bigint, false
+SELECT ev.instance_id, i.billing_no, i.tenant_id, )sql" SV_GPU_COUNT_AT_EVENT R"sql( AS gpu_count, i.gpu_model,
+       (extract(epoch from ev.at) * 1000000)::bigint AS start_us,
+       (extract(epoch from ev.next_at) * 1000000)::bigint AS end_us
 FROM ev JOIN instances i ON i.id = ev.instance_id
 WHERE ev.to_state = 'RUNNING' AND ev.at < $2::timestamptz
   AND (ev.next_at IS NULL OR ev.next_at > $1::timestamptz)
@@ -101,7 +90,7 @@ WITH ev AS (
 )
 SELECT ev.instance_id, i.billing_no, i.tenant_id, )sql" SV_GPU_COUNT_AT_EVENT R"sql( AS gpu_count, i.gpu_model,
        (extract(epoch from ev.at) * 1000000)::bigint AS start_us,
-       (extract(epoch from ev.next_at) * 1000000)::bigint AS end_us, false AS fast
+       (extract(epoch from ev.next_at) * 1000000)::bigint AS end_us
 FROM ev JOIN instances i ON i.id = ev.instance_id
 WHERE ev.to_state = 'RUNNING' AND ev.at < $2::timestamptz
   AND (ev.next_at IS NULL OR ev.next_at > $1::timestamptz)
@@ -114,28 +103,23 @@ WHERE ev.to_state = 'RUNNING' AND ev.at < $2::timestamptz
 std::string PricedMinutesCtes(IntervalSource source) {
   const char* intervals = source == IntervalSource::kEventsOnly         ? kIntervalsFromEventsSql
                           : source == IntervalSource::kEventsOfRecheck ? kIntervalsOfRecheckSql
-                                                                       : kIntervalsFastSql;
+                                                                       : kIntervalsOfRecentSql;
   return absl::StrCat("iv AS (", intervals,
                       R"sql(),
 ms AS MATERIALIZED (
   SELECT m AS minute FROM generate_series($3::bigint, $4::bigint - 1) AS m
-), mins AS (
-  -- An open interval from running_since (fast) is its instance's only one:
-  -- its minutes need no de-duplication, so the bulk of a batch skips the
-  -- sort that DISTINCT ON needs for instances with several intervals.
-  SELECT iv.instance_id, iv.billing_no, iv.tenant_id, iv.gpu_count, iv.gpu_model, ms.minute,
+), mins AS MATERIALIZED (
+  -- Each minute of an instance once, at the largest GPU count it held.
+  -- Materialized: as a subquery the planner may join it with the prices
+  -- in ways that made the auditor's check of every minute time out.
+  SELECT DISTINCT ON (iv.instance_id, m)
+         iv.instance_id, iv.billing_no, iv.tenant_id, iv.gpu_count, iv.gpu_model, m AS minute,
          iv.start_us
-  FROM iv JOIN ms ON ms.minute >= iv.start_us / 60000000
-  WHERE iv.fast
-  UNION ALL
-  (SELECT DISTINCT ON (iv.instance_id, m)
-          iv.instance_id, iv.billing_no, iv.tenant_id, iv.gpu_count, iv.gpu_model, m AS minute,
-          iv.start_us
-   FROM iv, generate_series(greatest($3::bigint, iv.start_us / 60000000),
-                            least($4::bigint - 1,
-                                  coalesce((iv.end_us - 1) / 60000000, $4::bigint - 1))) AS m
-   WHERE NOT iv.fast AND (iv.end_us IS NULL OR iv.end_us > iv.start_us)
-   ORDER BY iv.instance_id, m, iv.gpu_count DESC, iv.start_us)
+  FROM iv, generate_series(greatest($3::bigint, iv.start_us / 60000000),
+                           least($4::bigint - 1,
+                                 coalesce((iv.end_us - 1) / 60000000, $4::bigint - 1))) AS m
+  WHERE iv.end_us IS NULL OR iv.end_us > iv.start_us
+  ORDER BY iv.instance_id, m, iv.gpu_count DESC, iv.start_us
 ), prices AS (
   SELECT item, unit_price_micros AS price,
          (extract(epoch from effective_from) * 1000000)::bigint AS from_us,

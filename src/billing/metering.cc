@@ -19,17 +19,83 @@ using store::SqlTime;
 // first), and first_cap, the instance's first minute that could not be paid
 // in full. $1/$2 are the same range as timestamps.
 //
+// Most of a batch takes the short way, `s`: an instance that is RUNNING
+// and has not left RUNNING since $1 (no event from RUNNING after it) has
+// one interval that matters, the open one from running_since, so its
+// minutes are those of [$3, $4) from the minute of running_since on, at its
+// GPU count, priced per GPU model and minute. Only the instances in
+// `recent` (they left RUNNING or were resized after $1, or are RUNNING
+// without running_since) need their intervals from the events
+// (PricedMinutesCtes: the union of their intervals, each minute once at the
+// largest GPU count held).
+//
 // A tenant whose funds cover all its minutes of the batch (from the trial
 // wallet alone, or with an empty trial wallet from the paid wallet or
 // receivable alone) is "easy": every minute is charged in full from one
-// account, so no running sum is needed. Only the other tenants' minutes go
-// through the window that spends trial credit first, minute by minute in
-// (minute, instance id) order, and caps what is left.
+// account, so no running sum is needed. A tenant with no instance in
+// `recent` that is easy by `sf` is charged straight from `s`. Every other
+// tenant's minutes (`slow`: its rows of `s` and those from the events) go
+// through the full computation below, as all of them once did: `fundsx`
+// decides again whether it is easy, and the window spends trial credit
+// first, minute by minute in (minute, instance id) order, and caps what is
+// left. Each tenant's minutes take exactly one of the two ways, decided on
+// all of its minutes, so the charges are those of the full computation.
 std::string BatchCtes() {
-  return absl::StrCat(
-      "WITH ", internal::PricedMinutesCtes(internal::IntervalSource::kRunningSinceFast), R"sql(, tot AS (
-  SELECT tenant_id, sum(gross)::bigint AS total, count(*) AS n FROM priced WHERE gross > 0
-  GROUP BY tenant_id
+  return absl::StrCat(R"sql(
+WITH recent AS (
+  SELECT instance_id AS id FROM instance_events
+  WHERE from_state = 'RUNNING' AND at > $1::timestamptz
+  UNION
+  SELECT id FROM instances WHERE state = 'RUNNING' AND running_since IS NULL
+), hard AS MATERIALIZED (
+  SELECT DISTINCT i.tenant_id FROM recent r JOIN instances i ON i.id = r.id
+), )sql", internal::PricedMinutesCtes(internal::IntervalSource::kEventsOfRecent), R"sql(, fms AS MATERIALIZED (
+  -- Each minute with the start of the next and the default GPU price.
+  SELECT ms.minute, to_timestamp((ms.minute + 1) * 60) AS next_start,
+         (SELECT d.price FROM prices d WHERE d.item = '*' AND ms.minute * 60000000 >= d.from_us
+            AND (d.until_us IS NULL OR ms.minute * 60000000 < d.until_us)) AS default_price
+  FROM ms
+), fmp AS MATERIALIZED (
+  -- The GPU models with a price of their own, per minute.
+  SELECT p.item, ms.minute, p.price FROM prices p JOIN ms ON ms.minute * 60000000 >= p.from_us
+    AND (p.until_us IS NULL OR ms.minute * 60000000 < p.until_us)
+  WHERE p.item <> '*'
+), s AS MATERIALIZED (
+  SELECT i.id AS instance_id, i.billing_no, i.tenant_id, i.gpu_count, m.minute,
+         coalesce(g.price, m.default_price, 0) AS unit_price, i.running_since
+  FROM instances i JOIN fms m ON i.running_since < m.next_start
+  LEFT JOIN fmp g ON g.item = i.gpu_model AND g.minute = m.minute
+  WHERE i.state = 'RUNNING' AND i.running_since IS NOT NULL
+    AND i.running_since < $2::timestamptz
+    AND NOT EXISTS (SELECT 1 FROM recent r WHERE r.id = i.id)
+    AND coalesce(g.price, m.default_price, 0) > 0
+), sf AS MATERIALIZED (
+  SELECT t.id AS tenant_id, tw.id AS trial_id,
+         CASE WHEN t.billing_mode = 'postpaid' THEN r.id ELSE pw.id END AS main_id,
+         tw.balance_micros >= st.total AS all_trial,
+         NOT EXISTS (SELECT 1 FROM hard h WHERE h.tenant_id = t.id)
+           AND (tw.balance_micros >= st.total
+                OR (tw.balance_micros = 0
+                    AND CASE WHEN t.billing_mode = 'postpaid'
+                             THEN r.balance_micros + r.credit_limit_micros
+                             ELSE pw.balance_micros END >= st.total)) AS easy,
+         st.n
+  FROM (SELECT tenant_id, sum(gpu_count * unit_price)::bigint AS total, count(*) AS n
+        FROM s GROUP BY tenant_id) st
+  JOIN tenants t ON t.id = st.tenant_id
+  JOIN ledger_accounts tw ON tw.tenant_id = t.id AND tw.kind = 'trial_wallet' AND tw.owner = ''
+  JOIN ledger_accounts pw ON pw.tenant_id = t.id AND pw.kind = 'paid_wallet' AND pw.owner = ''
+  JOIN ledger_accounts r ON r.tenant_id = t.id AND r.kind = 'receivable' AND r.owner = ''
+), slow AS (
+  SELECT s.instance_id, s.billing_no, s.tenant_id, s.gpu_count, s.minute,
+         (extract(epoch from s.running_since) * 1000000)::bigint AS start_us, s.unit_price,
+         s.gpu_count * s.unit_price AS gross
+  FROM s JOIN sf f USING (tenant_id) WHERE NOT f.easy
+  UNION ALL
+  SELECT instance_id, billing_no, tenant_id, gpu_count, minute, start_us, unit_price, gross
+  FROM priced WHERE gross > 0
+), tot AS (
+  SELECT tenant_id, sum(gross)::bigint AS total, count(*) AS n FROM slow GROUP BY tenant_id
 ), funds AS (
   SELECT t.id AS tenant_id, tw.id AS trial_id, tw.balance_micros AS trial_avail,
          CASE WHEN t.billing_mode = 'postpaid' THEN r.id ELSE pw.id END AS main_id,
@@ -49,8 +115,8 @@ std::string BatchCtes() {
   SELECT p.*, f.trial_id, f.main_id, f.trial_avail, f.main_avail,
          (sum(p.gross) OVER (PARTITION BY p.tenant_id ORDER BY p.minute, p.instance_id)
            - p.gross)::bigint AS before
-  FROM priced p JOIN fundsx f USING (tenant_id)
-  WHERE p.gross > 0 AND NOT f.easy
+  FROM slow p JOIN fundsx f USING (tenant_id)
+  WHERE NOT f.easy
 ), capped AS (
   SELECT c.*, greatest(0, least(c.gross, c.trial_avail + c.main_avail - c.before)) AS charged,
          greatest(0, least(c.gross, c.trial_avail - c.before)) AS from_trial
@@ -67,12 +133,22 @@ std::string BatchCtes() {
     ON f.instance_id = c.instance_id
 ), batch AS (
   -- Read once by the charges (and by app_rent), so usually not materialized.
+  -- start_us matters only in a capped row (the stop), so the easy rows of
+  -- `s` leave it out.
+  SELECT s.instance_id, s.billing_no, s.tenant_id, s.minute, s.gpu_count, s.unit_price,
+         s.gpu_count * s.unit_price AS gross, NULL::bigint AS start_us, f.trial_id, f.main_id,
+         s.gpu_count * s.unit_price AS charged,
+         CASE WHEN f.all_trial THEN s.gpu_count * s.unit_price ELSE 0 END AS from_trial,
+         NULL::bigint AS first_cap
+  FROM s JOIN sf f USING (tenant_id)
+  WHERE f.easy
+  UNION ALL
   SELECT p.instance_id, p.billing_no, p.tenant_id, p.minute, p.gpu_count, p.unit_price,
          p.gross, p.start_us, f.trial_id, f.main_id, p.gross AS charged,
          CASE WHEN f.trial_avail >= f.total THEN p.gross ELSE 0 END AS from_trial,
          NULL::bigint AS first_cap
-  FROM priced p JOIN fundsx f USING (tenant_id)
-  WHERE p.gross > 0 AND f.easy
+  FROM slow p JOIN fundsx f USING (tenant_id)
+  WHERE f.easy
   UNION ALL
   SELECT * FROM capped_rows
 ))sql");
@@ -147,12 +223,14 @@ constexpr char kChargedRowsFilter[] =
 // one statement. A charge that already exists fails it (unique_violation);
 // the caller then takes the slow path below.
 // Returns (postings, app rent rows, volumes live). The postings are counted
-// without another pass over the batch: every minute of an easy tenant is
-// charged, and of the others those that pass the filter.
+// without another pass over the batch: every minute of an easy tenant (of
+// `sf` or of `fundsx`) is charged, and of the others those that pass the
+// filter.
 std::string FastBatchSql(bool app_rent) {
   return absl::StrCat(BatchCtes(), ", charges AS (", ChargeRowsSql("batch"), "), ",
                       ShortfallCtes("batch", "capped_rows", app_rent),
-                      " SELECT (SELECT coalesce(sum(n), 0) FROM fundsx WHERE easy)::bigint + "
+                      " SELECT (SELECT coalesce(sum(n), 0) FROM sf WHERE easy)::bigint + "
+                      "(SELECT coalesce(sum(n), 0) FROM fundsx WHERE easy)::bigint + "
                       "(SELECT count(*) FROM capped_rows WHERE ", kChargedRowsFilter, "), ",
                       AddOnColumnsSql(app_rent));
 }

@@ -48,7 +48,7 @@ absl::StatusOr<TransferRecord> FindTransfer(store::Database& db, const std::stri
 
 enum class IntervalSource {
   kEventsOnly,        // Every interval from instance_events (the auditor).
-  kRunningSinceFast,  // Open intervals from instances.running_since (metering).
+  kEventsOfRecent,    // From the events, only instances in the CTE `recent` (metering).
   kEventsOfRecheck,   // From the events, only instances in billing_recheck.
 };
 
