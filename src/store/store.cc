@@ -55,20 +55,21 @@ const std::string kInstanceColumns = absl::StrCat(
     "request_id, ", MicrosOf("created_at"), ", ", MicrosOf("updated_at"),
     ", request_fingerprint, max_leaves");
 
-InstanceRecord InstanceFromRow(const pqxx::row& row) {
+// The record from kInstanceColumns, starting at column `first` of the row.
+InstanceRecord InstanceFromRow(const pqxx::row& row, int first = 0) {
   InstanceRecord r;
-  r.id = row[0].as<std::string>();
-  r.tenant_id = row[1].as<std::string>();
-  r.spec.name = row[2].as<std::string>();
-  r.spec.gpu_count = row[3].as<int>();
-  r.spec.gpu_model = row[4].as<std::string>();
-  r.spec.image = row[5].as<std::string>();
-  r.state = ParseState(row[6].as<std::string>());
-  r.state_reason = row[7].as<std::string>();
-  r.request_id = row[8].as<std::string>();
-  r.created_at = TimeFromMicros(row[9].as<int64_t>());
-  r.updated_at = TimeFromMicros(row[10].as<int64_t>());
-  r.spec.max_leaves = row[12].as<int>();
+  r.id = row[first + 0].as<std::string>();
+  r.tenant_id = row[first + 1].as<std::string>();
+  r.spec.name = row[first + 2].as<std::string>();
+  r.spec.gpu_count = row[first + 3].as<int>();
+  r.spec.gpu_model = row[first + 4].as<std::string>();
+  r.spec.image = row[first + 5].as<std::string>();
+  r.state = ParseState(row[first + 6].as<std::string>());
+  r.state_reason = row[first + 7].as<std::string>();
+  r.request_id = row[first + 8].as<std::string>();
+  r.created_at = TimeFromMicros(row[first + 9].as<int64_t>());
+  r.updated_at = TimeFromMicros(row[first + 10].as<int64_t>());
+  r.spec.max_leaves = row[first + 12].as<int>();
   return r;
 }
 
@@ -408,17 +409,18 @@ absl::Status Store::DeleteBatchInTransaction(pqxx::work& txn,
     ids.push_back(r.id);
     nows.push_back(SqlTime(r.now));
   }
-  // Migration 0066; the rows answered are read in the same transaction.
+  // Migrations 0066 and 0072: each verdict with the row it answers (a
+  // deleted instance holds no GPUs: no placements to load).
   auto verdicts = ExecPrepared(
-      txn, "sv_delete_instances",
-      "SELECT ord, verdict FROM sv_delete_instances($1::text[], $2::text[], "
-      "$3::timestamptz[])",
+      txn, "sv_delete_instances_rows",
+      "SELECT ord, verdict, " + kInstanceColumns +
+          " FROM sv_delete_instances($1::text[], $2::text[], $3::timestamptz[])",
       TextArrayLiteral(tenants), TextArrayLiteral(ids), TextArrayLiteral(nows));
   if (verdicts.size() != batch.size()) {
     return Error(absl::StatusCode::kInternal, "INTERNAL",
                  "sv_delete_instances answered a different number of verdicts");
   }
-  std::map<std::string, std::vector<size_t>> answered;  // Instance id -> elements.
+  std::vector<AuditRow> audits;  // Of the calls answered with their row.
   for (const auto& row : verdicts) {
     const size_t i = row[0].as<size_t>() - 1;
     if (i >= batch.size()) {
@@ -429,31 +431,20 @@ absl::Status Store::DeleteBatchInTransaction(pqxx::work& txn,
       out[i].record = NotFound(batch[i].id);
     } else if (verdict == "BUSY") {
       busy.push_back(i);
+    } else if (verdict == "DELETED" || verdict == "UNCHANGED") {
+      // The row as this transaction wrote it, or as it was (DELETED).
+      out[i].record = InstanceFromRow(row, 2);
+      if (batch[i].audit.has_value()) {
+        audits.push_back(*batch[i].audit);
+        out[i].audited = true;
+      }
     } else {
-      answered[batch[i].id].push_back(i);  // DELETED or UNCHANGED: the row.
+      return Error(absl::StatusCode::kInternal, "INTERNAL",
+                   "sv_delete_instances answered " + verdict);
     }
-  }
-  if (answered.empty()) return absl::OkStatus();
-  std::vector<std::string> answered_ids;
-  for (const auto& [id, elements] : answered) answered_ids.push_back(id);
-  // A deleted instance holds no GPUs: no placements to load.
-  for (const auto& row : ExecPrepared(txn, "sv_deleted_rows",
-                                      "SELECT " + kInstanceColumns +
-                                          " FROM instances WHERE id = ANY($1::text[])",
-                                      TextArrayLiteral(answered_ids))) {
-    InstanceRecord record = InstanceFromRow(row);
-    for (size_t i : answered[record.id]) out[i].record = record;
   }
   // The audit rows of the calls answered with their row, in this
   // transaction: they commit with the delete or not at all.
-  std::vector<AuditRow> audits;
-  for (const auto& [id, elements] : answered) {
-    for (size_t i : elements) {
-      if (!batch[i].audit.has_value() || !out[i].record.ok()) continue;
-      audits.push_back(*batch[i].audit);
-      out[i].audited = true;
-    }
-  }
   InsertAuditRows(txn, audits);
   return absl::OkStatus();
 }
