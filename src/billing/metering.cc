@@ -289,12 +289,16 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
       // to know. Only one svd bills at a time; a second one waits for the
       // lock and then finds the cursor moved on. JIT compilation costs more
       // than it saves on these set-wise statements, and the sorts of a batch
-      // should stay in memory. An app instance can be in the batch only if
-      // it is RUNNING or left RUNNING after the cursor (as the intervals of
-      // PricedMinutesCtes); only then is the app-rent table created.
+      // should stay in memory. The batch statement is prepared once per
+      // connection (parsing it cost about 3.5 ms of a 12,500-row batch) but
+      // planned for each batch's own range: a generic plan was slower. An
+      // app instance can be in the batch only if it is RUNNING or left
+      // RUNNING after the cursor (as the intervals of PricedMinutesCtes);
+      // only then is the app-rent table created.
       auto head = txn.exec(absl::StrCat(
           "SELECT pg_advisory_xact_lock(", internal::kMeteringLockKey, "); "
           "SET LOCAL jit = off; SET LOCAL work_mem = '256MB'; "
+          "SET LOCAL plan_cache_mode = force_custom_plan; "
           "SELECT c.billed_before_minute, ", kStopsPendingSql, ", "
           "(SELECT count(*) FROM instances WHERE state = 'RUNNING'), "
           "(SELECT id FROM ledger_accounts WHERE tenant_id IS NULL "
@@ -351,9 +355,17 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
       addons.platform_account = revenue;
       bool present = false;
       try {
-        auto written = txn.exec_params(FastBatchSql(app_rent), SqlTime(MinuteStart(cursor)),
+        // With app rent the statement writes a temporary table created by
+        // this transaction, so it is not kept prepared.
+        static const std::string* const kFastBatch = new std::string(FastBatchSql(false));
+        auto written =
+            app_rent ? txn.exec_params(FastBatchSql(true), SqlTime(MinuteStart(cursor)),
                                        SqlTime(MinuteStart(end)), cursor, end, SqlTime(now),
-                                       revenue);
+                                       revenue)
+                     : store::ExecPrepared(txn, "sv_billing_batch", *kFastBatch,
+                                           SqlTime(MinuteStart(cursor)),
+                                           SqlTime(MinuteStart(end)), cursor, end,
+                                           SqlTime(now), revenue);
         postings = written[0][0].as<int64_t>();
         addons.app_rent_rows = written[0][1].as<int64_t>() > 0;
         addons.volumes_live = written[0][2].as<bool>();
