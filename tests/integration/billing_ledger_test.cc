@@ -30,17 +30,7 @@ class BillingTest : public ::testing::Test {
     ASSERT_TRUE(store::ApplyMigrations(*db_).ok());
     store_ = std::make_unique<store::Store>(*db_);
     scheduling_ = std::make_unique<control::Scheduling>(*db_, control::SchedulingOptions{});
-    for (int n = 0; n < 16; ++n) {
-      store::NodeRecord node;
-      node.id = absl::StrCat("node-", n);
-      node.name = node.id;
-      node.zone = "z1";
-      node.pod = "p1";
-      node.leaf_switch = absl::StrCat("leaf-", n % 2);
-      node.gpu_model = "RTX 4090";
-      node.simulated = true;
-      ASSERT_TRUE(store_->UpsertNode(node, clock_.Now()).ok());
-    }
+    ASSERT_TRUE(sv::testing::AddSimulatedNodes(*store_, 16, 2, clock_.Now()).ok());
   }
 
   Billing MakeBilling(BillingOptions options = {}) {

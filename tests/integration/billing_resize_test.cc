@@ -24,17 +24,7 @@ TEST(BillingResizeTest, MinutesAreChargedAtTheLargestSizeHeldInThem) {
   control::Scheduling scheduling(db, control::SchedulingOptions{});
   // On a minute boundary plus 20 s, so that every change falls mid-minute.
   FakeClock clock(absl::FromUnixSeconds(1'790'000'000 / 60 * 60 + 20));
-  for (int n = 0; n < 4; ++n) {
-    store::NodeRecord node;
-    node.id = absl::StrCat("node-", n);
-    node.name = node.id;
-    node.zone = "z1";
-    node.pod = "p1";
-    node.leaf_switch = "leaf-0";
-    node.gpu_model = "RTX 4090";
-    node.simulated = true;
-    ASSERT_TRUE(store.UpsertNode(node, clock.Now()).ok());
-  }
+  ASSERT_TRUE(sv::testing::AddSimulatedNodes(store, 4, 1, clock.Now()).ok());
   BillingOptions billing_options;
   billing_options.metering_lag = absl::ZeroDuration();
   billing_options.first_run_lookback = absl::Hours(24);

@@ -211,6 +211,21 @@ v1::AgentMessage AgentRegistration(const std::string& node_name) {
   return m;
 }
 
+absl::Status AddSimulatedNodes(store::Store& store, int count, int leaves, absl::Time now) {
+  for (int n = 0; n < count; ++n) {
+    store::NodeRecord node;
+    node.id = absl::StrCat("node-", n);
+    node.name = node.id;
+    node.zone = "z1";
+    node.pod = "p1";
+    node.leaf_switch = absl::StrCat("leaf-", n % leaves);
+    node.gpu_model = "RTX 4090";
+    node.simulated = true;
+    if (absl::Status s = store.UpsertNode(node, now); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 std::string CreateTenant(SvdProcess& svd, const std::string& name) {
   v1::AdminService::Stub admin(svd.channel());
   v1::CreateTenantRequest request;

@@ -13,6 +13,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "store/embedded_postgres.h"
+#include "store/store.h"
 #include "sv/v1/agent.pb.h"
 
 namespace sv::testing {
@@ -77,6 +78,11 @@ std::unique_ptr<grpc::ClientContext> Context(const std::string& token);
 // The first message of an agent stream: an 8 x RTX 4090 node on the process
 // driver in zone z, pod p, leaf l.
 v1::AgentMessage AgentRegistration(const std::string& node_name);
+
+// Registers `count` simulated 8 x RTX 4090 nodes "node-0".. straight in the
+// store (tests of the store and billing layers, without agents): zone z1,
+// pod p1, node n on leaf "leaf-<n % leaves>".
+absl::Status AddSimulatedNodes(store::Store& store, int count, int leaves, absl::Time now);
 
 // Runs a program, returns exit code, captures stdout and stderr.
 struct RunResult {
