@@ -4,8 +4,6 @@
 //
 //   ledger_minute [--instances=100000] [--gpus=1]
 //   ledger_minute --instances=12500 --gpus=8
-#include <sys/stat.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,8 +18,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "billing/billing.h"
-#include "store/embedded_postgres.h"
-#include "store/migrations.h"
+#include "bench_cluster.h"
 
 ABSL_FLAG(int, instances, 100'000, "running instances");
 ABSL_FLAG(int, gpus, 1, "GPUs per instance");
@@ -121,25 +118,11 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const int instances = absl::GetFlag(FLAGS_instances);
   const int gpus = absl::GetFlag(FLAGS_gpus);
-  char dir_template[] = "/tmp/sv-bench-billing-XXXXXX";
-  const std::string dir = mkdtemp(dir_template);
-  chmod(dir.c_str(), 0755);
-  sv::store::EmbeddedPostgresOptions pg_options;
-  pg_options.data_dir = dir + "/data";
-  pg_options.durable = true;  // fsync on, synchronous_commit on: a real ledger.
-  pg_options.settings = {"max_wal_size=4GB", "shared_buffers=512MB"};
-  sv::store::EmbeddedPostgres pg(pg_options);
-  if (absl::Status s = pg.Start(); !s.ok()) {
-    std::fprintf(stderr, "cannot start PostgreSQL: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  sv::store::DatabaseOptions db_options;
-  db_options.url = pg.url();
-  db_options.statement_timeout = absl::Minutes(10);
-  sv::store::Database db(db_options);
-  if (!sv::store::ApplyMigrations(db).ok()) return 1;
+  sv::bench::BenchCluster cluster("billing", /*durable=*/true);  // A real ledger.
+  if (!cluster.ok()) return 1;
+  sv::store::Database& db = cluster.db();
   const int64_t minute = sv::billing::MinuteOf(absl::Now()) - 10;
-  Populate(pg.url(), absl::GetFlag(FLAGS_tenants), instances, gpus, minute);
+  Populate(cluster.url(), absl::GetFlag(FLAGS_tenants), instances, gpus, minute);
 
   sv::store::Store store(db);
   sv::FakeClock clock(absl::Now());
@@ -162,8 +145,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "billing failed: %s\n", result.status().ToString().c_str());
       return 1;
     }
-    const double copy_s = CopyRows(pg.url(), static_cast<int>(result->postings), r);
-    const double narrow_s = CopyNarrowRows(pg.url(), static_cast<int>(result->postings), r);
+    const double copy_s = CopyRows(cluster.url(), static_cast<int>(result->postings), r);
+    const double narrow_s = CopyNarrowRows(cluster.url(), static_cast<int>(result->postings), r);
     const double rate = result->postings / ledger_s;
     const double copy_rate = result->postings / copy_s;
     const double narrow_rate = result->postings / narrow_s;
@@ -187,11 +170,9 @@ int main(int argc, char** argv) {
   std::printf("audit: %s\n", failures.ok() && failures->empty() ? "ok" : "FAILED");
   // SV_BENCH_PAUSE_S keeps the cluster up that long, to EXPLAIN the batch.
   if (const char* pause = std::getenv("SV_BENCH_PAUSE_S")) {
-    std::printf("url: %s\n", pg.url().c_str());
+    std::printf("url: %s\n", cluster.url().c_str());
     std::fflush(stdout);
     std::this_thread::sleep_for(std::chrono::seconds(std::atoi(pause)));
   }
-  (void)pg.Stop();
-  std::string rm = "rm -rf " + dir;
-  return std::system(rm.c_str()) == 0 ? 0 : 1;
+  return 0;
 }

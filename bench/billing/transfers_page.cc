@@ -7,8 +7,6 @@
 // The history is real: the instances run for --minutes and the billing loop's
 // own call posts every minute (one catch-up call), so the charges are rows of
 // ledger_charges exactly as production writes them.
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,8 +22,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "billing/billing.h"
-#include "store/embedded_postgres.h"
-#include "store/migrations.h"
+#include "bench_cluster.h"
 
 ABSL_FLAG(int, instances, 200, "the tenant's instances, all running for --minutes");
 ABSL_FLAG(int, minutes, 1'440, "minutes of history");
@@ -55,29 +52,16 @@ int main(int argc, char** argv) {
   const int minutes = absl::GetFlag(FLAGS_minutes);
   const int repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
   const int page_size = absl::GetFlag(FLAGS_page_size);
-  char dir_template[] = "/tmp/sv-bench-transfers-XXXXXX";
-  const std::string dir = mkdtemp(dir_template);
-  chmod(dir.c_str(), 0755);
-  sv::store::EmbeddedPostgresOptions pg_options;
-  pg_options.data_dir = dir + "/data";
-  pg_options.settings = {"max_wal_size=4GB", "shared_buffers=512MB"};
-  sv::store::EmbeddedPostgres pg(pg_options);
-  if (absl::Status s = pg.Start(); !s.ok()) {
-    std::fprintf(stderr, "cannot start PostgreSQL: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  sv::store::DatabaseOptions db_options;
-  db_options.url = pg.url();
-  db_options.statement_timeout = absl::Minutes(10);
-  sv::store::Database db(db_options);
-  if (!sv::store::ApplyMigrations(db).ok()) return 1;
+  sv::bench::BenchCluster cluster("transfers", /*durable=*/false);
+  if (!cluster.ok()) return 1;
+  sv::store::Database& db = cluster.db();
 
   // One tenant, funded, with instances RUNNING since `start` (bulk SQL:
   // set-up, not what is measured).
   const int64_t now_minute = sv::billing::MinuteOf(absl::Now());
   const int64_t start_minute = now_minute - minutes;
   {
-    pqxx::connection c(pg.url());
+    pqxx::connection c(cluster.url());
     pqxx::work txn(c);
     const std::string at = absl::StrCat("to_timestamp(", start_minute * 60, ")");
     txn.exec(absl::StrCat("INSERT INTO tenants (id, name, created_at) VALUES "
@@ -113,7 +97,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   {
-    pqxx::connection c(pg.url());
+    pqxx::connection c(cluster.url());
     pqxx::nontransaction vacuum(c);
     vacuum.exec("VACUUM ANALYZE");
   }
@@ -122,7 +106,7 @@ int main(int argc, char** argv) {
 
   // The baseline: the tenant's transfers and charges through the view in
   // one order, sorted whole to find the page.
-  pqxx::connection baseline_conn(pg.url());
+  pqxx::connection baseline_conn(cluster.url());
   auto baseline = [&](bool newest_first) {
     pqxx::work txn(baseline_conn);
     const std::string dir = newest_first ? " DESC" : "";
@@ -168,11 +152,9 @@ int main(int argc, char** argv) {
               next_oldest / base_oldest);
   // SV_BENCH_PAUSE_S keeps the cluster up that long, to EXPLAIN the reads.
   if (const char* pause = std::getenv("SV_BENCH_PAUSE_S")) {
-    std::printf("url: %s\n", pg.url().c_str());
+    std::printf("url: %s\n", cluster.url().c_str());
     std::fflush(stdout);
     std::this_thread::sleep_for(std::chrono::seconds(std::atoi(pause)));
   }
-  (void)pg.Stop();
-  std::string rm = "rm -rf " + dir;
-  return std::system(rm.c_str()) == 0 ? 0 : 1;
+  return 0;
 }
