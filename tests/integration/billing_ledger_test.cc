@@ -248,8 +248,12 @@ TEST_F(BillingTest, TrialFirstThenStopsAtTheRightMinute) {
     (t.from_kind == "trial_wallet" ? from_trial : from_paid) += t.amount_micros;
     last_minute = std::max(last_minute, *t.usage_minute);
     // Paid credit is touched only from the minute the trial ran out.
-    if (t.from_kind == "paid_wallet") EXPECT_GE(*t.usage_minute, m0 + 37);
-    if (t.from_kind == "trial_wallet") EXPECT_LE(*t.usage_minute, m0 + 37);
+    if (t.from_kind == "paid_wallet") {
+      EXPECT_GE(*t.usage_minute, m0 + 37);
+    }
+    if (t.from_kind == "trial_wallet") {
+      EXPECT_LE(*t.usage_minute, m0 + 37);
+    }
   }
   EXPECT_EQ(from_trial, 10 * kMicrosPerYuan);
   EXPECT_EQ(from_paid, 1 * kMicrosPerYuan);
@@ -708,7 +712,9 @@ TEST_F(BillingTest, TransferPagesMatchOnePlainQuery) {
       ASSERT_TRUE(billing.TopUp(tenant, absl::StrCat("pay-p", step + 1), kMicrosPerYuan,
                                 clock_.Now()).ok());
     }
-    if (step % 2 == 0) ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+    if (step % 2 == 0) {
+      ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+    }
   }
   ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
   // Five quiet hours (b stopped, a runs on), then a top-up and a third

@@ -227,7 +227,9 @@ TEST_F(VolumeTest, MoveBetweenRunningInstances) {
   ASSERT_TRUE(volumes_->MoveVolume(Context(token_).get(), move, &out).ok());
   // Never both at once.
   for (const auto& at : out.attachments()) {
-    if (at.instance_id() == b.id()) EXPECT_EQ(out.attachments_size(), 1);
+    if (at.instance_id() == b.id()) {
+      EXPECT_EQ(out.attachments_size(), 1);
+    }
   }
   ASSERT_TRUE(WaitFor([&] {
     v1::Volume v = GetVolume(volume.id());

@@ -258,7 +258,9 @@ TEST(DecideQueueTest, RandomFleetsNeverDoubleBookOrSplitGangs) {
       EXPECT_EQ(GrantedGpus(v), asked[v.instance_id]) << "gang split or oversized";
       for (const auto& g : v.grants) {
         EXPECT_EQ(state_of[g.node_id], NodeState::kReady);
-        if (asked[v.instance_id] > 8) EXPECT_EQ(g.gpu_indices.size(), 8u);
+        if (asked[v.instance_id] > 8) {
+          EXPECT_EQ(g.gpu_indices.size(), 8u);
+        }
         for (int gpu : g.gpu_indices) {
           EXPECT_TRUE(taken.insert({g.node_id, gpu}).second)
               << g.node_id << "/" << gpu << " booked twice in round " << round;
