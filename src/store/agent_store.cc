@@ -381,20 +381,18 @@ absl::StatusOr<std::vector<NodeGpuHolder>> AgentStore::RunningOnNode(
 absl::Status AgentStore::UpdateIdleStreaks(const std::map<std::string, bool>& idle,
                                            absl::Time now) {
   if (idle.empty()) return absl::OkStatus();
+  std::vector<std::string> idle_ids, busy_ids;
+  for (const auto& [id, is_idle] : idle) (is_idle ? idle_ids : busy_ids).push_back(id);
   return db_.Transact([&](pqxx::work& txn) {
-    for (const auto& [id, is_idle] : idle) {
-      // The streak starts at the first idle batch and ends at a busy one.
-      if (is_idle) {
-        txn.exec_params(
-            "UPDATE instances SET idle_since = COALESCE(idle_since, $2::timestamptz) "
-            "WHERE id = $1 AND state = 'RUNNING'",
-            id, SqlTime(now));
-      } else {
-        txn.exec_params(
-            "UPDATE instances SET idle_since = NULL WHERE id = $1 AND idle_since IS NOT NULL",
-            id);
-      }
-    }
+    // The streak starts at the first idle batch and ends at a busy one. A
+    // row is written only when its streak starts or ends: every node sends
+    // a batch a second or so, and a streak in progress needs no write.
+    txn.exec_params(
+        "UPDATE instances SET idle_since = CASE WHEN id = ANY($1::text[]) "
+        "THEN $3::timestamptz END "
+        "WHERE (id = ANY($1::text[]) AND state = 'RUNNING' AND idle_since IS NULL) "
+        "OR (id = ANY($2::text[]) AND idle_since IS NOT NULL)",
+        TextArrayLiteral(idle_ids), TextArrayLiteral(busy_ids), SqlTime(now));
     return absl::OkStatus();
   });
 }
