@@ -4,12 +4,10 @@
 // newer samples, so every sample is counted exactly once.
 #include <gtest/gtest.h>
 
-#include <pqxx/pqxx>
 
 #include "common/clock.h"
 #include "sla/fleet_utilization.h"
 #include "store/database.h"
-#include "store/migrations.h"
 #include "store/utilization_store.h"
 #include "tests/integration/harness.h"
 
@@ -21,19 +19,11 @@ const absl::Time kHour = absl::FromUnixSeconds(1'793'613'600);  // 2026-11-02T10
 class FleetUtilizationTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    url_ = CreateTestDatabase();
-    store::DatabaseOptions options;
-    options.url = url_;
-    db_ = std::make_unique<store::Database>(options);
-    ASSERT_TRUE(store::ApplyMigrations(*db_).ok());
+    db_ = CreateMigratedDatabase(&url_);
+    ASSERT_NE(db_, nullptr);
   }
 
-  void Sql(const std::string& sql) {
-    pqxx::connection c(url_);
-    pqxx::work txn(c);
-    txn.exec(sql);
-    txn.commit();
-  }
+  void Sql(const std::string& sql) { ExecSql(url_, sql); }
 
   store::UtilizationSum Stored(const std::string& node) {
     store::UtilizationStore store(*db_);

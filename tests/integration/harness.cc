@@ -17,6 +17,7 @@
 #include <pqxx/pqxx>
 
 #include "absl/strings/str_cat.h"
+#include "store/migrations.h"
 #include "sv/v1/account.grpc.pb.h"
 #include "sv/v1/admin.grpc.pb.h"
 
@@ -209,6 +210,25 @@ v1::AgentMessage AgentRegistration(const std::string& node_name) {
   r->set_leaf_switch("l");
   r->set_driver("process");
   return m;
+}
+
+std::unique_ptr<store::Database> CreateMigratedDatabase(std::string* url) {
+  *url = CreateTestDatabase();
+  store::DatabaseOptions options;
+  options.url = *url;
+  auto db = std::make_unique<store::Database>(options);
+  if (absl::Status migrated = store::ApplyMigrations(*db); !migrated.ok()) {
+    ADD_FAILURE() << "migrations: " << migrated;
+    return nullptr;
+  }
+  return db;
+}
+
+void ExecSql(const std::string& url, const std::string& sql) {
+  pqxx::connection c(url);
+  pqxx::work txn(c);
+  txn.exec(sql);
+  txn.commit();
 }
 
 absl::Status AddSimulatedNodes(store::Store& store, int count, int leaves, absl::Time now) {

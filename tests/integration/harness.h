@@ -25,6 +25,14 @@ store::EmbeddedPostgres& SharedPostgres();
 // Creates an empty database on the shared cluster and returns its URL.
 std::string CreateTestDatabase();
 
+// A fresh test database with the migrations applied, opened in the test's
+// process (tests of the store and the loops without svd); its address goes
+// to `url`. nullptr (and a test failure) if the migrations fail.
+std::unique_ptr<store::Database> CreateMigratedDatabase(std::string* url);
+
+// Runs `sql` in its own committed transaction on the database at `url`.
+void ExecSql(const std::string& url, const std::string& sql);
+
 struct SvdOptions {
   std::string database_url;
   int sim_nodes = 16;

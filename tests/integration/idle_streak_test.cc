@@ -7,7 +7,6 @@
 #include <pqxx/pqxx>
 
 #include "store/agent_store.h"
-#include "store/migrations.h"
 #include "store/store.h"
 #include "tests/integration/harness.h"
 
@@ -19,11 +18,8 @@ const absl::Time kT0 = absl::FromUnixSeconds(1'793'613'600);  // 2026-11-02T10:0
 class IdleStreakTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    url_ = CreateTestDatabase();
-    store::DatabaseOptions options;
-    options.url = url_;
-    db_ = std::make_unique<store::Database>(options);
-    ASSERT_TRUE(store::ApplyMigrations(*db_).ok());
+    db_ = CreateMigratedDatabase(&url_);
+    ASSERT_NE(db_, nullptr);
     store::Store store(*db_);
     auto tenant = store.CreateTenant({"idle", "idle@example.com", store::Role::kMember,
                                       "key-idle", "salt-idle", std::string(64, 'a')},
@@ -38,12 +34,7 @@ class IdleStreakTest : public ::testing::Test {
         "'r2', 'f', now(), now(), NULL)");
   }
 
-  void Sql(const std::string& sql) {
-    pqxx::connection c(url_);
-    pqxx::work txn(c);
-    txn.exec(sql);
-    txn.commit();
-  }
+  void Sql(const std::string& sql) { ExecSql(url_, sql); }
 
   // The row's idle_since (0 when NULL) and the transaction that last wrote it.
   std::pair<int64_t, std::string> Row(const std::string& id) {

@@ -8,7 +8,6 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include <pqxx/pqxx>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -18,7 +17,6 @@
 #include "google/protobuf/util/time_util.h"
 #include "sla/latency_histogram.h"
 #include "sla/runtime.h"
-#include "store/migrations.h"
 #include "store/store.h"
 #include "sv/v1/sla.grpc.pb.h"
 #include "tests/integration/harness.h"
@@ -36,11 +34,8 @@ google::protobuf::Timestamp Ts(absl::Time t) {
 class SlaIngestTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    url_ = CreateTestDatabase();
-    store::DatabaseOptions options;
-    options.url = url_;
-    db_ = std::make_unique<store::Database>(options);
-    ASSERT_TRUE(store::ApplyMigrations(*db_).ok());
+    db_ = CreateMigratedDatabase(&url_);
+    ASSERT_NE(db_, nullptr);
     // node-a: ins-a holds GPUs 2..5 (its GPUs 0..3), GPUs 0, 1, 6 and 7 are
     // free. node-b: ins-b holds GPUs 0 and 1.
     Sql("INSERT INTO tenants (id, name, created_at) VALUES ('ten-1', 't', now())");
@@ -77,12 +72,7 @@ class SlaIngestTest : public ::testing::Test {
     if (server_) server_->Shutdown();
   }
 
-  void Sql(const std::string& sql) {
-    pqxx::connection c(url_);
-    pqxx::work txn(c);
-    txn.exec(sql);
-    txn.commit();
-  }
+  void Sql(const std::string& sql) { ExecSql(url_, sql); }
 
   void Instance(const std::string& id, int gpus) {
     Sql(absl::StrCat(
