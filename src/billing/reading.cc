@@ -18,6 +18,7 @@ using store::SqlTime;
 
 constexpr int kNoticesMax = 20;
 constexpr int64_t kMaxUs = 253'402'300'799'000'000;  // 9999-12-31, in µs.
+constexpr int64_t kMinuteUs = 60'000'000;
 
 // Balances of one tenant from the columns of kFundsColumns.
 constexpr char kFundsColumns[] =
@@ -99,7 +100,6 @@ std::vector<TransferRecord> ReadTransferPage(pqxx::work& txn, const std::string&
                                              std::optional<int64_t> from_us,
                                              std::optional<int64_t> to_us, bool has_cursor,
                                              const int64_t (&after)[5]) {
-  constexpr int64_t kMinuteUs = 60'000'000;
   auto floor_minute = [](int64_t us) {
     return us >= 0 ? us / kMinuteUs : -((-us + kMinuteUs - 1) / kMinuteUs);
   };
@@ -227,7 +227,6 @@ absl::StatusOr<std::vector<TransferRecord>> Billing::ListTransfers(
     // cost depends on it: a window bounds one side, and rows beyond its
     // start on the other side are read all the same.
     const int64_t latest_us = std::min(kMaxUs, absl::ToUnixMicros(clock_.Now() + absl::Minutes(2)));
-    constexpr int64_t kMinuteUs = 60'000'000;
     int64_t width_us = (2 + (filter.limit + running - 1) / running) * kMinuteUs;
     for (int round = 0;; ++round) {
       std::optional<int64_t> from = from_us, to = to_us;
