@@ -127,22 +127,28 @@ absl::StatusOr<int64_t> PostAppFees(pqxx::work& txn, int64_t platform, absl::Tim
                                  platform, SqlTime(now));
   SV_RETURN_IF_ERROR(CheckClash(txn, "addon_app", key, hash));
   // From the first minute the buyer could not pay: record what was not
-  // collected and stop the instance at the end of the rent already charged.
+  // collected and stop the instance (now; stop_at records the end of the
+  // rent already charged).
   txn.exec_params(
       "INSERT INTO app_fee_shortfalls (instance_id, usage_minute, tenant_id, fee_micros, "
       "charged_micros, at) SELECT id, minute, tenant_id, fee, "
       "CASE WHEN minute = first_cap THEN charged ELSE 0 END, $1::timestamptz "
       "FROM addon_app WHERE minute >= first_cap ON CONFLICT DO NOTHING",
       SqlTime(now));
+  // An instance already stopped (after an earlier cap) is not stopped or
+  // announced again.
+  const std::string not_stopped =
+      " AND EXISTS (SELECT 1 FROM instances i WHERE i.id = addon_app.id "
+      "AND i.state NOT IN ('STOPPED', 'DELETED', 'FAILED'))";
   txn.exec("INSERT INTO billing_stops (instance_id, tenant_id, stop_at) "
            "SELECT id, tenant_id, to_timestamp((last_rent_minute + 1) * 60) FROM addon_app "
-           "WHERE minute = first_cap ON CONFLICT DO NOTHING");
+           "WHERE minute = first_cap" + not_stopped + " ON CONFLICT DO NOTHING");
   txn.exec_params(
       "INSERT INTO billing_notices (tenant_id, kind, instance_id, message, at) "
       "SELECT tenant_id, 'credit_exhausted', id, 'credit ran out for the app fee in minute ' "
       "|| to_char(to_timestamp(minute * 60) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') "
       "|| ' UTC; the instance is stopped', $1::timestamptz FROM addon_app "
-      "WHERE minute = first_cap",
+      "WHERE minute = first_cap" + not_stopped,
       SqlTime(now));
   return static_cast<int64_t>(written.affected_rows());
 }

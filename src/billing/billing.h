@@ -238,7 +238,8 @@ class Billing {
   const BillingOptions& options() const { return options_; }
 
  private:
-  // Applies the stops metering decided (Store::StopInstance at their time).
+  // Applies the stops metering decided: Store::StopInstance at the clock's
+  // now (never before the recorded stop_at).
   absl::Status ApplyPendingStops();
   absl::Status WarnLowCredit(absl::Time now);
   absl::Status IssueDueInvoices(absl::Time now);

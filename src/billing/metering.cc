@@ -154,11 +154,19 @@ WITH recent AS (
 ))sql");
 }
 
-// What a batch writes besides the charges, for the rows of `src`: the
-// first capped minute of an instance records what was not collected, stops
-// the instance at the end of what was paid, and tells the tenant. `firsts`
-// holds every row of `src` that can have minute = first_cap (all of `src`,
-// or only its capped rows). $5 is now. With `app_rent`, the rent minutes of
+// Whether the instance of row f can still be stopped.
+constexpr char kNotStoppedSql[] =
+    "EXISTS (SELECT 1 FROM instances i WHERE i.id = f.instance_id "
+    "AND i.state NOT IN ('STOPPED', 'DELETED', 'FAILED'))";
+
+// What a batch writes besides the charges, for the rows of `src`: every
+// minute of an instance from its first capped one on records what was not
+// collected (the instance ran in it: its RUNNING interval says so), and the
+// first capped minute stops the instance and tells the tenant, unless the
+// instance has already stopped (a later batch of an instance stopped after
+// an earlier cap: its last minutes are shortfall only). `firsts` holds
+// every row of `src` that can have minute >= first_cap (all of `src`, or
+// only its capped rows). $5 is now. With `app_rent`, the rent minutes of
 // app instances also go to the temporary table billing_batch, for their
 // app fees (billing/addons.cc), and CTE app_rent returns one row for each.
 std::string ShortfallCtes(const std::string& src, const std::string& firsts, bool app_rent) {
@@ -167,22 +175,23 @@ shortfalls AS (
   INSERT INTO billing_shortfalls (instance_id, usage_minute, tenant_id, gross_micros,
     charged_micros, shortfall_micros, at)
   SELECT instance_id, minute, tenant_id, gross, charged, gross - charged, $5::timestamptz
-  FROM )sql", firsts, R"sql( WHERE minute = first_cap
+  FROM )sql", firsts, R"sql( WHERE minute >= first_cap
   ON CONFLICT DO NOTHING
 ), stops AS (
   INSERT INTO billing_stops (instance_id, tenant_id, stop_at)
-  SELECT instance_id, tenant_id,
-         CASE WHEN charged > 0 THEN to_timestamp((minute + 1) * 60)
-              ELSE greatest(to_timestamp(minute * 60), to_timestamp(start_us / 1000000.0)) END
-  FROM )sql", firsts, R"sql( WHERE minute = first_cap
+  SELECT f.instance_id, f.tenant_id,
+         CASE WHEN f.charged > 0 THEN to_timestamp((f.minute + 1) * 60)
+              ELSE greatest(to_timestamp(f.minute * 60), to_timestamp(f.start_us / 1000000.0))
+         END
+  FROM )sql", firsts, R"sql( f WHERE f.minute = f.first_cap AND )sql", kNotStoppedSql, R"sql(
   ON CONFLICT DO NOTHING
 ), notices AS (
   INSERT INTO billing_notices (tenant_id, kind, instance_id, message, at)
-  SELECT tenant_id, 'credit_exhausted', instance_id,
-         'credit ran out in minute ' || to_char(to_timestamp(minute * 60) AT TIME ZONE 'UTC',
+  SELECT f.tenant_id, 'credit_exhausted', f.instance_id,
+         'credit ran out in minute ' || to_char(to_timestamp(f.minute * 60) AT TIME ZONE 'UTC',
          'YYYY-MM-DD HH24:MI') || ' UTC; the instance is stopped; uncollected: '
-         || (gross - charged) || ' micro-yuan', $5::timestamptz
-  FROM )sql", firsts, R"sql( WHERE minute = first_cap
+         || (f.gross - f.charged) || ' micro-yuan so far', $5::timestamptz
+  FROM )sql", firsts, R"sql( f WHERE f.minute = f.first_cap AND )sql", kNotStoppedSql, R"sql(
 ))sql");
   if (app_rent) {
     absl::StrAppend(&sql, R"sql(, app_rent AS (
@@ -442,12 +451,17 @@ absl::Status Billing::ApplyPendingStops() {
     return absl::OkStatus();
   }));
   for (const auto& p : pending) {
+    // The instance stops now, not at stop_at: it has run since then (the
+    // minutes after stop_at were metered as shortfall, or will be), and its
+    // RUNNING interval must say how long it held its GPUs.
     const absl::Time stop_at = absl::FromUnixMicros(std::stoll(p[3]));
-    auto stopped = store_.StopInstance(p[1], p[0], "credit exhausted", stop_at);
+    auto stopped =
+        store_.StopInstance(p[1], p[0], "credit exhausted", std::max(clock_.Now(), stop_at));
     if (!stopped.ok() && ReasonOf(stopped.status()) != "INSTANCE_FINISHED") {
       return stopped.status();
     }
-    spdlog::info("billing: stopped {} tenant={} at {}: credit exhausted", p[0], p[1], p[2]);
+    spdlog::info("billing: stopped {} tenant={}: credit exhausted (paid up to {})", p[0], p[1],
+                 p[2]);
     SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
       txn.exec_params("UPDATE billing_stops SET applied = true WHERE instance_id = $1 "
                       "AND stop_at = $2::timestamptz", p[0], p[2]);

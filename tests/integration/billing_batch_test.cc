@@ -175,7 +175,7 @@ TEST_F(BillingBatchTest, MixedBatchAgreesWithModel) {
   // 1,980,000 (g1) and 8,448,000 (g2): each alone within the trial credit.
   trial_first({{g1, g1_gpus}, {g2, g2_gpus}});
   // 1,000,000: three minutes of 264,000, then 208,000 of the fourth; the
-  // instance is stopped at the end of it and nothing later is charged.
+  // instance is stopped after the batch and nothing later is charged.
   full(d1, 8, m0, m0 + 3, false);
   want[d1][m0 + 3] = {8, 0, kMicrosPerYuan - 3 * 8 * kPrice};
   full(e1, 1, m0, m0 + kMinutes, false);
@@ -218,17 +218,40 @@ TEST_F(BillingBatchTest, MixedBatchAgreesWithModel) {
   EXPECT_EQ(got.size(), want.size());
   EXPECT_EQ(billed->postings, rows);
 
-  // The shortfall of the fourth minute and the stop at its end.
+  // The rest of the fourth minute is a shortfall, and so is every later
+  // minute of the batch: the instance ran in all of them (it is stopped when
+  // the batch's stop is applied, now, not back at the end of the fourth
+  // minute). One stop, recorded at the end of what was paid.
   ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
     auto s = txn.exec_params(
-        "SELECT usage_minute, shortfall_micros FROM billing_shortfalls WHERE instance_id = $1",
+        "SELECT usage_minute, charged_micros, shortfall_micros FROM billing_shortfalls "
+        "WHERE instance_id = $1 ORDER BY usage_minute",
         d1);
-    EXPECT_EQ(s.size(), 1u);
-    if (s.size() == 1) {
-      EXPECT_EQ(s[0][0].as<int64_t>(), m0 + 3);
-      EXPECT_EQ(s[0][1].as<int64_t>(), 4 * 8 * kPrice - kMicrosPerYuan);
+    EXPECT_EQ(s.size(), static_cast<size_t>(kMinutes - 3));
+    for (size_t k = 0; k < s.size(); ++k) {
+      EXPECT_EQ(s[k][0].as<int64_t>(), m0 + 3 + static_cast<int64_t>(k));
+      EXPECT_EQ(s[k][1].as<int64_t>(), k == 0 ? kMicrosPerYuan - 3 * 8 * kPrice : 0);
+      EXPECT_EQ(s[k][2].as<int64_t>(),
+                k == 0 ? 4 * 8 * kPrice - kMicrosPerYuan : 8 * kPrice);
     }
-    EXPECT_EQ(txn.exec("SELECT count(*) FROM billing_shortfalls")[0][0].as<int64_t>(), 1);
+    EXPECT_EQ(txn.exec("SELECT count(*) FROM billing_shortfalls")[0][0].as<int64_t>(),
+              kMinutes - 3);
+    auto stops = txn.exec_params(
+        "SELECT (extract(epoch from stop_at))::bigint, applied FROM billing_stops "
+        "WHERE instance_id = $1", d1);
+    EXPECT_EQ(stops.size(), 1u);
+    if (stops.size() == 1) {
+      EXPECT_EQ(stops[0][0].as<int64_t>(), (m0 + 4) * 60);
+      EXPECT_TRUE(stops[0][1].as<bool>());
+    }
+    auto stopped_at = txn.exec_params(
+        "SELECT (extract(epoch from at) * 1000000)::bigint FROM instance_events "
+        "WHERE instance_id = $1 AND to_state = 'STOPPED'",
+        d1);
+    EXPECT_EQ(stopped_at.size(), 1u);
+    if (stopped_at.size() == 1) {
+      EXPECT_EQ(stopped_at[0][0].as<int64_t>(), absl::ToUnixMicros(clock_.Now()));
+    }
     return absl::OkStatus();
   }).ok());
   EXPECT_EQ(store_->GetInstance(poor, d1)->state, store::InstanceState::kStopped);

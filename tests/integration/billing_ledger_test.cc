@@ -67,6 +67,31 @@ class BillingTest : public ::testing::Test {
     ASSERT_TRUE(store_->StopInstance(tenant, id, "stopped by the user", clock_.Now()).ok());
   }
 
+  // When the instance's last STOPPED event says it stopped.
+  absl::Time StoppedAt(const std::string& id) {
+    absl::Time at = absl::InfinitePast();
+    EXPECT_TRUE(db_->Transact([&](pqxx::work& txn) {
+      auto rows = txn.exec_params(
+          "SELECT (extract(epoch from max(at)) * 1000000)::bigint FROM instance_events "
+          "WHERE instance_id = $1 AND to_state = 'STOPPED'",
+          id);
+      if (!rows[0][0].is_null()) at = absl::FromUnixMicros(rows[0][0].as<int64_t>());
+      return absl::OkStatus();
+    }).ok());
+    return at;
+  }
+
+  // Rows of `table` for the instance.
+  int64_t CountFor(const std::string& table, const std::string& id) {
+    int64_t n = 0;
+    EXPECT_TRUE(db_->Transact([&](pqxx::work& txn) {
+      n = txn.exec_params("SELECT count(*) FROM " + table + " WHERE instance_id = $1", id)[0][0]
+              .as<int64_t>();
+      return absl::OkStatus();
+    }).ok());
+    return n;
+  }
+
   void ExpectAuditClean(Billing& billing) {
     auto failures = billing.Audit();
     ASSERT_TRUE(failures.ok()) << failures.status();
@@ -226,8 +251,11 @@ TEST_F(BillingTest, TrialGrantedOnceUnderConcurrency) {
 }
 
 // Trial credit goes first; when both run out the instance is charged only
-// what was left (shortfall recorded), stopped at the end of that minute,
-// and a new create is refused with INSUFFICIENT_CREDIT.
+// what was left (shortfall recorded) and a new create is refused with
+// INSUFFICIENT_CREDIT. Metering was two hours behind here (one run after
+// two hours), so the instance ran on unpaid until that run stopped it:
+// each of those minutes is a shortfall, and the instance's record says it
+// held its GPUs until then.
 TEST_F(BillingTest, TrialFirstThenStopsAtTheRightMinute) {
   Billing billing = MakeBilling();
   auto [tenant, user] = NewTenant("runsout");
@@ -261,26 +289,78 @@ TEST_F(BillingTest, TrialFirstThenStopsAtTheRightMinute) {
   auto instance = store_->GetInstance(tenant, id);
   EXPECT_EQ(instance->state, store::InstanceState::kStopped);
   EXPECT_EQ(instance->state_reason, "credit exhausted");
+  const absl::Time stopped_at = StoppedAt(id);
+  EXPECT_EQ(stopped_at, clock_.Now());
+  // 88,000 of minute 41, then all of every minute billed since.
   auto summary = billing.GetRevenueSummary(absl::InfinitePast(), absl::InfiniteFuture());
-  EXPECT_EQ(summary->shortfall_micros, 88'000);
-  bool exhausted_notice = false;
-  for (const auto& n : balance->notices) exhausted_notice |= n.kind == "credit_exhausted";
-  EXPECT_TRUE(exhausted_notice);
+  EXPECT_EQ(summary->shortfall_micros,
+            88'000 + (*result->billed_before_minute - (m0 + 42)) * 264'000);
+  int exhausted_notices = 0;
+  for (const auto& n : balance->notices) exhausted_notices += n.kind == "credit_exhausted";
+  EXPECT_EQ(exhausted_notices, 1);
   absl::Status refused = billing.CheckCreditForCreate(tenant, 1, "RTX 4090", clock_.Now());
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(ReasonOf(refused), "INSUFFICIENT_CREDIT");
-  // Another hour of metering charges nothing more.
+  // Another hour of metering charges nothing more; the minutes up to the
+  // stop become shortfall, without a second stop or notice.
   clock_.Advance(absl::Hours(1));
   ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
   EXPECT_EQ(billing.ListTransfers(tenant, {.kind = "charge", .limit = 1000})->size(),
             transfers->size());
+  const int64_t last_run_minute = MinuteOf(stopped_at - absl::Microseconds(1));
+  summary = billing.GetRevenueSummary(absl::InfinitePast(), absl::InfiniteFuture());
+  EXPECT_EQ(summary->shortfall_micros, 88'000 + (last_run_minute - (m0 + 41)) * 264'000);
+  EXPECT_EQ(CountFor("billing_shortfalls", id), last_run_minute - (m0 + 41) + 1);
+  EXPECT_EQ(CountFor("billing_stops", id), 1);
+  balance = billing.GetBalance(tenant, clock_.Now());
+  exhausted_notices = 0;
+  for (const auto& n : balance->notices) exhausted_notices += n.kind == "credit_exhausted";
+  EXPECT_EQ(exhausted_notices, 1);
+  ExpectAuditClean(billing);
+}
+
+// With the loop running every minute, as svd runs it, credit runs out in
+// minute 41 and the run that finds it (a little after minute 41 ends)
+// stops the instance at once: it ran unpaid for part of minute 42 only,
+// which is recorded as a shortfall by the next run.
+TEST_F(BillingTest, StopsWithinAMinuteOfRunningOut) {
+  Billing billing = MakeBilling();
+  auto [tenant, user] = NewTenant("everyminute");
+  ASSERT_TRUE(billing.EnsureTrialGrant(user, clock_.Now()).ok());  // 10 CNY
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-em", 1 * kMicrosPerYuan, clock_.Now()).ok());
+  const int64_t m0 = MinuteOf(clock_.Now());  // Started 20 s into m0.
+  const std::string id = Run(tenant, 8);      // 264,000 per minute: 41 minutes and 176,000.
+  for (int k = 0; k < 50; ++k) {
+    clock_.Advance(absl::Minutes(1));
+    auto result = billing.RunOnce(clock_.Now());
+    ASSERT_TRUE(result.ok()) << result.status();
+  }
+  const absl::Time stopped_at = StoppedAt(id);
+  ASSERT_NE(stopped_at, absl::InfinitePast());
+  // The run at m0+42 + 20 s billed minute 41 (MakeBilling sets no lag) and
+  // stopped the instance then.
+  EXPECT_EQ(stopped_at, MinuteStart(m0 + 42) + absl::Seconds(20));
+  auto transfers = billing.ListTransfers(tenant, {.kind = "charge", .limit = 1000});
+  int64_t charged = 0, last_minute = 0;
+  for (const auto& t : *transfers) {
+    charged += t.amount_micros;
+    last_minute = std::max(last_minute, *t.usage_minute);
+  }
+  EXPECT_EQ(charged, 11 * kMicrosPerYuan);
+  EXPECT_EQ(last_minute, m0 + 41);
+  // Shortfall: the rest of minute 41 and all of minute 42.
+  auto summary = billing.GetRevenueSummary(absl::InfinitePast(), absl::InfiniteFuture());
+  EXPECT_EQ(summary->shortfall_micros, 88'000 + 264'000);
+  EXPECT_EQ(CountFor("billing_shortfalls", id), 2);
+  EXPECT_EQ(CountFor("billing_stops", id), 1);
   ExpectAuditClean(billing);
 }
 
 // A stop that was recorded but never applied (the process died between the
 // batch's commit and StopInstance) is applied by the next run before it
 // bills any later minute, and a run that records no stop leaves none
-// pending.
+// pending. The instance stops when the stop is applied: it ran until then,
+// so the minutes up to it are billed (here the tenant can pay them).
 TEST_F(BillingTest, UnappliedStopIsAppliedBeforeLaterMinutes) {
   Billing billing = MakeBilling();
   auto [tenant, user] = NewTenant("pendingstop");
@@ -303,12 +383,19 @@ TEST_F(BillingTest, UnappliedStopIsAppliedBeforeLaterMinutes) {
   auto instance = store_->GetInstance(tenant, id);
   EXPECT_EQ(instance->state, store::InstanceState::kStopped);
   EXPECT_EQ(instance->state_reason, "credit exhausted");
+  EXPECT_EQ(StoppedAt(id), clock_.Now());
   auto charges = billing.ListTransfers(tenant, {.kind = "charge", .limit = 1000});
   ASSERT_TRUE(charges.ok());
   int64_t last_minute = 0;
   for (const auto& t : *charges) last_minute = std::max(last_minute, *t.usage_minute);
-  EXPECT_EQ(last_minute, stop_minute - 1);
-  EXPECT_EQ(charges->size(), static_cast<size_t>(stop_minute - m0));
+  const int64_t now_minute = MinuteOf(clock_.Now());
+  EXPECT_EQ(last_minute, now_minute - 1);
+  EXPECT_EQ(charges->size(), static_cast<size_t>(now_minute - m0));
+  // The minute the stop fell in is the last one charged.
+  clock_.Advance(absl::Minutes(1));
+  ASSERT_TRUE(billing.BillMinutesBefore(MinuteOf(clock_.Now()), clock_.Now()).ok());
+  charges = billing.ListTransfers(tenant, {.kind = "charge", .limit = 1000});
+  EXPECT_EQ(charges->size(), static_cast<size_t>(now_minute - m0 + 1));
   ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
     EXPECT_EQ(txn.exec("SELECT count(*) FROM billing_stops WHERE NOT applied")[0][0]
                   .as<int64_t>(), 0);
