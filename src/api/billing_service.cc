@@ -283,6 +283,11 @@ class BillingAdminServiceImpl final : public v1::BillingAdminService::Service {
       response->set_sla_refunds_micros(s.sla_refunds_micros);
       response->set_shortfall_micros(s.shortfall_micros);
       response->set_platform_revenue_balance_micros(s.platform_revenue_balance_micros);
+      response->set_app_fees_micros(s.app_fees_micros);
+      response->set_app_fees_to_publishers_micros(s.app_fees_to_publishers_micros);
+      response->set_storage_micros(s.storage_micros);
+      response->set_adjustments_net_micros(s.adjustments_net_micros);
+      response->set_platform_revenue_micros(s.platform_revenue_micros);
       return absl::OkStatus();
     });
   }

@@ -143,7 +143,12 @@ struct RevenueSummary {
   int64_t trial_expired_micros = 0;
   int64_t sla_refunds_micros = 0;
   int64_t shortfall_micros = 0;
-  int64_t platform_revenue_balance_micros = 0;
+  int64_t platform_revenue_balance_micros = 0;  // All time.
+  int64_t app_fees_micros = 0;
+  int64_t app_fees_to_publishers_micros = 0;
+  int64_t storage_micros = 0;
+  int64_t adjustments_net_micros = 0;   // Into platform revenue, net.
+  int64_t platform_revenue_micros = 0;  // The revenue account's net change in the window.
 };
 
 struct MeteringResult {

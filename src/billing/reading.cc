@@ -311,8 +311,18 @@ absl::StatusOr<RevenueSummary> Billing::GetRevenueSummary(absl::Time from, absl:
         "coalesce(sum(t.amount_micros) FILTER (WHERE t.kind = 'topup'), 0)::bigint, "
         "coalesce(sum(t.amount_micros) FILTER (WHERE t.kind = 'trial_grant'), 0)::bigint, "
         "coalesce(sum(t.amount_micros) FILTER (WHERE t.kind = 'trial_expiry'), 0)::bigint, "
-        "coalesce(sum(t.amount_micros) FILTER (WHERE t.kind = 'sla_refund'), 0)::bigint "
+        "coalesce(sum(t.amount_micros) FILTER (WHERE t.kind = 'sla_refund'), 0)::bigint, "
+        "coalesce(sum(t.amount_micros) FILTER (WHERE t.kind = 'app_fee'), 0)::bigint, "
+        "coalesce(sum(t.amount_micros) FILTER (WHERE t.kind = 'app_fee' "
+        "  AND ta.kind = 'publisher_payable'), 0)::bigint, "
+        "coalesce(sum(t.amount_micros) FILTER (WHERE t.kind = 'storage'), 0)::bigint, "
+        "coalesce(sum(CASE WHEN t.kind <> 'adjustment' THEN 0 "
+        "  WHEN ta.kind = 'platform_revenue' THEN t.amount_micros "
+        "  WHEN fa.kind = 'platform_revenue' THEN -t.amount_micros ELSE 0 END), 0)::bigint, "
+        "coalesce(sum(CASE WHEN ta.kind = 'platform_revenue' THEN t.amount_micros "
+        "  WHEN fa.kind = 'platform_revenue' THEN -t.amount_micros ELSE 0 END), 0)::bigint "
         "FROM ledger_all_transfers t JOIN ledger_accounts fa ON fa.id = t.from_account_id "
+        "JOIN ledger_accounts ta ON ta.id = t.to_account_id "
         "WHERE t.at >= $1::timestamptz AND t.at < $2::timestamptz",
         SqlTime(from), SqlTime(to));
     s.charged_micros = rows[0][0].as<int64_t>();
@@ -321,6 +331,11 @@ absl::StatusOr<RevenueSummary> Billing::GetRevenueSummary(absl::Time from, absl:
     s.trial_granted_micros = rows[0][3].as<int64_t>();
     s.trial_expired_micros = rows[0][4].as<int64_t>();
     s.sla_refunds_micros = rows[0][5].as<int64_t>();
+    s.app_fees_micros = rows[0][6].as<int64_t>();
+    s.app_fees_to_publishers_micros = rows[0][7].as<int64_t>();
+    s.storage_micros = rows[0][8].as<int64_t>();
+    s.adjustments_net_micros = rows[0][9].as<int64_t>();
+    s.platform_revenue_micros = rows[0][10].as<int64_t>();
     auto shortfall = txn.exec_params(
         "SELECT coalesce(sum(shortfall_micros), 0)::bigint FROM billing_shortfalls "
         "WHERE at >= $1::timestamptz AND at < $2::timestamptz",

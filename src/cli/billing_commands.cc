@@ -226,27 +226,87 @@ void AddAdminBillingCommands(CLI::App& app, Action* action) {
       v1::Transfer transfer;
       grpc::Status status = stub.TopUp(s.Context().get(), *topup, &transfer);
       if (!status.ok()) return FailRpc(status, s);
-      PrintJson(transfer, std::cout);
+      if (s.format() == Format::kJson) {
+        PrintJson(transfer, std::cout);
+      } else {
+        // A replay of the payment id answers the first transfer.
+        PrintTable({{"tenant", topup->tenant_id()},
+                    {"payment", topup->payment_id()},
+                    {"amount", Yuan(transfer.amount_micros())},
+                    {"transfer", transfer.idempotency_key()},
+                    {"time", Time(transfer.create_time())}},
+                   std::cout);
+      }
       return kExitOk;
     });
   });
-  admin->add_subcommand("balances", "Balances of all tenants")->callback([=] {
+  admin->add_subcommand("balances", "Balances of all tenants (every page)")->callback([=] {
     *action = AdminCall([](Session& s, v1::BillingAdminService::Stub& stub) {
+      v1::ListTenantBalancesResponse all;
       v1::ListTenantBalancesRequest request;
       request.set_page_size(500);
-      v1::ListTenantBalancesResponse response;
-      grpc::Status status = stub.ListTenantBalances(s.Context().get(), request, &response);
-      if (!status.ok()) return FailRpc(status, s);
-      PrintJson(response, std::cout);
+      do {
+        v1::ListTenantBalancesResponse page;
+        grpc::Status status = stub.ListTenantBalances(s.Context().get(), request, &page);
+        if (!status.ok()) return FailRpc(status, s);
+        for (auto& b : *page.mutable_balances()) *all.add_balances() = std::move(b);
+        request.set_page_token(page.next_page_token());
+      } while (!request.page_token().empty());
+      if (s.format() == Format::kJson) {
+        PrintJson(all, std::cout);
+        return kExitOk;
+      }
+      std::vector<std::vector<std::string>> rows = {
+          {"TENANT", "NAME", "MODE", "PAID", "TRIAL", "RECEIVABLE", "AVAILABLE", "PER MINUTE"}};
+      for (const auto& t : all.balances()) {
+        const v1::Balance& b = t.balance();
+        const bool postpaid = b.mode() == v1::POSTPAID;
+        rows.push_back({t.tenant_id(), t.tenant_name(), postpaid ? "postpaid" : "prepaid",
+                        Yuan(b.paid_micros()), Yuan(b.trial_micros()),
+                        postpaid ? Yuan(b.receivable_micros()) : "-", Yuan(b.available_micros()),
+                        Yuan(b.burn_micros_per_minute())});
+      }
+      PrintTable(rows, std::cout);
       return kExitOk;
     });
   });
-  admin->add_subcommand("revenue", "Revenue summary")->callback([=] {
-    *action = AdminCall([](Session& s, v1::BillingAdminService::Stub& stub) {
-      v1::RevenueSummary response;
-      grpc::Status status = stub.GetRevenueSummary(s.Context().get(), {}, &response);
+  auto revenue_request = std::make_shared<v1::RevenueSummaryRequest>();
+  auto revenue_from = std::make_shared<std::string>();
+  auto revenue_to = std::make_shared<std::string>();
+  auto* revenue = admin->add_subcommand("revenue", "Revenue summary (all time, or a range)");
+  revenue->add_option("--from", *revenue_from, "Start, RFC 3339, inclusive");
+  revenue->add_option("--to", *revenue_to, "End, RFC 3339, exclusive");
+  revenue->callback([=] {
+    *action = AdminCall([=](Session& s, v1::BillingAdminService::Stub& stub) {
+      if (!revenue_from->empty() &&
+          !ParseTime(*revenue_from, revenue_request->mutable_start_time())) {
+        return Fail("--from must be an RFC 3339 time");
+      }
+      if (!revenue_to->empty() && !ParseTime(*revenue_to, revenue_request->mutable_end_time())) {
+        return Fail("--to must be an RFC 3339 time");
+      }
+      v1::RevenueSummary r;
+      grpc::Status status = stub.GetRevenueSummary(s.Context().get(), *revenue_request, &r);
       if (!status.ok()) return FailRpc(status, s);
-      PrintJson(response, std::cout);
+      if (s.format() == Format::kJson) {
+        PrintJson(r, std::cout);
+        return kExitOk;
+      }
+      PrintTable({{"GPU rent charged", Yuan(r.charged_micros())},
+                  {"  of which trial credit", Yuan(r.trial_spent_micros())},
+                  {"app fees", Yuan(r.app_fees_micros())},
+                  {"  of which to publishers", Yuan(r.app_fees_to_publishers_micros())},
+                  {"storage", Yuan(r.storage_micros())},
+                  {"adjustments (net)", Yuan(r.adjustments_net_micros())},
+                  {"platform revenue (net, in range)", Yuan(r.platform_revenue_micros())},
+                  {"SLA refunds", Yuan(r.sla_refunds_micros())},
+                  {"shortfall (ran, not paid)", Yuan(r.shortfall_micros())},
+                  {"top-ups", Yuan(r.topups_micros())},
+                  {"trial granted", Yuan(r.trial_granted_micros())},
+                  {"trial expired", Yuan(r.trial_expired_micros())},
+                  {"platform revenue balance (all time)",
+                   Yuan(r.platform_revenue_balance_micros())}},
+                 std::cout);
       return kExitOk;
     });
   });

@@ -146,7 +146,21 @@ TEST(BillingApiTest, BalanceCreditGateTopUpAndAudit) {
   RunResult topped = svctl(svd.admin_key(), {"--token", svd.admin_key(), "admin", "topup",
                                              tenant_id, "12.5", "--payment-id", "wx-77"});
   EXPECT_EQ(topped.exit_code, 0) << topped.err;
-  EXPECT_NE(topped.out.find("12500000"), std::string::npos) << topped.out;
+  EXPECT_NE(topped.out.find("12.500000 CNY"), std::string::npos) << topped.out;
+  EXPECT_NE(topped.out.find("topup:wx-77"), std::string::npos) << topped.out;
+  // The operator's tables: every tenant's balance, and the revenue summary.
+  RunResult balances = svctl(svd.admin_key(), {"--token", svd.admin_key(), "admin", "balances"});
+  EXPECT_EQ(balances.exit_code, 0) << balances.err;
+  EXPECT_NE(balances.out.find(tenant_id), std::string::npos) << balances.out;
+  EXPECT_NE(balances.out.find("62.500000 CNY"), std::string::npos) << balances.out;
+  RunResult revenue = svctl(svd.admin_key(), {"--token", svd.admin_key(), "admin", "revenue"});
+  EXPECT_EQ(revenue.exit_code, 0) << revenue.err;
+  EXPECT_NE(revenue.out.find("top-ups"), std::string::npos) << revenue.out;
+  EXPECT_NE(revenue.out.find("62.500000 CNY"), std::string::npos) << revenue.out;
+  RunResult bad_range = svctl(svd.admin_key(),
+                             {"--token", svd.admin_key(), "admin", "revenue", "--from", "yesterday"});
+  EXPECT_NE(bad_range.exit_code, 0);
+  EXPECT_NE(bad_range.err.find("RFC 3339"), std::string::npos) << bad_range.err;
   RunResult bad_amount = svctl(svd.admin_key(), {"--token", svd.admin_key(), "admin",
                                                  "topup", tenant_id, "1e3", "--payment-id",
                                                  "wx-78"});

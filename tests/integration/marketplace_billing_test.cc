@@ -193,6 +193,25 @@ TEST(MarketplaceBillingTest, LaunchChargesRentAndSplitAppFeeEveryMinute) {
   ASSERT_TRUE(audit.ok());
   EXPECT_TRUE(audit->empty()) << (audit->empty() ? "" : audit->front());
 
+  // The operator's revenue summary shows the app fees and storage, and its
+  // lines add up to the platform revenue account.
+  auto summary = billing.GetRevenueSummary(absl::InfinitePast(), absl::InfiniteFuture());
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->app_fees_micros, fees_total);
+  EXPECT_EQ(summary->app_fees_to_publishers_micros, publisher_total);
+  {
+    pqxx::work txn(sql);
+    EXPECT_EQ(summary->storage_micros,
+              txn.exec1("SELECT coalesce(sum(amount_micros), 0)::bigint FROM ledger_transfers "
+                        "WHERE kind = 'storage'")[0].as<int64_t>());
+  }
+  EXPECT_GT(summary->storage_micros, 0);
+  EXPECT_EQ(summary->platform_revenue_micros, summary->platform_revenue_balance_micros);
+  EXPECT_EQ(summary->platform_revenue_micros,
+            summary->charged_micros + summary->app_fees_micros -
+                summary->app_fees_to_publishers_micros + summary->storage_micros +
+                summary->adjustments_net_micros);
+
   // The publisher's report agrees with the ledger.
   v1::PublisherEarnings earnings;
   v1::PublisherEarningsRequest window;  // The simulated minutes lie ahead of the real clock.
