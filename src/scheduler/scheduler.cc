@@ -262,7 +262,24 @@ std::string Scheduler::Explain(const Snapshot& snapshot,
                         ? absl::StrCat(request.max_leaves, " leaf switches")
                         : std::string("one zone"));
   }
-  return absl::StrCat(head, detail.empty() ? "" : "; ", detail);
+  std::string result = absl::StrCat(head, detail.empty() ? "" : "; ", detail);
+  // A gang larger than any zone's ready nodes waits for capacity that is not
+  // there at all, not for other instances to end: say so.
+  std::map<absl::string_view, int> ready_per_zone;
+  for (NodeIndex node = 0; node < snapshot.node_count(); ++node) {
+    const NodeInfo& info = snapshot.node(node);
+    if (info.state == NodeState::kReady) ready_per_zone[info.zone]++;
+  }
+  int most_ready = 0;
+  for (const auto& [zone, count] : ready_per_zone) most_ready = std::max(most_ready, count);
+  if (most_ready < need) {
+    absl::StrAppend(&result, "; the fleet has ", most_ready,
+                    ready_per_zone.size() > 1 ? " ready nodes at most in one zone"
+                                              : " ready nodes",
+                    ", fewer than the ", need,
+                    " it needs, so it waits until nodes are added or return");
+  }
+  return result;
 }
 
 void Scheduler::Cordon(Snapshot& snapshot, NodeIndex node) {

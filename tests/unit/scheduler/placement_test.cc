@@ -138,7 +138,9 @@ TEST(PlacementTest, GangNeverSpansZones) {
   EXPECT_EQ(gang.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(gang.status().message(),
             "no placement for 48 GPUs as 6 whole nodes: 8 wholly free, but "
-            "not within one zone");
+            "not within one zone; the fleet has 4 ready nodes at most in one "
+            "zone, fewer than the 6 it needs, so it waits until nodes are "
+            "added or return");
 }
 
 TEST(PlacementTest, ValidatesCounts) {
@@ -181,6 +183,13 @@ TEST(PlacementTest, ExplainsWithPerFilterCounts) {
   EXPECT_EQ(scheduler.Explain(snapshot, Request{1, 32, 0}),
             "no placement for 32 GPUs as 4 whole nodes: 0 wholly free; 12 "
             "nodes partly used, 2 cordoned, 1 down");
+  // More whole nodes than the fleet has ready: it says the wait is for
+  // capacity, not for other instances.
+  EXPECT_EQ(scheduler.Explain(snapshot, Request{1, 128, 0}),
+            "no placement for 128 GPUs as 16 whole nodes: 0 wholly free; 12 "
+            "nodes partly used, 2 cordoned, 1 down; the fleet has 12 ready "
+            "nodes, fewer than the 16 it needs, so it waits until nodes are "
+            "added or return");
 }
 
 TEST(PlacementTest, CordonedAndDrainingNodesTakeNothingNew) {
