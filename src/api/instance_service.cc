@@ -113,6 +113,20 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
     auto who = auth_.Authenticate(*context);
     if (!who.ok()) return Finish("StartInstance", nullptr, "", who.status());
     absl::Status status = CheckInstanceId(request->id());
+    if (status.ok() && deps_.billing != nullptr) {
+      // Starting a stopped instance is held to the create's credit gate, as
+      // growing one is: otherwise a tenant whose instance was stopped for
+      // want of credit could start it again and again, each time running
+      // unpaid until metering stops it.
+      auto current = deps_.store->GetInstance(who->tenant_id, request->id());
+      if (!current.ok()) {
+        status = current.status();
+      } else if (current->state == store::InstanceState::kStopped) {
+        status = deps_.billing->CheckCreditForCreate(who->tenant_id, current->spec.gpu_count,
+                                                     current->spec.gpu_model,
+                                                     deps_.clock->Now());
+      }
+    }
     if (status.ok()) {
       auto record = deps_.store->StartInstance(who->tenant_id, request->id(),
                                                deps_.clock->Now());

@@ -229,6 +229,72 @@ TEST(BillingApiTest, BalanceCreditGateTopUpAndAudit) {
 // 30 hours of history for 60 instances are billed by svd in batches; svd
 // is killed with SIGKILL while it bills, restarted, and finishes. Every
 // instance-minute is charged exactly once, and `svd audit` passes.
+// Starting a stopped instance is held to the create's credit gate: after a
+// price rise the trial no longer covers its first 10 minutes, so the start
+// is refused with INSUFFICIENT_CREDIT and the instance stays STOPPED; after a
+// top-up it starts.
+TEST(BillingApiTest, StartIsHeldToTheCreditGate) {
+  SvdOptions options{CreateTestDatabase(), 4, 1, {"--billing-interval-ms", "200"}};
+  options.billing_create_credit_minutes = 10;
+  SvdProcess svd(options);
+  ASSERT_TRUE(svd.Start());
+  const std::string token = CreateTenant(svd, "restarter");
+  ASSERT_FALSE(token.empty());
+  auto instances = v1::InstanceService::NewStub(svd.channel());
+  auto admin = v1::BillingAdminService::NewStub(svd.channel());
+
+  // 8 GPUs for 10 minutes cost 2.64 CNY of the 10 CNY trial.
+  v1::CreateInstanceRequest create;
+  create.mutable_instance()->set_gpu_count(8);
+  v1::Instance instance;
+  ASSERT_TRUE(instances->CreateInstance(Context(token).get(), create, &instance).ok());
+  v1::StopInstanceRequest stop;
+  stop.set_id(instance.id());
+  v1::Instance stopped;
+  grpc::Status stop_status = instances->StopInstance(Context(token).get(), stop, &stopped);
+  ASSERT_TRUE(stop_status.ok()) << stop_status.error_message();
+  ASSERT_EQ(stopped.state(), v1::STOPPED);
+
+  // 200,000 per GPU-minute: 16 CNY for the first 10 minutes.
+  v1::SetGpuPriceRequest price;
+  price.set_gpu_model("RTX 4090");
+  price.set_unit_price_micros(200'000);
+  v1::SetGpuPriceResponse priced;
+  ASSERT_TRUE(admin->SetGpuPrice(Context(svd.admin_key()).get(), price, &priced).ok());
+
+  v1::StartInstanceRequest start;
+  start.set_id(instance.id());
+  v1::Instance started;
+  grpc::Status refused = instances->StartInstance(Context(token).get(), start, &started);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(api::ReasonOf(refused), "INSUFFICIENT_CREDIT") << refused.error_message();
+  v1::GetInstanceRequest get;
+  get.set_id(instance.id());
+  v1::Instance seen;
+  ASSERT_TRUE(instances->GetInstance(Context(token).get(), get, &seen).ok());
+  EXPECT_EQ(seen.state(), v1::STOPPED);
+
+  // An unknown id is still NOT_FOUND, not a credit answer.
+  start.set_id("ins-doesnotexist00");
+  grpc::Status unknown = instances->StartInstance(Context(token).get(), start, &started);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND);
+
+  v1::ListTenantBalancesResponse tenants;
+  ASSERT_TRUE(admin->ListTenantBalances(Context(svd.admin_key()).get(), {}, &tenants).ok());
+  v1::TopUpRequest topup;
+  for (const auto& t : tenants.balances()) {
+    if (t.tenant_name() == "restarter") topup.set_tenant_id(t.tenant_id());
+  }
+  topup.set_payment_id("restart-1");
+  topup.set_amount_micros(10'000'000);
+  v1::Transfer transfer;
+  ASSERT_TRUE(admin->TopUp(Context(svd.admin_key()).get(), topup, &transfer).ok());
+  start.set_id(instance.id());
+  grpc::Status ok = instances->StartInstance(Context(token).get(), start, &started);
+  ASSERT_TRUE(ok.ok()) << ok.error_message();
+  EXPECT_NE(started.state(), v1::STOPPED);
+}
+
 TEST(BillingApiTest, KillNineDuringBillingLosesAndDoublesNothing) {
   const std::string url = CreateTestDatabase();
   const absl::Time now = absl::Now();
