@@ -310,6 +310,83 @@ void AddAdminBillingCommands(CLI::App& app, Action* action) {
       return kExitOk;
     });
   });
+  auto mode_request = std::make_shared<v1::SetBillingModeRequest>();
+  auto mode_name = std::make_shared<std::string>();
+  auto credit_limit = std::make_shared<std::string>("0");
+  auto* mode = admin->add_subcommand(
+      "billing-mode", "Make a tenant prepaid, or postpaid with a credit limit (monthly invoices)");
+  mode->add_option("tenant", *mode_request->mutable_tenant_id(), "Tenant id")->required();
+  mode->add_option("mode", *mode_name, "prepaid or postpaid")
+      ->required()
+      ->check(CLI::IsMember({"prepaid", "postpaid"}));
+  mode->add_option("--credit-limit", *credit_limit,
+                   "Postpaid: how much the tenant may owe, in CNY, e.g. 50000");
+  mode->callback([=] {
+    *action = AdminCall([=](Session& s, v1::BillingAdminService::Stub& stub) {
+      int64_t limit = 0;
+      if (!ParseYuan(*credit_limit, &limit)) {
+        return Fail("--credit-limit must be CNY with at most 6 decimals");
+      }
+      mode_request->set_mode(*mode_name == "postpaid" ? v1::POSTPAID : v1::PREPAID);
+      mode_request->set_credit_limit_micros(limit);
+      v1::SetBillingModeResponse response;
+      grpc::Status status = stub.SetBillingMode(s.Context().get(), *mode_request, &response);
+      if (!status.ok()) return FailRpc(status, s);
+      std::cout << mode_request->tenant_id() << " is " << *mode_name
+                << (*mode_name == "postpaid" ? " with a credit limit of " + Yuan(limit) : "")
+                << "\n";
+      return kExitOk;
+    });
+  });
+
+  auto price_request = std::make_shared<v1::SetGpuPriceRequest>();
+  auto per_hour = std::make_shared<std::string>();
+  auto per_minute = std::make_shared<std::string>();
+  auto price_from = std::make_shared<std::string>();
+  auto* price = admin->add_subcommand(
+      "price", "Set a GPU model's price from a time on (the price book is versioned)");
+  price->add_option("gpu_model", *price_request->mutable_gpu_model(),
+                    "GPU model, e.g. \"RTX 4090\"")
+      ->required();
+  auto* hour_option = price->add_option(
+      "--per-gpu-hour", *per_hour,
+      "CNY per GPU-hour, e.g. 1.98 (must be a whole number of micro-yuan per minute)");
+  price->add_option("--per-gpu-minute", *per_minute, "CNY per GPU-minute, e.g. 0.033")
+      ->excludes(hour_option);
+  price->add_option("--from", *price_from, "Effective from, RFC 3339 (default: now)");
+  price->callback([=] {
+    *action = AdminCall([=](Session& s, v1::BillingAdminService::Stub& stub) {
+      int64_t micros = 0;
+      if (!per_minute->empty()) {
+        if (!ParseYuan(*per_minute, &micros) || micros <= 0) {
+          return Fail("--per-gpu-minute must be a positive CNY amount with at most 6 decimals");
+        }
+      } else if (!per_hour->empty()) {
+        if (!ParseYuan(*per_hour, &micros) || micros <= 0) {
+          return Fail("--per-gpu-hour must be a positive CNY amount with at most 6 decimals");
+        }
+        if (micros % 60 != 0) {
+          return Fail(absl::StrCat("--per-gpu-hour ", *per_hour, " is not a whole number of ",
+                                   "micro-yuan per minute; give --per-gpu-minute instead"));
+        }
+        micros /= 60;
+      } else {
+        return Fail("give --per-gpu-hour or --per-gpu-minute");
+      }
+      if (!price_from->empty() &&
+          !ParseTime(*price_from, price_request->mutable_effective_time())) {
+        return Fail("--from must be an RFC 3339 time");
+      }
+      price_request->set_unit_price_micros(micros);
+      v1::SetGpuPriceResponse response;
+      grpc::Status status = stub.SetGpuPrice(s.Context().get(), *price_request, &response);
+      if (!status.ok()) return FailRpc(status, s);
+      std::cout << price_request->gpu_model() << ": " << Yuan(micros) << " per GPU-minute ("
+                << Yuan(micros * 60) << " per GPU-hour) from "
+                << (price_from->empty() ? std::string("now") : *price_from) << "\n";
+      return kExitOk;
+    });
+  });
   admin->add_subcommand("audit", "Check every ledger invariant")->callback([=] {
     *action = AdminCall([](Session& s, v1::BillingAdminService::Stub& stub) {
       v1::RunAuditResponse response;

@@ -255,12 +255,20 @@ TEST(BillingApiTest, StartIsHeldToTheCreditGate) {
   ASSERT_TRUE(stop_status.ok()) << stop_status.error_message();
   ASSERT_EQ(stopped.state(), v1::STOPPED);
 
-  // 200,000 per GPU-minute: 16 CNY for the first 10 minutes.
-  v1::SetGpuPriceRequest price;
-  price.set_gpu_model("RTX 4090");
-  price.set_unit_price_micros(200'000);
-  v1::SetGpuPriceResponse priced;
-  ASSERT_TRUE(admin->SetGpuPrice(Context(svd.admin_key()).get(), price, &priced).ok());
+  // The operator raises the price through svctl: 200,000 per GPU-minute,
+  // 16 CNY for the first 10 minutes. A per-hour price that is not a whole
+  // number of micro-yuan per minute is refused.
+  auto svctl = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {SvctlPath(), "--token", svd.admin_key(), "admin"});
+    return RunCapture(args, {"SVCTL_ENDPOINT=" + svd.endpoint(), "HOME=/nonexistent",
+                             "XDG_CONFIG_HOME="});
+  };
+  RunResult inexact = svctl({"price", "RTX 4090", "--per-gpu-hour", "12.000001"});
+  EXPECT_NE(inexact.exit_code, 0);
+  EXPECT_NE(inexact.err.find("not a whole number"), std::string::npos) << inexact.err;
+  RunResult priced = svctl({"price", "RTX 4090", "--per-gpu-hour", "12"});
+  ASSERT_EQ(priced.exit_code, 0) << priced.err;
+  EXPECT_NE(priced.out.find("0.200000 CNY per GPU-minute"), std::string::npos) << priced.out;
 
   v1::StartInstanceRequest start;
   start.set_id(instance.id());
@@ -293,6 +301,18 @@ TEST(BillingApiTest, StartIsHeldToTheCreditGate) {
   grpc::Status ok = instances->StartInstance(Context(token).get(), start, &started);
   ASSERT_TRUE(ok.ok()) << ok.error_message();
   EXPECT_NE(started.state(), v1::STOPPED);
+
+  // Postpaid through svctl: the tenant's balance shows the mode and limit.
+  RunResult postpaid =
+      svctl({"billing-mode", topup.tenant_id(), "postpaid", "--credit-limit", "5000"});
+  ASSERT_EQ(postpaid.exit_code, 0) << postpaid.err;
+  auto billing = v1::BillingService::NewStub(svd.channel());
+  v1::Balance balance;
+  ASSERT_TRUE(billing->GetBalance(Context(token).get(), {}, &balance).ok());
+  EXPECT_EQ(balance.mode(), v1::POSTPAID);
+  EXPECT_EQ(balance.credit_limit_micros(), 5'000'000'000);
+  RunResult unknown_mode = svctl({"billing-mode", topup.tenant_id(), "monthly"});
+  EXPECT_NE(unknown_mode.exit_code, 0);
 }
 
 TEST(BillingApiTest, KillNineDuringBillingLosesAndDoublesNothing) {
