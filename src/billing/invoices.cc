@@ -43,18 +43,17 @@ Invoice ReadInvoice(pqxx::work& txn, const pqxx::row& r) {
   return inv;
 }
 
-// Usage lines per instance and GPU model (what the receivable was charged;
-// trial credit is not invoiced), app fees per instance and storage (one line
+// Usage lines per instance and GPU model (what the receivable was charged,
+// and the GPU-minutes of those charges, each at its own GPU count; trial
+// credit is not invoiced), app fees per instance and storage (one line
 // for all volumes), then SLA refunds as negative lines, then
 // late-event adjustments of the receivable (billing/adjustments.cc).
 constexpr char kLinesSql[] = R"sql(
-SELECT 'usage', t.instance_id, t.gpu_model,
-       (count(DISTINCT t.usage_minute) * max(i.gpu_count))::bigint,
-       sum(t.amount_micros)::bigint
-FROM ledger_charge_legs t JOIN instances i ON i.id = t.instance_id AND i.tenant_id = t.tenant_id
-JOIN ledger_accounts fa ON fa.id = t.from_account_id AND fa.kind = 'receivable'
-WHERE t.tenant_id = $1 AND t.kind = 'charge' AND t.usage_minute >= $2 AND t.usage_minute < $3
-GROUP BY t.instance_id, t.gpu_model
+SELECT 'usage', i.id, i.gpu_model, sum(c.gpu_count)::bigint, sum(c.main_micros)::bigint
+FROM ledger_charges c JOIN instances i ON i.billing_no = c.instance_no
+JOIN ledger_accounts fa ON fa.id = c.main_account AND fa.kind = 'receivable'
+WHERE i.tenant_id = $1 AND c.minute >= $2 AND c.minute < $3
+GROUP BY i.id, i.gpu_model
 UNION ALL
 SELECT t.kind, coalesce(t.instance_id, ''), '', 0, sum(t.amount_micros)::bigint
 FROM ledger_transfers t

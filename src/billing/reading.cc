@@ -259,15 +259,16 @@ absl::StatusOr<std::vector<UsageRow>> Billing::GetUsage(const std::string& tenan
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
     out.clear();
     // Days are Asia/Shanghai days: UTC+8, without daylight saving since 1991.
+    // GPU-minutes are those charged: each minute at the GPU count of its
+    // charge (a resized instance's minutes differ), not the instance's size
+    // today.
     auto rows = txn.exec_params(
-        "SELECT t.instance_id, to_char(to_timestamp(t.usage_minute * 60 + 8 * 3600) "
-        "AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, t.gpu_model, "
-        "count(DISTINCT t.usage_minute) * max(i.gpu_count), count(DISTINCT t.usage_minute), "
-        "sum(t.amount_micros)::bigint "
-        "FROM ledger_charge_legs t JOIN instances i ON i.id = t.instance_id "
-        "AND i.tenant_id = t.tenant_id "
-        "WHERE t.tenant_id = $1 AND t.kind = 'charge' AND t.usage_minute >= $2 "
-        "AND t.usage_minute < $3 AND ($4 = '' OR t.instance_id = $4) "
+        "SELECT i.id, to_char(to_timestamp(c.minute * 60 + 8 * 3600) "
+        "AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, i.gpu_model, "
+        "sum(c.gpu_count)::bigint, count(*), sum(c.trial_micros + c.main_micros)::bigint "
+        "FROM ledger_charges c JOIN instances i ON i.billing_no = c.instance_no "
+        "WHERE i.tenant_id = $1 AND c.minute >= $2 AND c.minute < $3 "
+        "AND ($4 = '' OR i.id = $4) "
         "GROUP BY 1, 2, 3 ORDER BY 2, 1 LIMIT 10000",
         tenant_id, MinuteOf(from), MinuteOf(to), instance_id);
     for (const auto& r : rows) {

@@ -72,6 +72,20 @@ TEST(BillingResizeTest, MinutesAreChargedAtTheLargestSizeHeldInThem) {
   auto after = billing.GetBalance(tenant_id, clock.Now());
   ASSERT_TRUE(after.ok());
   EXPECT_EQ(before - (after->paid_micros + after->trial_micros), expected);
+  // Usage shows the GPU-minutes charged, each minute at its own size (not
+  // 26 minutes at today's 8 GPUs).
+  auto usage = billing.GetUsage(tenant_id, absl::InfinitePast(), absl::InfiniteFuture(), "");
+  ASSERT_TRUE(usage.ok()) << usage.status();
+  int64_t gpu_minutes = 0, instance_minutes = 0, amount = 0;
+  for (const auto& row : *usage) {
+    EXPECT_EQ(row.instance_id, created->id);
+    gpu_minutes += row.gpu_minutes;
+    instance_minutes += row.instance_minutes;
+    amount += row.amount_micros;
+  }
+  EXPECT_EQ(gpu_minutes, 10 * 8 + 11 * 16 + 8 + 16 + 3 * 8);
+  EXPECT_EQ(instance_minutes, 26);
+  EXPECT_EQ(amount, expected);
   auto failures = billing.Audit();
   ASSERT_TRUE(failures.ok());
   for (const auto& f : *failures) ADD_FAILURE() << f;
