@@ -11,6 +11,8 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "store/database.h"
 #include "store/embedded_postgres.h"
 #include "store/migrations.h"
@@ -29,6 +31,15 @@ class BenchCluster {
     options.data_dir = dir_ + "/data";
     options.durable = durable;
     options.settings = {"max_wal_size=4GB", "shared_buffers=512MB"};
+    // SV_BENCH_PG_SETTINGS adds server settings, comma-separated (e.g.
+    // "log_min_duration_statement=0" to see every statement and round trip
+    // of a billing minute in the cluster's server.log).
+    if (const char* extra = std::getenv("SV_BENCH_PG_SETTINGS")) {
+      for (absl::string_view s : absl::StrSplit(extra, ',', absl::SkipEmpty())) {
+        options.settings.emplace_back(s);
+      }
+    }
+    keep_ = std::getenv("SV_BENCH_KEEP") != nullptr;
     pg_ = std::make_unique<store::EmbeddedPostgres>(options);
     if (absl::Status s = pg_->Start(); !s.ok()) {
       std::fprintf(stderr, "cannot start PostgreSQL: %s\n", s.ToString().c_str());
@@ -46,7 +57,8 @@ class BenchCluster {
   ~BenchCluster() {
     db_.reset();
     if (pg_) (void)pg_->Stop();
-    if (!dir_.empty()) std::system(("rm -rf " + dir_).c_str());
+    // SV_BENCH_KEEP keeps the cluster's directory (its server.log).
+    if (!dir_.empty() && !keep_) std::system(("rm -rf " + dir_).c_str());
   }
   BenchCluster(const BenchCluster&) = delete;
   BenchCluster& operator=(const BenchCluster&) = delete;
@@ -57,6 +69,7 @@ class BenchCluster {
 
  private:
   std::string dir_;
+  bool keep_ = false;
   std::unique_ptr<store::EmbeddedPostgres> pg_;
   std::unique_ptr<store::Database> db_;
 };

@@ -100,15 +100,26 @@ WHERE ev.to_state = 'RUNNING' AND ev.at < $2::timestamptz
 
 }  // namespace
 
+std::string MinutePriceCtes() {
+  return R"sql(
+ms AS MATERIALIZED (
+  SELECT m AS minute FROM generate_series($3::bigint, $4::bigint - 1) AS m
+), prices AS (
+  SELECT item, unit_price_micros AS price,
+         (extract(epoch from effective_from) * 1000000)::bigint AS from_us,
+         (extract(epoch from lead(effective_from) OVER (PARTITION BY item
+                                                        ORDER BY effective_from))
+          * 1000000)::bigint AS until_us
+  FROM price_book WHERE item_kind = 'gpu_minute'
+))sql";
+}
+
 std::string PricedMinutesCtes(IntervalSource source) {
   const char* intervals = source == IntervalSource::kEventsOnly         ? kIntervalsFromEventsSql
                           : source == IntervalSource::kEventsOfRecheck ? kIntervalsOfRecheckSql
                                                                        : kIntervalsOfRecentSql;
-  return absl::StrCat("iv AS (", intervals,
-                      R"sql(),
-ms AS MATERIALIZED (
-  SELECT m AS minute FROM generate_series($3::bigint, $4::bigint - 1) AS m
-), mins AS MATERIALIZED (
+  return absl::StrCat("iv AS (", intervals, "), ", MinutePriceCtes(), R"sql(,
+mins AS MATERIALIZED (
   -- Each minute of an instance once, at the largest GPU count it held.
   -- Materialized: as a subquery the planner may join it with the prices
   -- in ways that made the auditor's check of every minute time out.
@@ -120,13 +131,6 @@ ms AS MATERIALIZED (
                                  coalesce((iv.end_us - 1) / 60000000, $4::bigint - 1))) AS m
   WHERE iv.end_us IS NULL OR iv.end_us > iv.start_us
   ORDER BY iv.instance_id, m, iv.gpu_count DESC, iv.start_us
-), prices AS (
-  SELECT item, unit_price_micros AS price,
-         (extract(epoch from effective_from) * 1000000)::bigint AS from_us,
-         (extract(epoch from lead(effective_from) OVER (PARTITION BY item
-                                                        ORDER BY effective_from))
-          * 1000000)::bigint AS until_us
-  FROM price_book WHERE item_kind = 'gpu_minute'
 ), mprice AS MATERIALIZED (
   -- The price of each GPU model in each minute, looked up once per model
   -- and minute rather than once per instance-minute.

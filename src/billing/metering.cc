@@ -40,16 +40,32 @@ using store::SqlTime;
 // first, minute by minute in (minute, instance id) order, and caps what is
 // left. Each tenant's minutes take exactly one of the two ways, decided on
 // all of its minutes, so the charges are those of the full computation.
-std::string BatchCtes() {
-  return absl::StrCat(R"sql(
-WITH recent AS (
+//
+// The common case, every tenant easy and no instance in `recent`, is
+// written by ShortBatchSql: only `recent`, `hard`, the prices and the short
+// way, planned in about a third of the time of the whole statement. The
+// tenants it leaves (not easy, or with an instance in `recent`) are then
+// written by the whole statement with `listed_only`: `s` keeps only the
+// instances of the tenants in $7 (text[]), the tenants of `sf` that were
+// not easy; `recent` and the events are as before, and their tenants were
+// never easy. A tenant's funds are read before any of its minutes is
+// written, and each tenant is written by one of the two statements, so
+// the charges are the same as those of the whole statement alone.
+constexpr char kRecentCtes[] = R"sql(
+recent AS (
   SELECT instance_id AS id FROM instance_events
   WHERE from_state = 'RUNNING' AND at > $1::timestamptz
   UNION
   SELECT id FROM instances WHERE state = 'RUNNING' AND running_since IS NULL
 ), hard AS MATERIALIZED (
   SELECT DISTINCT i.tenant_id FROM recent r JOIN instances i ON i.id = r.id
-), )sql", internal::PricedMinutesCtes(internal::IntervalSource::kEventsOfRecent), R"sql(, fms AS MATERIALIZED (
+))sql";
+
+// The short way (fms, fmp, s, sf), after `recent`, `hard`, `ms` and
+// `prices`.
+std::string ShortWayCtes(bool listed_only) {
+  return absl::StrCat(R"sql(
+fms AS MATERIALIZED (
   -- Each minute with the start of the next and the default GPU price.
   SELECT ms.minute, to_timestamp((ms.minute + 1) * 60) AS next_start,
          (SELECT d.price FROM prices d WHERE d.item = '*' AND ms.minute * 60000000 >= d.from_us
@@ -68,7 +84,8 @@ WITH recent AS (
   WHERE i.state = 'RUNNING' AND i.running_since IS NOT NULL
     AND i.running_since < $2::timestamptz
     AND NOT EXISTS (SELECT 1 FROM recent r WHERE r.id = i.id)
-    AND coalesce(g.price, m.default_price, 0) > 0
+    AND coalesce(g.price, m.default_price, 0) > 0)sql",
+                      listed_only ? "\n    AND i.tenant_id = ANY($7::text[])" : "", R"sql(
 ), sf AS MATERIALIZED (
   SELECT t.id AS tenant_id, tw.id AS trial_id,
          CASE WHEN t.billing_mode = 'postpaid' THEN r.id ELSE pw.id END AS main_id,
@@ -86,7 +103,13 @@ WITH recent AS (
   JOIN ledger_accounts tw ON tw.tenant_id = t.id AND tw.kind = 'trial_wallet' AND tw.owner = ''
   JOIN ledger_accounts pw ON pw.tenant_id = t.id AND pw.kind = 'paid_wallet' AND pw.owner = ''
   JOIN ledger_accounts r ON r.tenant_id = t.id AND r.kind = 'receivable' AND r.owner = ''
-), slow AS (
+))sql");
+}
+
+std::string BatchCtes(bool listed_only) {
+  return absl::StrCat("WITH ", kRecentCtes, ", ",
+                      internal::PricedMinutesCtes(internal::IntervalSource::kEventsOfRecent), ", ",
+                      ShortWayCtes(listed_only), R"sql(, slow AS (
   SELECT s.instance_id, s.billing_no, s.tenant_id, s.gpu_count, s.minute,
          (extract(epoch from s.running_since) * 1000000)::bigint AS start_us, s.unit_price,
          s.gpu_count * s.unit_price AS gross
@@ -235,8 +258,8 @@ constexpr char kChargedRowsFilter[] =
 // without another pass over the batch: every minute of an easy tenant (of
 // `sf` or of `fundsx`) is charged, and of the others those that pass the
 // filter.
-std::string FastBatchSql(bool app_rent) {
-  return absl::StrCat(BatchCtes(), ", charges AS (", ChargeRowsSql("batch"), "), ",
+std::string FastBatchSql(bool app_rent, bool listed_only) {
+  return absl::StrCat(BatchCtes(listed_only), ", charges AS (", ChargeRowsSql("batch"), "), ",
                       ShortfallCtes("batch", "capped_rows", app_rent),
                       " SELECT (SELECT coalesce(sum(n), 0) FROM sf WHERE easy)::bigint + "
                       "(SELECT coalesce(sum(n), 0) FROM fundsx WHERE easy)::bigint + "
@@ -244,12 +267,37 @@ std::string FastBatchSql(bool app_rent) {
                       AddOnColumnsSql(app_rent));
 }
 
+// The common case (see kRecentCtes): the easy tenants' minutes, every one
+// charged in full from one account. Returns (postings, the tenants of
+// `sf` that are not easy or NULL, whether `recent` has an instance, whether
+// a volume is live in [$3, $4)); the whole statement with listed_only
+// follows when either of the middle two says so.
+std::string ShortBatchSql() {
+  return absl::StrCat("WITH ", kRecentCtes, ", ", internal::MinutePriceCtes(), ", ",
+                      ShortWayCtes(false), R"sql(, charges AS (
+  INSERT INTO ledger_charges (instance_no, minute, gpu_count, unit_price, trial_account,
+    trial_micros, main_account, main_micros, revenue_account, at)
+  SELECT s.billing_no, s.minute, s.gpu_count, s.unit_price,
+         CASE WHEN f.all_trial THEN f.trial_id END,
+         CASE WHEN f.all_trial THEN s.gpu_count * s.unit_price ELSE 0 END,
+         CASE WHEN NOT f.all_trial THEN f.main_id END,
+         CASE WHEN f.all_trial THEN 0 ELSE s.gpu_count * s.unit_price END,
+         $6::bigint, $5::timestamptz
+  FROM s JOIN sf f USING (tenant_id)
+  WHERE f.easy
+)
+SELECT (SELECT coalesce(sum(n), 0) FROM sf WHERE easy)::bigint,
+       (SELECT array_agg(tenant_id) FROM sf WHERE NOT easy),
+       EXISTS (SELECT 1 FROM recent), )sql",
+                      internal::VolumesLiveSql("$3::bigint", "$4::bigint"));
+}
+
 // The slow path, after a charge of the batch was found present: the batch
 // goes to a temporary table, present keys are skipped and compared with
 // their recomputation column by column (same content: a no-op; different
 // content: CHARGE_CONTENT_CLASH).
 std::string SlowBatchTableSql() {
-  return absl::StrCat("CREATE TEMP TABLE billing_batch_full ON COMMIT DROP AS ", BatchCtes(),
+  return absl::StrCat("CREATE TEMP TABLE billing_batch_full ON COMMIT DROP AS ", BatchCtes(false),
                       " SELECT * FROM batch");
 }
 
@@ -303,13 +351,18 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
       // planned for each batch's own range: a generic plan was slower. An
       // app instance can be in the batch only if it is RUNNING or left
       // RUNNING after the cursor (as the intervals of PricedMinutesCtes);
-      // only then is the app-rent table created.
+      // only then is the app-rent table created. The RUNNING instances are
+      // counted (to size the batch) only when more than one minute is due,
+      // and the cursor row is locked before the savepoint of the fast path,
+      // which the same round trip takes.
       auto head = txn.exec(absl::StrCat(
           "SELECT pg_advisory_xact_lock(", internal::kMeteringLockKey, "); "
           "SET LOCAL jit = off; SET LOCAL work_mem = '256MB'; "
           "SET LOCAL plan_cache_mode = force_custom_plan; "
+          "SELECT FROM billing_cursor FOR UPDATE; SAVEPOINT billing_fast; "
           "SELECT c.billed_before_minute, ", kStopsPendingSql, ", "
-          "(SELECT count(*) FROM instances WHERE state = 'RUNNING'), "
+          "CASE WHEN c.billed_before_minute >= ", before_minute - 1, " THEN 1 "
+          "ELSE (SELECT count(*) FROM instances WHERE state = 'RUNNING') END, "
           "(SELECT id FROM ledger_accounts WHERE tenant_id IS NULL "
           " AND kind = 'platform_revenue' AND owner = ''), "
           "EXISTS (SELECT 1 FROM instance_apps a JOIN instances i ON i.id = a.instance_id "
@@ -317,7 +370,7 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
           "OR EXISTS (SELECT 1 FROM instance_events e JOIN instance_apps a "
           "           ON a.instance_id = e.instance_id WHERE e.from_state = 'RUNNING' "
           "           AND e.at > to_timestamp(c.billed_before_minute * 60)) "
-          "FROM billing_cursor c FOR UPDATE"));
+          "FROM billing_cursor c"));
       // Stops first: the next minutes must see them (an earlier run may have
       // ended before applying its stops).
       if (head[0][1].as<bool>()) {
@@ -356,33 +409,51 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
                                                options_.batch_minutes_max);
       const int64_t end = std::min(before_minute, cursor + span);
       // The fast path may fail on a charge already present; the savepoint
-      // keeps the rest of the transaction (and the app-rent table).
-      txn.exec(app_rent ? absl::StrCat(internal::kCreateAppRentTableSql,
-                                       "; SAVEPOINT billing_fast")
-                        : std::string("SAVEPOINT billing_fast"));
+      // (taken by the first round trip) keeps the rest of the transaction.
+      if (app_rent) txn.exec(internal::kCreateAppRentTableSql);
       internal::AddOnBatch addons;
       addons.platform_account = revenue;
       bool present = false;
       try {
-        // With app rent the statement writes a temporary table created by
-        // this transaction, so it is not kept prepared.
-        static const std::string* const kFastBatch = new std::string(FastBatchSql(false));
-        auto written =
-            app_rent ? txn.exec_params(FastBatchSql(true), SqlTime(MinuteStart(cursor)),
-                                       SqlTime(MinuteStart(end)), cursor, end, SqlTime(now),
-                                       revenue)
-                     : store::ExecPrepared(txn, "sv_billing_batch", *kFastBatch,
-                                           SqlTime(MinuteStart(cursor)),
-                                           SqlTime(MinuteStart(end)), cursor, end,
-                                           SqlTime(now), revenue);
-        postings = written[0][0].as<int64_t>();
-        addons.app_rent_rows = written[0][1].as<int64_t>() > 0;
-        addons.volumes_live = written[0][2].as<bool>();
+        if (app_rent) {
+          // The statement writes a temporary table created by this
+          // transaction, so it is not kept prepared.
+          auto written = txn.exec_params(FastBatchSql(true, false), SqlTime(MinuteStart(cursor)),
+                                         SqlTime(MinuteStart(end)), cursor, end, SqlTime(now),
+                                         revenue);
+          postings = written[0][0].as<int64_t>();
+          addons.app_rent_rows = written[0][1].as<int64_t>() > 0;
+          addons.volumes_live = written[0][2].as<bool>();
+        } else {
+          // The easy tenants first (kRecentCtes), then, only if some are
+          // left, the whole statement for those.
+          static const std::string* const kShortBatch = new std::string(ShortBatchSql());
+          auto easy = store::ExecPrepared(txn, "sv_billing_batch_easy", *kShortBatch,
+                                          SqlTime(MinuteStart(cursor)),
+                                          SqlTime(MinuteStart(end)), cursor, end,
+                                          SqlTime(now), revenue);
+          postings = easy[0][0].as<int64_t>();
+          addons.volumes_live = easy[0][3].as<bool>();
+          if (!easy[0][1].is_null() || easy[0][2].as<bool>()) {
+            // $7: the tenants left, as the text of the array returned.
+            static const std::string* const kRestBatch =
+                new std::string(FastBatchSql(false, true));
+            auto rest = store::ExecPrepared(
+                txn, "sv_billing_batch_rest", *kRestBatch, SqlTime(MinuteStart(cursor)),
+                SqlTime(MinuteStart(end)), cursor, end, SqlTime(now), revenue,
+                easy[0][1].is_null() ? std::string("{}") : easy[0][1].as<std::string>());
+            postings += rest[0][0].as<int64_t>();
+          }
+        }
       } catch (const pqxx::unique_violation&) {
         present = true;  // A charge of the batch exists: undo the statement.
       }
       if (present) {
-        txn.exec("ROLLBACK TO SAVEPOINT billing_fast");
+        // The rollback also drops the app-rent table created after the
+        // savepoint.
+        txn.exec(app_rent ? absl::StrCat("ROLLBACK TO SAVEPOINT billing_fast; ",
+                                         internal::kCreateAppRentTableSql)
+                          : std::string("ROLLBACK TO SAVEPOINT billing_fast"));
         txn.exec_params(SlowBatchTableSql(), SqlTime(MinuteStart(cursor)),
                         SqlTime(MinuteStart(end)), cursor, end);
         auto written = txn.exec_params(SlowBatchWriteSql(app_rent), SqlTime(MinuteStart(cursor)),

@@ -56,6 +56,8 @@ class BillingBatchTest : public ::testing::Test {
     return created->tenant.id;
   }
 
+  void CheckMixedBatch(bool cursor_set);
+
   std::string Run(const std::string& tenant, int gpus) {
     store::InstanceSpec spec;
     spec.name = absl::StrCat("i", ++counter_);
@@ -91,9 +93,18 @@ struct Charge {
   }
 };
 
-TEST_F(BillingBatchTest, MixedBatchAgreesWithModel) {
+// The batch below, either as the ledger's first (no cursor yet: the whole
+// statement, app rent possible) or after a run that set the cursor (the
+// statement of the easy tenants, then the whole one for the tenants it
+// leaves: mixed, short, resized, stopped, split).
+void BillingBatchTest::CheckMixedBatch(bool cursor_set) {
   const int64_t m0 = MinuteOf(clock_.Now());
   constexpr int64_t kMinutes = 60;  // One batch: m0 .. m0+59.
+  if (cursor_set) {
+    auto set = billing_->BillMinutesBefore(m0, clock_.Now());
+    ASSERT_TRUE(set.ok()) << set.status();
+    EXPECT_EQ(set->minutes_billed, 0);
+  }
   const int64_t kRich = 1'000 * kMicrosPerYuan;
   const int64_t kTrial = 10 * kMicrosPerYuan;
   // easy: covered by the paid wallet; its third instance starts mid-batch.
@@ -289,6 +300,10 @@ TEST_F(BillingBatchTest, MixedBatchAgreesWithModel) {
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(next->postings, 9);  // a1 a2 a3 b1 c1 e1 e2 f1 g1
 }
+
+TEST_F(BillingBatchTest, MixedBatchAgreesWithModel) { CheckMixedBatch(false); }
+
+TEST_F(BillingBatchTest, MixedBatchAfterCursorAgreesWithModel) { CheckMixedBatch(true); }
 
 // The database refuses a charge row that breaks any of its conditions, and
 // the auditor reports one that got past a dropped constraint.

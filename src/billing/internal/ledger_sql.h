@@ -52,7 +52,11 @@ enum class IntervalSource {
   kEventsOfRecheck,   // From the events, only instances in billing_recheck.
 };
 
-// CTEs iv, mins, prices, priced: every instance-minute of [$3, $4) (Unix
+// CTEs ms (each Unix minute of [$3, $4)) and prices (the GPU-minute price
+// book as item, price, from_us, until_us), without a leading comma.
+std::string MinutePriceCtes();
+
+// CTEs iv, ms, prices, mins, mprice, priced: every instance-minute of [$3, $4) (Unix
 // minutes; $1/$2 the same range as timestamptz) in a RUNNING interval, with
 // unit_price (effective at the minute's start) and gross = gpu_count x price.
 std::string PricedMinutesCtes(IntervalSource source);
