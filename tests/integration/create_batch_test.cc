@@ -11,9 +11,11 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <random>
 #include <pqxx/pqxx>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -178,6 +180,228 @@ TEST_F(CreateBatchTest, SpendCapRefusesOnlyItsTenant) {
   EXPECT_EQ(out[0]->refusal->allowed, 0);  // The cap.
   EXPECT_FALSE(out[1]->refusal.has_value());
   EXPECT_TRUE(out[1]->inserted);
+}
+
+// The set-based path (migration 0085): a tenant none of whose elements
+// needs the element-by-element path (no trial to grant, no request_id seen
+// before or repeated in the batch) is judged in one statement, and still
+// counts its limits element by element in order: with room for 2 the first
+// 2 of 3 are accepted and the third sees the 2 before it. Its gate is per
+// element (an 8-GPU create refused for credit does not use up room), and a
+// tenant on the old path in the same batch keeps its answers.
+TEST_F(CreateBatchTest, SetBasedTenantsCountTheirLimitsInOrder) {
+  auto [a, a_user] = NewTenant("alpha");
+  auto [b, b_user] = NewTenant("beta");
+  auto [c, c_user] = NewTenant("gamma");
+  auto [d, d_user] = NewTenant("delta");
+  // alpha may hold 2 unfinished instances, delta 1; beta's pending quota is
+  // the default below (2) and it holds one PENDING instance already; delta
+  // has had its trial (10 CNY) and gamma an earlier create.
+  for (const auto& [tenant, max] : {std::pair{a, 2}, std::pair{d, 1}}) {
+    Scalar(absl::StrCat("INSERT INTO tenant_quotas (tenant_id, gpus_in_use_max, "
+                        "pending_count_max, instances_max, updated_at) VALUES ('",
+                        tenant, "', 1000, 1000, ", max, ", now()) RETURNING 1"));
+  }
+  ASSERT_TRUE(store_->CreateInstances({Request(b, "b0")})[0].ok());
+  auto first = store_->CreateInstances({Request(c, "c0")});
+  ASSERT_TRUE(first[0].ok());
+  Scalar(absl::StrCat("SELECT sv_grant_trial('", d_user, "', ", kTrialMicros,
+                      ", now(), now() + interval '30 days')::int"));
+
+  std::vector<CreateRequest> batch;
+  for (const char* rid : {"a1", "a2", "a3"}) batch.push_back(Request(a, rid));
+  for (const char* rid : {"b1", "b2", "b3"}) {
+    batch.push_back(Request(b, rid));
+    batch.back().pending_max_default = 2;
+  }
+  batch.push_back(Request(c, "c0"));  // A retry: gamma takes the old path.
+  batch.push_back(Request(c, "c1"));
+  for (int gpus : {8, 1, 1}) {
+    batch.push_back(Request(d, absl::StrCat("d", batch.size())));
+    batch.back().spec.gpu_count = gpus;
+    batch.back().gate.trial_user_id = d_user;  // Already granted: set-based.
+    batch.back().gate.trial_amount_micros = kTrialMicros;
+    batch.back().gate.trial_expires_at = now_ + absl::Hours(24 * 30);
+    batch.back().gate.credit_minutes = 60;
+  }
+  auto out = store_->CreateInstances(batch);
+  ASSERT_EQ(out.size(), batch.size());
+  auto created = [&](size_t i) {
+    return out[i].ok() && !out[i]->refusal.has_value() && out[i]->inserted;
+  };
+  EXPECT_TRUE(created(0) && created(1));
+  ASSERT_FALSE(out[2].ok());
+  EXPECT_EQ(sv::ReasonOf(out[2].status()), "INSTANCE_LIMIT_REACHED");
+  EXPECT_EQ(out[2].status().message(),
+            "the tenant already has 2 unfinished instances, the most allowed (2)");
+  EXPECT_TRUE(created(3));
+  for (size_t i : {4, 5}) {
+    ASSERT_FALSE(out[i].ok()) << i;
+    EXPECT_EQ(sv::ReasonOf(out[i].status()), "QUOTA_EXCEEDED");
+    EXPECT_EQ(out[i].status().message(), "the tenant has 2 pending instances; its quota allows 2");
+  }
+  ASSERT_TRUE(out[6].ok());
+  EXPECT_FALSE(out[6]->inserted);
+  EXPECT_EQ(out[6]->record.id, first[0]->record.id);
+  EXPECT_TRUE(created(7));
+  ASSERT_TRUE(out[8].ok());
+  ASSERT_TRUE(out[8]->refusal.has_value());
+  EXPECT_EQ(out[8]->refusal->reason, "INSUFFICIENT_CREDIT");
+  EXPECT_EQ(out[8]->refusal->used, 8 * 60 * 33'000);
+  EXPECT_EQ(out[8]->refusal->allowed, kTrialMicros);
+  EXPECT_TRUE(created(9));
+  ASSERT_FALSE(out[10].ok());
+  EXPECT_EQ(out[10].status().message(),
+            "the tenant already has 1 unfinished instances, the most allowed (1)");
+
+  // What was written: the accepted rows with one event each, in order.
+  EXPECT_EQ(Scalar("SELECT count(*) FROM instances"), 2 + 5);
+  EXPECT_EQ(Scalar("SELECT count(*) FROM instance_events WHERE to_state = 'PENDING'"), 7);
+  EXPECT_EQ(Scalar(absl::StrCat("SELECT count(*) FROM instances WHERE tenant_id = '", a,
+                                "' AND request_id IN ('a1', 'a2')")),
+            2);
+  EXPECT_EQ(Scalar(absl::StrCat("SELECT (max(queue_seq) FILTER (WHERE request_id = 'a2') > "
+                                "max(queue_seq) FILTER (WHERE request_id = 'a1'))::int FROM "
+                                "instances WHERE tenant_id = '", a, "'")),
+            1);
+  // A create moves no money: delta's trial wallet is untouched.
+  EXPECT_EQ(Scalar(absl::StrCat("SELECT balance_micros FROM ledger_accounts WHERE tenant_id = '",
+                                d, "' AND kind = 'trial_wallet'")),
+            kTrialMicros);
+}
+
+// sv_create_gate (one element) answers as the set-based gate does, through
+// the one definition: no gate, a refusal for credit, a spend cap.
+TEST_F(CreateBatchTest, OneElementGateIsTheSetBasedGate) {
+  auto [a, a_user] = NewTenant("alpha");
+  auto gate = [&](int gpus, int minutes, int64_t since) {
+    pqxx::connection conn(url_);
+    pqxx::nontransaction n(conn);
+    auto row = n.exec1(absl::StrCat("SELECT verdict, coalesce(used, -1), coalesce(allowed, -1) "
+                                    "FROM sv_create_gate('", a, "', ", gpus,
+                                    ", 'RTX 4090', now(), ", minutes, ", ", since, ")"));
+    return absl::StrCat(row[0].as<std::string>(), " ", row[1].as<int64_t>(), " ",
+                        row[2].as<int64_t>());
+  };
+  EXPECT_EQ(gate(1, -1, -1), "OK -1 -1");
+  EXPECT_EQ(gate(1, 0, -1), "OK -1 -1");
+  EXPECT_EQ(gate(2, 10, -1), "INSUFFICIENT_CREDIT 660000 0");
+  EXPECT_EQ(gate(1, -1, 0), "OK -1 -1");  // No budget row.
+  Scalar(absl::StrCat("INSERT INTO tenant_budgets (tenant_id, monthly_spend_cap_micros, "
+                      "updated_at) VALUES ('", a, "', 0, now()) RETURNING 1"));
+  EXPECT_EQ(gate(1, -1, 0), "SPEND_CAP_REACHED 0 0");
+  EXPECT_EQ(gate(1, 10, 0), "INSUFFICIENT_CREDIT 330000 0");  // Credit is checked first.
+}
+
+// Model-based: random batches over tenants with random limits, credit,
+// retries, reused and repeated request_ids; an independent simple model,
+// element by element in order, predicts every answer and the rows written.
+TEST_F(CreateBatchTest, RandomBatchesMatchAnElementByElementModel) {
+  struct ModelTenant {
+    std::string id, user;
+    int instances_max = 1000;
+    int pending_max = -1;  // The batch's default; -1: none.
+    bool trial = false;    // Its elements ask for the trial.
+    bool granted = false;
+    std::map<std::string, std::string> fingerprints;  // request_id -> fingerprint.
+    int64_t unfinished = 0;
+  };
+  std::mt19937 random(20261130);
+  std::vector<ModelTenant> tenants;
+  for (int t = 0; t < 5; ++t) {
+    ModelTenant m;
+    std::tie(m.id, m.user) = NewTenant(absl::StrCat("m", t));
+    m.instances_max = t == 0 ? 1000 : static_cast<int>(random() % 6);
+    m.pending_max = t % 2 == 0 ? static_cast<int>(random() % 5) : -1;
+    m.trial = t >= 2;
+    if (t != 0) {
+      Scalar(absl::StrCat("INSERT INTO tenant_quotas (tenant_id, gpus_in_use_max, "
+                          "pending_count_max, instances_max, updated_at) VALUES ('",
+                          m.id, "', 1000, 1000, ", m.instances_max, ", now()) RETURNING 1"));
+    }
+    tenants.push_back(m);
+  }
+  int checked = 0;
+  for (int round = 0; round < 12; ++round) {
+    std::vector<CreateRequest> batch;
+    std::vector<size_t> owner;
+    const int size = 1 + static_cast<int>(random() % 12);
+    for (int e = 0; e < size; ++e) {
+      const size_t t = random() % tenants.size();
+      CreateRequest r = Request(tenants[t].id, absl::StrCat("r", random() % 8),
+                                random() % 4 == 0 ? "g" : "f");
+      r.spec.gpu_count = random() % 3 == 0 ? 8 : 1;
+      r.pending_max_default = tenants[t].pending_max;
+      if (tenants[t].trial) {
+        r.gate.trial_user_id = tenants[t].user;
+        r.gate.trial_amount_micros = kTrialMicros;
+        r.gate.trial_expires_at = now_ + absl::Hours(24 * 30);
+        r.gate.credit_minutes = 60;  // 1 GPU: 1.98 CNY; 8 GPUs: 15.84 (over 10).
+      }
+      batch.push_back(r);
+      owner.push_back(t);
+    }
+    auto out = store_->CreateInstances(batch);
+    ASSERT_EQ(out.size(), batch.size());
+    // The model, in array order per tenant (tenants are independent).
+    for (size_t i = 0; i < batch.size(); ++i) {
+      ModelTenant& m = tenants[owner[i]];
+      const CreateRequest& r = batch[i];
+      const std::string where = absl::StrCat("round ", round, " element ", i);
+      if (m.trial) m.granted = true;
+      if (auto seen = m.fingerprints.find(r.request_id); seen != m.fingerprints.end()) {
+        if (seen->second == r.fingerprint) {
+          ASSERT_TRUE(out[i].ok()) << where << out[i].status();
+          EXPECT_FALSE(out[i]->inserted) << where;
+        } else {
+          EXPECT_EQ(sv::ReasonOf(out[i].status()), "REQUEST_ID_REUSED") << where;
+        }
+        ++checked;
+        continue;
+      }
+      const int64_t needed = int64_t{33'000} * r.spec.gpu_count * 60;
+      if (m.trial && needed > kTrialMicros) {
+        ASSERT_TRUE(out[i].ok()) << where << out[i].status();
+        ASSERT_TRUE(out[i]->refusal.has_value()) << where;
+        EXPECT_EQ(out[i]->refusal->reason, "INSUFFICIENT_CREDIT") << where;
+        EXPECT_EQ(out[i]->refusal->used, needed) << where;
+        EXPECT_EQ(out[i]->refusal->allowed, kTrialMicros) << where;
+      } else if (m.unfinished >= m.instances_max) {
+        EXPECT_EQ(sv::ReasonOf(out[i].status()), "INSTANCE_LIMIT_REACHED") << where;
+        EXPECT_EQ(out[i].status().message(),
+                  absl::StrCat("the tenant already has ", m.unfinished,
+                               " unfinished instances, the most allowed (", m.instances_max,
+                               ")"))
+            << where;
+      } else if (m.pending_max >= 0 && m.unfinished >= m.pending_max) {
+        EXPECT_EQ(sv::ReasonOf(out[i].status()), "QUOTA_EXCEEDED") << where;
+        EXPECT_EQ(out[i].status().message(),
+                  absl::StrCat("the tenant has ", m.unfinished, " pending instances; its quota "
+                               "allows ", m.pending_max))
+            << where;
+      } else {
+        ASSERT_TRUE(out[i].ok()) << where << out[i].status();
+        EXPECT_FALSE(out[i]->refusal.has_value()) << where;
+        EXPECT_TRUE(out[i]->inserted) << where;
+        m.fingerprints[r.request_id] = r.fingerprint;
+        ++m.unfinished;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 50);
+  for (const ModelTenant& m : tenants) {
+    EXPECT_EQ(Scalar(absl::StrCat("SELECT count(*) FROM instances WHERE tenant_id = '", m.id,
+                                  "' AND state = 'PENDING'")),
+              m.unfinished)
+        << m.id;
+    EXPECT_EQ(Scalar(absl::StrCat("SELECT count(*) FROM trial_grants WHERE user_id = '", m.user,
+                                  "'")),
+              m.granted ? 1 : 0)
+        << m.id;
+  }
+  EXPECT_EQ(Scalar("SELECT count(*) FROM instance_events"),
+            Scalar("SELECT count(*) FROM instances"));
 }
 
 // Deletes of one batch: each its own answer, another tenant's instance is
