@@ -143,18 +143,22 @@ absl::StatusOr<Invoice> Billing::IssueInvoice(const std::string& tenant_id,
 }
 
 absl::Status Billing::IssueDueInvoices(absl::Time now) {
-  // The month before the one `now` is in, for every postpaid tenant that has
-  // no invoice for it yet.
+  // The month before the one `now` is in, for every tenant that was
+  // postpaid at some time in it (postpaid now and since before its end, or
+  // postpaid until after its start) and has no invoice for it yet.
   const absl::CivilMonth current = absl::ToCivilMonth(now, Shanghai());
   const absl::Time previous = absl::FromCivil(current - 1, Shanghai());
+  const absl::Time previous_end = absl::FromCivil(current, Shanghai());
   std::vector<std::string> due;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
     due.clear();
     auto rows = txn.exec_params(
-        "SELECT t.id FROM tenants t WHERE t.billing_mode = 'postpaid' AND NOT EXISTS "
-        "(SELECT 1 FROM invoices v WHERE v.tenant_id = t.id "
+        "SELECT t.id FROM tenants t WHERE "
+        "((t.billing_mode = 'postpaid' AND coalesce(t.postpaid_since, t.created_at) < "
+        "  $2::timestamptz) OR t.postpaid_until > $1::timestamptz) "
+        "AND NOT EXISTS (SELECT 1 FROM invoices v WHERE v.tenant_id = t.id "
         "AND v.period_start = $1::timestamptz) ORDER BY t.id LIMIT 100",
-        SqlTime(previous));
+        SqlTime(previous), SqlTime(previous_end));
     for (const auto& r : rows) due.push_back(r[0].as<std::string>());
     return absl::OkStatus();
   }));
@@ -171,11 +175,22 @@ absl::StatusOr<std::vector<Invoice>> Billing::ListInvoices(const std::string& te
                                                            const std::string& after_id,
                                                            int limit) {
   std::vector<Invoice> out;
-  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
     out.clear();
+    // Newest period first; a page continues after the invoice whose id is
+    // the token (ids are random, so the key is (period_start, id)).
+    if (!after_id.empty() &&
+        txn.exec_params("SELECT 1 FROM invoices WHERE tenant_id = $1 AND id = $2", tenant_id,
+                        after_id)
+            .empty()) {
+      return Error(absl::StatusCode::kInvalidArgument, "INVALID_PAGE_TOKEN",
+                   "page_token is not one this server returned");
+    }
     auto rows = txn.exec_params(
         absl::StrCat("SELECT ", kInvoiceColumns,
-                     " FROM invoices WHERE tenant_id = $1 AND id > $2 ORDER BY id LIMIT $3"),
+                     " FROM invoices WHERE tenant_id = $1 AND ($2 = '' OR (period_start, id) < "
+                     "(SELECT period_start, id FROM invoices WHERE tenant_id = $1 AND id = $2)) "
+                     "ORDER BY period_start DESC, id DESC LIMIT $3"),
         tenant_id, after_id, limit);
     for (const auto& r : rows) out.push_back(ReadInvoice(txn, r));
     return absl::OkStatus();

@@ -162,9 +162,17 @@ absl::Status Billing::SetBillingMode(const std::string& tenant_id, BillingMode m
                  "credit_limit_micros must be >= 0, and 0 for prepaid tenants");
   }
   return db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    // A switch records when postpaid began or ended (for the invoicer);
+    // setting the mode a tenant already has keeps the times.
     auto rows = txn.exec_params(
-        "UPDATE tenants SET billing_mode = $2 WHERE id = $1 RETURNING id", tenant_id,
-        mode == BillingMode::kPostpaid ? "postpaid" : "prepaid");
+        "UPDATE tenants SET billing_mode = $2, "
+        "postpaid_since = CASE WHEN $2 = 'postpaid' AND billing_mode <> 'postpaid' "
+        "  THEN $3::timestamptz ELSE postpaid_since END, "
+        "postpaid_until = CASE WHEN $2 = 'prepaid' AND billing_mode = 'postpaid' "
+        "  THEN $3::timestamptz ELSE postpaid_until END "
+        "WHERE id = $1 RETURNING id",
+        tenant_id, mode == BillingMode::kPostpaid ? "postpaid" : "prepaid",
+        store::SqlTime(clock_.Now()));
     if (rows.empty()) {
       return Error(absl::StatusCode::kNotFound, "TENANT_NOT_FOUND", "no such tenant");
     }

@@ -7,12 +7,20 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "cli/commands.h"
 #include "sv/v1/billing.grpc.pb.h"
 
 namespace sv::cli {
 namespace {
+
+// An amount in fen as CNY with two decimals, e.g. -0.05 CNY.
+std::string Fen(int64_t fen) {
+  const bool negative = fen < 0;
+  const uint64_t abs = negative ? 0 - static_cast<uint64_t>(fen) : static_cast<uint64_t>(fen);
+  return absl::StrFormat("%s%d.%02d CNY", negative ? "-" : "", abs / 100, abs % 100);
+}
 
 std::string Time(const google::protobuf::Timestamp& t) {
   if (t.seconds() == 0 && t.nanos() == 0) return "-";
@@ -171,24 +179,48 @@ void AddTenantCommands(CLI::App& app, Action* action) {
         v1::Invoice invoice;
         grpc::Status status = stub->GetInvoice(s.Context().get(), request, &invoice);
         if (!status.ok()) return FailRpc(status, s);
-        PrintJson(invoice, std::cout);
+        if (s.format() == Format::kJson) {
+          PrintJson(invoice, std::cout);
+          return kExitOk;
+        }
+        PrintTable({{"invoice", invoice.id()},
+                    {"period", absl::StrCat(invoice.period(), " (Asia/Shanghai; ",
+                                            Time(invoice.period_start_time()), " to ",
+                                            Time(invoice.period_end_time()), ")")},
+                    {"issued", Time(invoice.issue_time())},
+                    {"total", absl::StrCat(Fen(invoice.total_fen()), " (exact ",
+                                           Yuan(invoice.total_micros()), ")")}},
+                   std::cout);
+        std::cout << "\n";
+        std::vector<std::vector<std::string>> lines = {
+            {"KIND", "INSTANCE", "GPU MODEL", "GPU-MINUTES", "AMOUNT"}};
+        for (const auto& l : invoice.lines()) {
+          lines.push_back({l.kind(), l.instance_id().empty() ? "-" : l.instance_id(),
+                           l.gpu_model().empty() ? "-" : l.gpu_model(),
+                           l.gpu_minutes() > 0 ? std::to_string(l.gpu_minutes()) : "-",
+                           Fen(l.amount_fen())});
+        }
+        PrintTable(lines, std::cout);
+        std::cout << "Each line is rounded to fen; the total is the sum of the lines.\n";
         return kExitOk;
       }
-      v1::ListInvoicesResponse response;
-      grpc::Status status = stub->ListInvoices(s.Context().get(), {}, &response);
-      if (!status.ok()) return FailRpc(status, s);
+      // Every page, newest period first.
+      v1::ListInvoicesResponse all;
+      v1::ListInvoicesRequest request;
+      do {
+        v1::ListInvoicesResponse page;
+        grpc::Status status = stub->ListInvoices(s.Context().get(), request, &page);
+        if (!status.ok()) return FailRpc(status, s);
+        for (auto& inv : *page.mutable_invoices()) *all.add_invoices() = std::move(inv);
+        request.set_page_token(page.next_page_token());
+      } while (!request.page_token().empty());
       if (s.format() == Format::kJson) {
-        PrintJson(response, std::cout);
+        PrintJson(all, std::cout);
         return kExitOk;
       }
       std::vector<std::vector<std::string>> rows = {{"ID", "PERIOD", "TOTAL", "ISSUED"}};
-      for (const auto& inv : response.invoices()) {
-        rows.push_back({inv.id(), inv.period(),
-                        absl::StrCat(inv.total_fen() / 100, ".",
-                                     absl::StrCat(std::abs(inv.total_fen() % 100) < 10 ? "0" : "",
-                                                  std::abs(inv.total_fen() % 100)),
-                                     " CNY"),
-                        Time(inv.issue_time())});
+      for (const auto& inv : all.invoices()) {
+        rows.push_back({inv.id(), inv.period(), Fen(inv.total_fen()), Time(inv.issue_time())});
       }
       PrintTable(rows, std::cout);
       return kExitOk;

@@ -537,7 +537,69 @@ TEST_F(BillingTest, PostpaidInvoiceEqualsLedger) {
     return absl::OkStatus();
   });
   EXPECT_FALSE(edit.ok());
+
+  // Listed newest period first, a page at a time (ids are random, so not
+  // in id order); a token that is not one of the tenant's invoices is
+  // refused.
+  for (int month_of_year : {9, 10}) {
+    ASSERT_TRUE(billing
+                    .IssueInvoice(tenant,
+                                  absl::FromCivil(absl::CivilSecond(2026, month_of_year, 15, 0, 0, 0),
+                                                  absl::UTCTimeZone()),
+                                  clock_.Now())
+                    .ok());
+  }
+  auto first = billing.ListInvoices(tenant, "", 2);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->size(), 2u);
+  EXPECT_EQ((*first)[0].period, "2026-11");
+  EXPECT_EQ((*first)[1].period, "2026-10");
+  auto rest = billing.ListInvoices(tenant, (*first)[1].id, 2);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  ASSERT_EQ(rest->size(), 1u);
+  EXPECT_EQ((*rest)[0].period, "2026-09");
+  auto bad = billing.ListInvoices(tenant, "inv-notours", 2);
+  EXPECT_EQ(ReasonOf(bad.status()), "INVALID_PAGE_TOKEN");
   ExpectAuditClean(billing);
+}
+
+// The monthly invoicer issues a month's invoice to every tenant that was
+// postpaid at some time in it: one still postpaid, and one that went back
+// to prepaid during the month (its debt must still be invoiced), but none
+// to a tenant that became postpaid only after the month ended.
+TEST_F(BillingTest, InvoicesGoToTenantsPostpaidInTheMonth) {
+  Billing billing = MakeBilling();
+  auto at = [](int month, int day) {
+    return absl::FromCivil(absl::CivilSecond(2026, month, day, 12, 0, 0), absl::UTCTimeZone());
+  };
+  clock_.Set(at(11, 20));
+  auto [always, u1] = NewTenant("always");
+  auto [left, u2] = NewTenant("left");
+  auto [late, u3] = NewTenant("late");
+  auto [never, u4] = NewTenant("never");
+  ASSERT_TRUE(billing.SetBillingMode(always, BillingMode::kPostpaid, kMicrosPerYuan).ok());
+  ASSERT_TRUE(billing.SetBillingMode(left, BillingMode::kPostpaid, kMicrosPerYuan).ok());
+  clock_.Set(at(11, 25));
+  ASSERT_TRUE(billing.SetBillingMode(left, BillingMode::kPrepaid, 0).ok());
+  // Setting the mode a tenant has keeps its postpaid start.
+  ASSERT_TRUE(billing.SetBillingMode(always, BillingMode::kPostpaid, 2 * kMicrosPerYuan).ok());
+  clock_.Set(at(12, 5));
+  ASSERT_TRUE(billing.SetBillingMode(late, BillingMode::kPostpaid, kMicrosPerYuan).ok());
+  clock_.Set(at(12, 10));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  auto periods = [&](const std::string& tenant) {
+    std::vector<std::string> out;
+    auto invoices = billing.ListInvoices(tenant, "", 10);
+    EXPECT_TRUE(invoices.ok()) << invoices.status();
+    if (invoices.ok()) {
+      for (const auto& inv : *invoices) out.push_back(inv.period);
+    }
+    return out;
+  };
+  EXPECT_EQ(periods(always), std::vector<std::string>{"2026-11"});
+  EXPECT_EQ(periods(left), std::vector<std::string>{"2026-11"});
+  EXPECT_TRUE(periods(late).empty());
+  EXPECT_TRUE(periods(never).empty());
 }
 
 // At expiry, what is left of the trial goes back to the promotion expense;
