@@ -96,7 +96,7 @@ fms AS MATERIALIZED (
                     AND CASE WHEN t.billing_mode = 'postpaid'
                              THEN r.balance_micros + r.credit_limit_micros
                              ELSE pw.balance_micros END >= st.total)) AS easy,
-         st.n
+         st.n, st.total
   FROM (SELECT tenant_id, sum(gpu_count * unit_price)::bigint AS total, count(*) AS n
         FROM s GROUP BY tenant_id) st
   JOIN tenants t ON t.id = st.tenant_id
@@ -270,8 +270,13 @@ std::string FastBatchSql(bool app_rent, bool listed_only) {
 // The common case (see kRecentCtes): the easy tenants' minutes, every one
 // charged in full from one account. Returns (postings, the tenants of
 // `sf` that are not easy or NULL, whether `recent` has an instance, whether
-// a volume is live in [$3, $4)); the whole statement with listed_only
-// follows when either of the middle two says so.
+// a volume is live in [$3, $4), whether every account was found); the
+// whole statement with listed_only follows when the second or third says
+// so. With sv.charges_balanced on (migration 0090) the balance trigger
+// does not fire: the statement moves the balances itself, from the sums of
+// `sf` (each easy tenant's total from its one account, their sum to
+// revenue) rather than from the new rows, the same deltas the trigger
+// would apply; the last column checks that each of those accounts exists.
 std::string ShortBatchSql() {
   return absl::StrCat("WITH ", kRecentCtes, ", ", internal::MinutePriceCtes(), ", ",
                       ShortWayCtes(false), R"sql(, charges AS (
@@ -285,11 +290,22 @@ std::string ShortBatchSql() {
          $6::bigint, $5::timestamptz
   FROM s JOIN sf f USING (tenant_id)
   WHERE f.easy
+), deltas AS (
+  SELECT CASE WHEN all_trial THEN trial_id ELSE main_id END AS account_id,
+         -total AS delta
+  FROM sf WHERE easy
+  UNION ALL
+  SELECT $6::bigint, sum(total)::bigint FROM sf WHERE easy HAVING count(*) > 0
+), balances AS (
+  UPDATE ledger_accounts a SET balance_micros = a.balance_micros + d.delta
+  FROM deltas d WHERE a.id = d.account_id
+  RETURNING 1
 )
 SELECT (SELECT coalesce(sum(n), 0) FROM sf WHERE easy)::bigint,
        (SELECT array_agg(tenant_id) FROM sf WHERE NOT easy),
        EXISTS (SELECT 1 FROM recent), )sql",
-                      internal::VolumesLiveSql("$3::bigint", "$4::bigint"));
+                      internal::VolumesLiveSql("$3::bigint", "$4::bigint"), R"sql(,
+       (SELECT count(*) FROM balances) = (SELECT count(*) FROM deltas))sql");
 }
 
 // The slow path, after a charge of the batch was found present: the batch
@@ -360,6 +376,7 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
           "SET LOCAL jit = off; SET LOCAL work_mem = '256MB'; "
           "SET LOCAL plan_cache_mode = force_custom_plan; "
           "SELECT FROM billing_cursor FOR UPDATE; SAVEPOINT billing_fast; "
+          "SET LOCAL sv.charges_balanced = on; "
           "SELECT c.billed_before_minute, ", kStopsPendingSql, ", "
           "CASE WHEN c.billed_before_minute >= ", before_minute - 1, " THEN 1 "
           "ELSE (SELECT count(*) FROM instances WHERE state = 'RUNNING') END, "
@@ -410,7 +427,14 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
       const int64_t end = std::min(before_minute, cursor + span);
       // The fast path may fail on a charge already present; the savepoint
       // (taken by the first round trip) keeps the rest of the transaction.
-      if (app_rent) txn.exec(internal::kCreateAppRentTableSql);
+      // sv.charges_balanced (migration 0090) stays on only for the
+      // statement of the easy tenants: every other statement that inserts
+      // charges runs with the balance trigger (the rollback to the savepoint
+      // turns it off for the slow path).
+      if (app_rent) {
+        txn.exec(absl::StrCat(internal::kCreateAppRentTableSql,
+                              "; SET LOCAL sv.charges_balanced = off"));
+      }
       internal::AddOnBatch addons;
       addons.platform_account = revenue;
       bool present = false;
@@ -434,7 +458,12 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
                                           SqlTime(now), revenue);
           postings = easy[0][0].as<int64_t>();
           addons.volumes_live = easy[0][3].as<bool>();
+          if (!easy[0][4].as<bool>()) {
+            return Error(absl::StatusCode::kInternal, "LEDGER_ACCOUNT_MISSING",
+                         "a charge names an account that does not exist");
+          }
           if (!easy[0][1].is_null() || easy[0][2].as<bool>()) {
+            txn.exec("SET LOCAL sv.charges_balanced = off");
             // $7: the tenants left, as the text of the array returned.
             static const std::string* const kRestBatch =
                 new std::string(FastBatchSql(false, true));
