@@ -27,20 +27,24 @@ async function refreshRevenue() {
   const dayPoints = days.points || [];
   draw('revenue-day-chart', dayPoints);
   draw('revenue-month-chart', months.points || []);
-  let charged = 0n, net = 0n, refunds = 0n;
+  let charged = 0n, net = 0n, refunds = 0n, unpaid = 0n;
   for (const p of dayPoints) {
     charged += BigInt(p.chargedMicros);
     net += BigInt(p.netRevenueMicros);
     refunds += BigInt(p.slaRefundsMicros);
+    unpaid += BigInt(p.shortfallMicros || 0);
   }
   const kpi = document.getElementById('kpi-charged');
   kpi.textContent = formatMoney(charged);
   kpi.dataset.micros = charged.toString();
   document.getElementById('kpi-net').textContent = formatMoney(net);
   document.getElementById('kpi-refunds').textContent = formatMoney(refunds);
+  document.getElementById('kpi-unpaid').textContent = formatMoney(unpaid);
   fillTable(document.querySelector('#revenue-table tbody'), dayPoints.slice().reverse(), (p) => [
     p.period, formatMoney(p.chargedMicros), formatMoney(p.trialChargedMicros),
-    formatMoney(p.slaRefundsMicros), formatMoney(p.topupsMicros), formatMoney(p.netRevenueMicros)]);
+    formatMoney(p.appFeesMicros || 0), formatMoney(p.storageMicros || 0),
+    formatMoney(p.slaRefundsMicros), formatMoney(p.shortfallMicros || 0),
+    formatMoney(p.topupsMicros), formatMoney(p.netRevenueMicros)]);
 }
 
 async function refreshRefunds() {

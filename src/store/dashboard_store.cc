@@ -57,6 +57,15 @@ WITH t AS (
   SELECT t.kind, t.amount_micros, fa.kind AS from_kind, t.at AS ts
   FROM ledger_transfers t JOIN ledger_accounts fa ON fa.id = t.from_account_id
   WHERE t.kind IN ('sla_refund', 'topup') AND t.at >= $1::timestamptz AND t.at < $2::timestamptz
+  UNION ALL
+  -- App fees (the platform's part) and storage, by posting time.
+  SELECT t.kind, t.amount_micros, fa.kind AS from_kind, t.at AS ts
+  FROM ledger_transfers t JOIN ledger_accounts fa ON fa.id = t.from_account_id
+  JOIN ledger_accounts ta ON ta.id = t.to_account_id AND ta.kind = 'platform_revenue'
+  WHERE t.kind IN ('app_fee', 'storage') AND t.at >= $1::timestamptz AND t.at < $2::timestamptz
+  UNION ALL
+  SELECT 'shortfall', s.shortfall_micros, '', to_timestamp(s.usage_minute * 60)
+  FROM billing_shortfalls s WHERE s.usage_minute >= $3 AND s.usage_minute < $4
 ), p AS (
   SELECT date_trunc(')sql", monthly ? "month" : "day", R"sql(', ts AT TIME ZONE 'Asia/Shanghai') AS period, *
   FROM t
@@ -66,7 +75,12 @@ SELECT to_char(period, ')sql", monthly ? "YYYY-MM" : "YYYY-MM-DD", R"sql('),
        coalesce(sum(amount_micros) FILTER (WHERE kind = 'charge'), 0)::bigint,
        coalesce(sum(amount_micros) FILTER (WHERE kind = 'charge' AND from_kind = 'trial_wallet'), 0)::bigint,
        coalesce(sum(amount_micros) FILTER (WHERE kind = 'sla_refund'), 0)::bigint,
-       coalesce(sum(amount_micros) FILTER (WHERE kind = 'topup'), 0)::bigint
+       coalesce(sum(amount_micros) FILTER (WHERE kind = 'topup'), 0)::bigint,
+       coalesce(sum(amount_micros) FILTER (WHERE kind = 'app_fee'), 0)::bigint,
+       coalesce(sum(amount_micros) FILTER (WHERE kind = 'app_fee' AND from_kind = 'trial_wallet'), 0)::bigint,
+       coalesce(sum(amount_micros) FILTER (WHERE kind = 'storage'), 0)::bigint,
+       coalesce(sum(amount_micros) FILTER (WHERE kind = 'storage' AND from_kind = 'trial_wallet'), 0)::bigint,
+       coalesce(sum(amount_micros) FILTER (WHERE kind = 'shortfall'), 0)::bigint
 FROM p GROUP BY period ORDER BY period
 )sql");
   const int64_t from_minute = absl::ToUnixSeconds(from) / 60;
@@ -82,6 +96,11 @@ FROM p GROUP BY period ORDER BY period
       r.trial_charged_micros = row[3].as<int64_t>();
       r.sla_refunds_micros = row[4].as<int64_t>();
       r.topups_micros = row[5].as<int64_t>();
+      r.app_fees_micros = row[6].as<int64_t>();
+      r.app_fees_trial_micros = row[7].as<int64_t>();
+      r.storage_micros = row[8].as<int64_t>();
+      r.storage_trial_micros = row[9].as<int64_t>();
+      r.shortfall_micros = row[10].as<int64_t>();
       out.push_back(std::move(r));
     }
     return absl::OkStatus();

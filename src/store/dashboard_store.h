@@ -23,6 +23,11 @@ struct RevenuePointRow {
   int64_t trial_charged_micros = 0;
   int64_t sla_refunds_micros = 0;
   int64_t topups_micros = 0;
+  int64_t app_fees_micros = 0;        // The platform's part of app fees.
+  int64_t app_fees_trial_micros = 0;  // Of which paid from trial credit.
+  int64_t storage_micros = 0;
+  int64_t storage_trial_micros = 0;
+  int64_t shortfall_micros = 0;  // GPU rent run but not paid, by minute of use.
 };
 
 struct SlaRefundMetricRow {

@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "control/scheduling.h"
 #include "gtest/gtest.h"
+#include "store/dashboard_store.h"
 #include "store/migrations.h"
 #include "tests/integration/harness.h"
 
@@ -352,6 +353,13 @@ TEST_F(BillingTest, StopsWithinAMinuteOfRunningOut) {
   auto summary = billing.GetRevenueSummary(absl::InfinitePast(), absl::InfiniteFuture());
   EXPECT_EQ(summary->shortfall_micros, 88'000 + 264'000);
   EXPECT_EQ(CountFor("billing_shortfalls", id), 2);
+  // The operator's dashboard shows it as unpaid, in the day it was used.
+  store::DashboardStore dashboard(*db_);
+  auto points = dashboard.RevenueSeries(MinuteStart(m0), clock_.Now(), false);
+  ASSERT_TRUE(points.ok()) << points.status();
+  int64_t unpaid = 0;
+  for (const auto& p : *points) unpaid += p.shortfall_micros;
+  EXPECT_EQ(unpaid, 88'000 + 264'000);
   EXPECT_EQ(CountFor("billing_stops", id), 1);
   ExpectAuditClean(billing);
 }

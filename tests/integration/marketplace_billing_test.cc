@@ -16,6 +16,7 @@
 #include "api/errors.h"
 #include "billing/billing.h"
 #include "common/clock.h"
+#include "store/dashboard_store.h"
 #include "store/database.h"
 #include "store/store.h"
 #include "sv/v1/instance.grpc.pb.h"
@@ -211,6 +212,20 @@ TEST(MarketplaceBillingTest, LaunchChargesRentAndSplitAppFeeEveryMinute) {
             summary->charged_micros + summary->app_fees_micros -
                 summary->app_fees_to_publishers_micros + summary->storage_micros +
                 summary->adjustments_net_micros);
+  // The operator's dashboard counts the platform's part of the app fees and
+  // the storage in its revenue series.
+  {
+    store::DashboardStore dashboard(db);
+    auto points = dashboard.RevenueSeries(absl::UnixEpoch(), end + absl::Hours(1), false);
+    ASSERT_TRUE(points.ok()) << points.status();
+    int64_t app_fees = 0, storage = 0;
+    for (const auto& p : *points) {
+      app_fees += p.app_fees_micros;
+      storage += p.storage_micros;
+    }
+    EXPECT_EQ(app_fees, fees_total - publisher_total);
+    EXPECT_EQ(storage, summary->storage_micros);
+  }
 
   // The publisher's report agrees with the ledger.
   v1::PublisherEarnings earnings;
