@@ -277,6 +277,8 @@ std::string FastBatchSql(bool app_rent, bool listed_only) {
 // `sf` (each easy tenant's total from its one account, their sum to
 // revenue) rather than from the new rows, the same deltas the trigger
 // would apply; the last column checks that each of those accounts exists.
+// It also moves the cursor to $4, so a batch that needs no other statement
+// is done without another round trip.
 std::string ShortBatchSql() {
   return absl::StrCat("WITH ", kRecentCtes, ", ", internal::MinutePriceCtes(), ", ",
                       ShortWayCtes(false), R"sql(, charges AS (
@@ -300,6 +302,10 @@ std::string ShortBatchSql() {
   UPDATE ledger_accounts a SET balance_micros = a.balance_micros + d.delta
   FROM deltas d WHERE a.id = d.account_id
   RETURNING 1
+), moved AS (
+  -- The cursor moves with the charges (locked by the first round trip).
+  UPDATE billing_cursor SET billed_before_minute = $4::bigint,
+         first_minute = coalesce(first_minute, $3::bigint), updated_at = $5::timestamptz
 )
 SELECT (SELECT coalesce(sum(n), 0) FROM sf WHERE easy)::bigint,
        (SELECT array_agg(tenant_id) FROM sf WHERE NOT easy),
@@ -438,6 +444,10 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
       internal::AddOnBatch addons;
       addons.platform_account = revenue;
       bool present = false;
+      // Whether the cursor has moved and no stop can have been recorded:
+      // only the statement of the easy tenants ran (it moves the cursor and
+      // records no stop; storage records none either).
+      bool cursor_moved = false;
       try {
         if (app_rent) {
           // The statement writes a temporary table created by this
@@ -462,7 +472,9 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
             return Error(absl::StatusCode::kInternal, "LEDGER_ACCOUNT_MISSING",
                          "a charge names an account that does not exist");
           }
+          cursor_moved = true;
           if (!easy[0][1].is_null() || easy[0][2].as<bool>()) {
+            cursor_moved = false;
             txn.exec("SET LOCAL sv.charges_balanced = off");
             // $7: the tenants left, as the text of the array returned.
             static const std::string* const kRestBatch =
@@ -478,6 +490,7 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
         present = true;  // A charge of the batch exists: undo the statement.
       }
       if (present) {
+        cursor_moved = false;  // Rolled back with the statement.
         // The rollback also drops the app-rent table created after the
         // savepoint.
         txn.exec(app_rent ? absl::StrCat("ROLLBACK TO SAVEPOINT billing_fast; ",
@@ -502,12 +515,14 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
       SV_ASSIGN_OR_RETURN(int64_t addon_legs,
                           internal::PostAddOnCharges(txn, cursor, end, now, addons));
       postings += addon_legs;
-      auto moved = txn.exec_params(
-          absl::StrCat("UPDATE billing_cursor SET billed_before_minute = $1, "
-                       "first_minute = coalesce(first_minute, $3), updated_at = $2::timestamptz "
-                       "RETURNING ", kStopsPendingSql),
-          end, SqlTime(now), cursor);
-      stops_pending = moved[0][0].as<bool>();
+      if (!cursor_moved) {
+        auto moved = txn.exec_params(
+            absl::StrCat("UPDATE billing_cursor SET billed_before_minute = $1, "
+                         "first_minute = coalesce(first_minute, $3), "
+                         "updated_at = $2::timestamptz RETURNING ", kStopsPendingSql),
+            end, SqlTime(now), cursor);
+        stops_pending = moved[0][0].as<bool>();
+      }
       minutes = end - cursor;
       cursor_after = end;
       return absl::OkStatus();
