@@ -113,7 +113,11 @@ void WriteWaiting(pqxx::work& txn, const std::vector<const QueueVerdict*>& waiti
 }
 
 // Placed instances: SCHEDULED, their reservations and their events. Returns
-// how many were placed (an instance deleted meanwhile is skipped).
+// how many were placed. An instance deleted meanwhile is skipped, and so is
+// one whose row another transaction holds (a delete batch about to commit):
+// the pass does not wait for that COMMIT while it holds the rows it placed
+// (deletes of those would wait for the pass in turn); if the other
+// transaction leaves it PENDING, a later pass places it.
 int WritePlaced(pqxx::work& txn, const FleetView& view,
                 const std::vector<const QueueVerdict*>& placed,
                 const std::map<std::string, int>& gpu_counts, absl::Time now) {
@@ -129,7 +133,9 @@ int WritePlaced(pqxx::work& txn, const FleetView& view,
       "UPDATE instances i SET state = 'SCHEDULED', state_reason = v.reason, "
       "queue_position = 0, updated_at = $3::timestamptz "
       "FROM unnest($1::text[], $2::text[]) AS v(id, reason) "
-      "WHERE i.id = v.id AND i.state = 'PENDING' RETURNING i.id, v.reason",
+      "WHERE i.id = v.id AND i.state = 'PENDING' AND i.id IN (SELECT x.id FROM instances x "
+      "WHERE x.id = ANY($1::text[]) AND x.state = 'PENDING' FOR NO KEY UPDATE SKIP LOCKED) "
+      "RETURNING i.id, v.reason",
       TextArrayLiteral(ids), TextArrayLiteral(reasons), SqlTime(now));
   std::vector<std::string> nodes, holders, event_ids, event_reasons;
   std::vector<int> gpus;

@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "control/scheduling.h"
 #include "store/create_batch.h"
 #include "store/migrations.h"
 #include "store/store.h"
@@ -402,6 +403,42 @@ TEST_F(CreateBatchTest, RandomBatchesMatchAnElementByElementModel) {
   }
   EXPECT_EQ(Scalar("SELECT count(*) FROM instance_events"),
             Scalar("SELECT count(*) FROM instances"));
+}
+
+// The queue pass skips a PENDING instance whose row another transaction
+// holds (a delete batch about to commit) instead of waiting for that COMMIT
+// while it holds the rows it placed, and a later pass places it when the
+// other transaction leaves it PENDING. (Waiting, the pass would fail on the
+// lock timeout.)
+TEST_F(CreateBatchTest, QueuePassSkipsAHeldRowAndPlacesItLater) {
+  auto [a, a_user] = NewTenant("alpha");
+  ASSERT_TRUE(sv::testing::AddSimulatedNodes(*store_, 1, 1, now_).ok());
+  auto created = store_->CreateInstances({Request(a, "a1"), Request(a, "a2")});
+  ASSERT_TRUE(created[0].ok() && created[1].ok());
+  const std::string a1 = created[0]->record.id, a2 = created[1]->record.id;
+  control::Scheduling scheduling(*db_, control::SchedulingOptions{});
+  pqxx::connection holder(url_);
+  pqxx::work held(holder);
+  held.exec_params("SELECT 1 FROM instances WHERE id = $1 FOR NO KEY UPDATE", a2);
+  auto first = scheduling.RunPass(now_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->placed, 1);
+  auto state_of = [&](const std::string& id) {
+    auto got = store_->GetInstance(a, id);
+    EXPECT_TRUE(got.ok()) << got.status();
+    return got.ok() ? got->state : InstanceState::kFailed;
+  };
+  EXPECT_EQ(state_of(a1), InstanceState::kScheduled);
+  EXPECT_EQ(state_of(a2), InstanceState::kPending);
+  EXPECT_EQ(Scalar(absl::StrCat("SELECT count(*) FROM gpu_reservations WHERE instance_id = '",
+                                a2, "'")),
+            0);
+  held.abort();  // The other transaction leaves it PENDING.
+  auto second = scheduling.RunPass(now_ + absl::Seconds(1));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->placed, 1);
+  EXPECT_EQ(state_of(a2), InstanceState::kScheduled);
+  EXPECT_EQ(Scalar("SELECT count(*) FROM gpu_reservations"), 2);
 }
 
 // Deletes of one batch: each its own answer, another tenant's instance is
