@@ -192,6 +192,10 @@ int main() {
   std::atomic<bool> stop{false};
   std::mutex mutex;
   std::vector<double> latencies_ms;
+  // (second of the run the create started in, latency): the profile's
+  // latency per second shows whether slow creates follow the queue's growth
+  // or come in bursts.
+  std::vector<std::pair<int, double>> timeline_ms;
   std::atomic<int> errors{0};
   std::atomic<int> answered_pending{0};
   std::vector<std::thread> threads;
@@ -222,6 +226,7 @@ int main() {
           }());
       auto stub = sv::v1::InstanceService::NewStub(channel);
       std::vector<double> mine;
+      std::vector<int> mine_at;
       for (int n = 0; !stop.load(); ++n) {
         sv::v1::CreateInstanceRequest request;
         request.mutable_instance()->set_gpu_count(1);
@@ -233,6 +238,8 @@ int main() {
         const auto t0 = Clock::now();
         grpc::Status s = stub->CreateInstance(&context, request, &created);
         mine.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        mine_at.push_back(static_cast<int>(
+            std::chrono::duration<double>(t0 - started).count()));
         if (!s.ok()) {
           ++errors;
           continue;
@@ -249,6 +256,7 @@ int main() {
       }
       std::lock_guard<std::mutex> lock(mutex);
       latencies_ms.insert(latencies_ms.end(), mine.begin(), mine.end());
+      for (size_t i = 0; i < mine.size(); ++i) timeline_ms.emplace_back(mine_at[i], mine[i]);
     });
   }
   std::this_thread::sleep_for(std::chrono::seconds(seconds));
@@ -284,6 +292,29 @@ int main() {
                                   "pg_stat_statements ORDER BY total_exec_time + total_plan_time DESC "
                                   "LIMIT 40"))
                     .c_str());
+    std::printf("profile: creates by the second they started in (second | creates | p50 ms | "
+                "p99 ms | max ms | over 100 ms):\n");
+    std::map<int, std::vector<double>> by_second;
+    for (const auto& [second, ms] : timeline_ms) by_second[second].push_back(ms);
+    for (auto& [second, v] : by_second) {
+      std::sort(v.begin(), v.end());
+      const auto over = std::count_if(v.begin(), v.end(), [](double ms) { return ms > 100; });
+      std::printf("  %3d %6zu %8.1f %8.1f %8.1f %6ld\n", second, v.size(), v[v.size() / 2],
+                  v[std::min(v.size() - 1, v.size() * 99 / 100)], v.back(),
+                  static_cast<long>(over));
+    }
+    // Without the first 3 s, in which the fleet fills (creates only) and the
+    // simulated agents start what was placed.
+    std::vector<double> later;
+    for (const auto& [second, ms] : timeline_ms) {
+      if (second >= 3) later.push_back(ms);
+    }
+    std::sort(later.begin(), later.end());
+    if (!later.empty()) {
+      std::printf("profile: creates started from second 3 on: %zu, p50 %.1f ms, p99 %.1f ms\n",
+                  later.size(), later[later.size() / 2],
+                  later[std::min(later.size() - 1, later.size() * 99 / 100)]);
+    }
     std::printf("profile: backend states sampled (wait event | state: samples):\n");
     for (const auto& [k, n] : waits) std::printf("  %-60s %d\n", k.c_str(), n);
   }
