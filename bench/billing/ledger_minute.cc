@@ -69,6 +69,16 @@ void Populate(const std::string& url, int tenants, int instances, int gpus, int6
   txn.commit();
   pqxx::nontransaction vacuum(c);
   vacuum.exec("VACUUM ANALYZE");
+  // WAL segments for the timed minutes. A fresh cluster has none to
+  // recycle, so whichever minute (ledger or COPY) crosses into a new 16 MB
+  // segment first writes it full of zeros (10-15 ms, a fifth of a 12,500-row
+  // ledger minute). A server in steady operation recycles old segments at
+  // each checkpoint; so does the bench: about 100 MB of WAL in set-up, then
+  // a checkpoint, leaves recycled segments for the timed minutes of both.
+  vacuum.exec("CREATE TABLE wal_warmup AS SELECT g, repeat('x', 100) AS pad "
+              "FROM generate_series(1, 700000) g");
+  vacuum.exec("DROP TABLE wal_warmup");
+  vacuum.exec("CHECKPOINT");
 }
 
 // COPY of `rows` rows shaped like minute charges into a plain table, in one
