@@ -245,7 +245,8 @@ class Billing {
  private:
   // Applies the stops metering decided: Store::StopInstance at the clock's
   // now (never before the recorded stop_at).
-  absl::Status ApplyPendingStops();
+  // Adds the instances it stopped to *stopped_count.
+  absl::Status ApplyPendingStops(int64_t* stopped_count);
   absl::Status WarnLowCredit(absl::Time now);
   absl::Status IssueDueInvoices(absl::Time now);
 

@@ -534,7 +534,7 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
         return Error(absl::StatusCode::kInternal, "STOPS_NOT_APPLIED",
                      "pending credit stops are not being applied; billing is held");
       }
-      SV_RETURN_IF_ERROR(ApplyPendingStops());
+      SV_RETURN_IF_ERROR(ApplyPendingStops(&result.stopped_instances));
       continue;
     }
     stop_passes = 0;
@@ -543,15 +543,15 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
     result.billed_before_minute = cursor_after;
     if (done || cursor_after >= before_minute) break;
     if (stops_pending) {
-      SV_RETURN_IF_ERROR(ApplyPendingStops());
+      SV_RETURN_IF_ERROR(ApplyPendingStops(&result.stopped_instances));
       stops_pending = false;
     }
   }
-  if (stops_pending) SV_RETURN_IF_ERROR(ApplyPendingStops());
+  if (stops_pending) SV_RETURN_IF_ERROR(ApplyPendingStops(&result.stopped_instances));
   return result;
 }
 
-absl::Status Billing::ApplyPendingStops() {
+absl::Status Billing::ApplyPendingStops(int64_t* stopped_count) {
   std::vector<std::vector<std::string>> pending;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
     pending.clear();
@@ -575,8 +575,11 @@ absl::Status Billing::ApplyPendingStops() {
     if (!stopped.ok() && ReasonOf(stopped.status()) != "INSTANCE_FINISHED") {
       return stopped.status();
     }
-    spdlog::info("billing: stopped {} tenant={}: credit exhausted (paid up to {})", p[0], p[1],
-                 p[2]);
+    if (stopped.ok()) {
+      ++*stopped_count;
+      spdlog::info("billing: stopped {} tenant={}: credit exhausted (paid up to {})", p[0], p[1],
+                   p[2]);
+    }
     SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
       txn.exec_params("UPDATE billing_stops SET applied = true WHERE instance_id = $1 "
                       "AND stop_at = $2::timestamptz", p[0], p[2]);

@@ -331,11 +331,14 @@ TEST_F(BillingTest, StopsWithinAMinuteOfRunningOut) {
   ASSERT_TRUE(billing.TopUp(tenant, "pay-em", 1 * kMicrosPerYuan, clock_.Now()).ok());
   const int64_t m0 = MinuteOf(clock_.Now());  // Started 20 s into m0.
   const std::string id = Run(tenant, 8);      // 264,000 per minute: 41 minutes and 176,000.
+  int64_t stops_reported = 0;
   for (int k = 0; k < 50; ++k) {
     clock_.Advance(absl::Minutes(1));
     auto result = billing.RunOnce(clock_.Now());
     ASSERT_TRUE(result.ok()) << result.status();
+    stops_reported += result->stopped_instances;
   }
+  EXPECT_EQ(stops_reported, 1);  // What the loop logs as "N stops".
   const absl::Time stopped_at = StoppedAt(id);
   ASSERT_NE(stopped_at, absl::InfinitePast());
   // The run at m0+42 + 20 s billed minute 41 (MakeBilling sets no lag) and
