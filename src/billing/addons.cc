@@ -135,11 +135,7 @@ absl::StatusOr<int64_t> PostAppFees(pqxx::work& txn, int64_t platform, absl::Tim
       "CASE WHEN minute = first_cap THEN charged ELSE 0 END, $1::timestamptz "
       "FROM addon_app WHERE minute >= first_cap ON CONFLICT DO NOTHING",
       SqlTime(now));
-  // An instance already stopped (after an earlier cap) is not stopped or
-  // announced again.
-  const std::string not_stopped =
-      " AND EXISTS (SELECT 1 FROM instances i WHERE i.id = addon_app.id "
-      "AND i.state NOT IN ('STOPPED', 'DELETED', 'FAILED'))";
+  const std::string not_stopped = " AND " + InstanceStoppableSql("addon_app.id");
   txn.exec("INSERT INTO billing_stops (instance_id, tenant_id, stop_at) "
            "SELECT id, tenant_id, to_timestamp((last_rent_minute + 1) * 60) FROM addon_app "
            "WHERE minute = first_cap" + not_stopped + " ON CONFLICT DO NOTHING");

@@ -233,4 +233,9 @@ absl::StatusOr<TransferRecord> FindTransfer(store::Database& db, const std::stri
   return *found;
 }
 
+std::string InstanceStoppableSql(const std::string& id_column) {
+  return absl::StrCat("EXISTS (SELECT 1 FROM instances i WHERE i.id = ", id_column,
+                      " AND i.state NOT IN ('STOPPED', 'DELETED', 'FAILED'))");
+}
+
 }  // namespace sv::billing::internal

@@ -177,11 +177,6 @@ std::string BatchCtes(bool listed_only) {
 ))sql");
 }
 
-// Whether the instance of row f can still be stopped.
-constexpr char kNotStoppedSql[] =
-    "EXISTS (SELECT 1 FROM instances i WHERE i.id = f.instance_id "
-    "AND i.state NOT IN ('STOPPED', 'DELETED', 'FAILED'))";
-
 // What a batch writes besides the charges, for the rows of `src`: every
 // minute of an instance from its first capped one on records what was not
 // collected (the instance ran in it: its RUNNING interval says so), and the
@@ -206,7 +201,7 @@ shortfalls AS (
          CASE WHEN f.charged > 0 THEN to_timestamp((f.minute + 1) * 60)
               ELSE greatest(to_timestamp(f.minute * 60), to_timestamp(f.start_us / 1000000.0))
          END
-  FROM )sql", firsts, R"sql( f WHERE f.minute = f.first_cap AND )sql", kNotStoppedSql, R"sql(
+  FROM )sql", firsts, R"sql( f WHERE f.minute = f.first_cap AND )sql", internal::InstanceStoppableSql("f.instance_id"), R"sql(
   ON CONFLICT DO NOTHING
 ), notices AS (
   INSERT INTO billing_notices (tenant_id, kind, instance_id, message, at)
@@ -214,7 +209,7 @@ shortfalls AS (
          'credit ran out in minute ' || to_char(to_timestamp(f.minute * 60) AT TIME ZONE 'UTC',
          'YYYY-MM-DD HH24:MI') || ' UTC; the instance is stopped; uncollected: '
          || (f.gross - f.charged) || ' micro-yuan so far', $5::timestamptz
-  FROM )sql", firsts, R"sql( f WHERE f.minute = f.first_cap AND )sql", kNotStoppedSql, R"sql(
+  FROM )sql", firsts, R"sql( f WHERE f.minute = f.first_cap AND )sql", internal::InstanceStoppableSql("f.instance_id"), R"sql(
 ))sql");
   if (app_rent) {
     absl::StrAppend(&sql, R"sql(, app_rent AS (

@@ -61,6 +61,12 @@ std::string MinutePriceCtes();
 // unit_price (effective at the minute's start) and gross = gpu_count x price.
 std::string PricedMinutesCtes(IntervalSource source);
 
+// Whether the instance whose id is `id_column` can still be stopped for want
+// of credit (not STOPPED, DELETED or FAILED): metering and app fees stop and
+// announce only those, so an instance stopped after an earlier cap is not
+// stopped or announced again.
+std::string InstanceStoppableSql(const std::string& id_column);
+
 }  // namespace sv::billing::internal
 
 #endif  // SV_BILLING_INTERNAL_LEDGER_SQL_H_
