@@ -131,8 +131,13 @@ class Agent::Session {
   }
 
   bool Loop(grpc::ClientContext& context, Stream& stream) {
-    absl::Time next_heartbeat = absl::Now() + heartbeat_;
-    absl::Time next_telemetry = absl::Now() + telemetry_;
+    // The first heartbeat and telemetry batch come at a random point of their
+    // interval: agents that (re)connected together (svd restarted, a
+    // simulated fleet) would otherwise report in lockstep, every interval.
+    std::mt19937 random(std::random_device{}());
+    std::uniform_real_distribution<double> phase(0.0, 1.0);
+    absl::Time next_heartbeat = absl::Now() + heartbeat_ * phase(random);
+    absl::Time next_telemetry = absl::Now() + telemetry_ * phase(random);
     absl::Time next_poll = absl::Now();
     while (a_.Sleep(kTick)) {
       FaultState faults = CurrentFaults();
