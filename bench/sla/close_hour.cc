@@ -36,10 +36,11 @@ void PostRent(const std::string& url, int instances, int tenants) {
       "FROM tenants t JOIN ledger_accounts w ON w.tenant_id = t.id AND w.kind = 'paid_wallet' "
       "JOIN ledger_accounts c ON c.tenant_id IS NULL AND c.kind = 'payment_clearing' "));
   txn.exec(absl::StrCat(
-      "INSERT INTO ledger_charges (instance_no, minute, gpu_count, unit_price, trial_micros, "
-      "main_account, main_micros, revenue_account, at) "
-      "SELECT i.billing_no, m, 8, 990000, 0, w.id, 7920000, r.id, now() "
-      "FROM instances i JOIN ledger_accounts w ON w.tenant_id = i.tenant_id "
+      "INSERT INTO ledger_charges (instance_no, tenant_no, minute, gpu_count, unit_price, "
+      "trial_micros, main_account, main_micros, revenue_account, at) "
+      "SELECT i.billing_no, t.billing_no, m, 8, 990000, 0, w.id, 7920000, r.id, now() "
+      "FROM instances i JOIN tenants t ON t.id = i.tenant_id "
+      "JOIN ledger_accounts w ON w.tenant_id = i.tenant_id "
       "AND w.kind = 'paid_wallet' "
       "JOIN ledger_accounts r ON r.tenant_id IS NULL AND r.kind = 'platform_revenue', "
       "unnest(ARRAY[", first, ", ", first + 59, "]::bigint[]) m"));

@@ -64,8 +64,10 @@ LEFT JOIN LATERAL (
   SELECT (ch.trial_micros + ch.main_micros)::bigint AS net,
          CASE WHEN ch.trial_account = g.trial_id THEN ch.trial_micros END AS trial,
          ch.main_account AS main_id, i.gpu_model
-  FROM ledger_charges ch JOIN instances i ON i.billing_no = ch.instance_no
-  WHERE i.id = g.instance_id AND ch.minute = g.minute) c ON true
+  FROM instances i JOIN tenants tn ON tn.id = i.tenant_id
+  JOIN ledger_charges ch
+    ON ch.minute = g.minute AND ch.tenant_no = tn.billing_no AND ch.instance_no = i.billing_no
+  WHERE i.id = g.instance_id) c ON true
 LEFT JOIN LATERAL (
   SELECT sum(CASE WHEN t.to_account_id = $5 THEN t.amount_micros
                   ELSE -t.amount_micros END)::bigint AS net,

@@ -50,13 +50,19 @@ std::vector<Check> Checks() {
        "SELECT a.kind || ' of ' || a.tenant_id || ' is ' || a.balance_micros "
        "FROM ledger_accounts a WHERE a.kind IN ('paid_wallet', 'trial_wallet') "
        "AND a.balance_micros < 0"},
-      // The primary key (instance number, minute) of ledger_charges is the
-      // key charge:{instance}:{minute}; a charge whose instance number names
-      // no instance could not be told apart.
+      // The primary key (minute, tenant number, instance number) of
+      // ledger_charges is the key charge:{instance}:{minute} only if each
+      // row's tenant number is its instance's tenant's (an instance never
+      // changes tenant): a charge whose instance number names no instance,
+      // or that names another tenant, could be a second charge of the
+      // same instance-minute.
       {"each instance-minute charged at most once",
        "SELECT 'charge of instance number ' || c.instance_no || ' minute ' || c.minute "
-       "|| ' names no instance' FROM ledger_charges c "
-       "WHERE NOT EXISTS (SELECT 1 FROM instances i WHERE i.billing_no = c.instance_no)"},
+       "|| CASE WHEN i.id IS NULL THEN ' names no instance' ELSE ' names tenant number ' "
+       "|| c.tenant_no || ', not its instance''s tenant ' || i.tenant_id END "
+       "FROM ledger_charges c LEFT JOIN instances i ON i.billing_no = c.instance_no "
+       "LEFT JOIN tenants t ON t.id = i.tenant_id "
+       "WHERE t.billing_no IS DISTINCT FROM c.tenant_no"},
       {"charges debit the instance's tenant and credit revenue",
        "SELECT 'charge:' || i.id || ':' || c.minute || ' moves money from accounts ' || "
        "coalesce(c.trial_account::text, '-') || '/' || coalesce(c.main_account::text, '-') || "

@@ -5,6 +5,7 @@
 #include "billing/internal/ledger_sql.h"
 #include "common/ids.h"
 #include "common/status.h"
+#include "store/charges_sql.h"
 #include "spdlog/spdlog.h"
 
 namespace sv::billing {
@@ -48,11 +49,13 @@ Invoice ReadInvoice(pqxx::work& txn, const pqxx::row& r) {
 // credit is not invoiced), app fees per instance and storage (one line
 // for all volumes), then SLA refunds as negative lines, then
 // late-event adjustments of the receivable (billing/adjustments.cc).
-constexpr char kLinesSql[] = R"sql(
+std::string LinesSql() {
+  return absl::StrCat(R"sql(
 SELECT 'usage', i.id, i.gpu_model, sum(c.gpu_count)::bigint, sum(c.main_micros)::bigint
-FROM ledger_charges c JOIN instances i ON i.billing_no = c.instance_no
+FROM )sql", store::TenantChargesSql("$1",
+                                     "$2::bigint", "$3::bigint"), R"sql( c
+JOIN instances i ON i.billing_no = c.instance_no
 JOIN ledger_accounts fa ON fa.id = c.main_account AND fa.kind = 'receivable'
-WHERE i.tenant_id = $1 AND c.minute >= $2 AND c.minute < $3
 GROUP BY i.id, i.gpu_model
 UNION ALL
 SELECT t.kind, coalesce(t.instance_id, ''), '', 0, sum(t.amount_micros)::bigint
@@ -81,7 +84,8 @@ GROUP BY 2, 3
 HAVING sum(CASE WHEN fa.kind = 'receivable' THEN t.amount_micros
                 ELSE -t.amount_micros END) <> 0
 ORDER BY 1 DESC, 2, 3
-)sql";
+)sql");
+}
 
 }  // namespace
 
@@ -113,7 +117,7 @@ absl::StatusOr<Invoice> Billing::IssueInvoice(const std::string& tenant_id,
                    absl::StrCat("month ", label, " is not completely billed yet"));
     }
     const std::string id = NewId("inv");
-    auto lines = txn.exec_params(kLinesSql, tenant_id, MinuteOf(start), MinuteOf(end));
+    auto lines = txn.exec_params(LinesSql(), tenant_id, MinuteOf(start), MinuteOf(end));
     int64_t total_micros = 0, total_fen = 0;
     for (const auto& l : lines) {
       total_micros += l[4].as<int64_t>();

@@ -220,9 +220,12 @@ absl::StatusOr<TransferRecord> FindTransfer(store::Database& db, const std::stri
                                             const std::string& key) {
   std::optional<TransferRecord> found;
   SV_RETURN_IF_ERROR(db.Transact([&](pqxx::work& txn) {
+    // Postings of ledger_transfers only (top-ups): without the kind filter
+    // the view would compute the key of every minute charge.
     auto rows = txn.exec_params(
         absl::StrCat("SELECT ", kTransferColumns, " FROM ledger_all_transfers t", kTransferJoins,
-                     "WHERE t.tenant_id = $1 AND t.idempotency_key = $2 ORDER BY t.leg LIMIT 1"),
+                     "WHERE t.tenant_id = $1 AND t.idempotency_key = $2 AND t.kind <> 'charge' "
+                     "ORDER BY t.leg LIMIT 1"),
         tenant_id, key);
     if (!rows.empty()) found = ReadTransfer(rows[0], tenant_id);
     return absl::OkStatus();

@@ -87,7 +87,7 @@ fms AS MATERIALIZED (
     AND coalesce(g.price, m.default_price, 0) > 0)sql",
                       listed_only ? "\n    AND i.tenant_id = ANY($7::text[])" : "", R"sql(
 ), sf AS MATERIALIZED (
-  SELECT t.id AS tenant_id, tw.id AS trial_id,
+  SELECT t.id AS tenant_id, t.billing_no AS tenant_no, tw.id AS trial_id,
          CASE WHEN t.billing_mode = 'postpaid' THEN r.id ELSE pw.id END AS main_id,
          tw.balance_micros >= st.total AS all_trial,
          NOT EXISTS (SELECT 1 FROM hard h WHERE h.tenant_id = t.id)
@@ -120,7 +120,8 @@ std::string BatchCtes(bool listed_only) {
 ), tot AS (
   SELECT tenant_id, sum(gross)::bigint AS total, count(*) AS n FROM slow GROUP BY tenant_id
 ), funds AS (
-  SELECT t.id AS tenant_id, tw.id AS trial_id, tw.balance_micros AS trial_avail,
+  SELECT t.id AS tenant_id, t.billing_no AS tenant_no, tw.id AS trial_id,
+         tw.balance_micros AS trial_avail,
          CASE WHEN t.billing_mode = 'postpaid' THEN r.id ELSE pw.id END AS main_id,
          CASE WHEN t.billing_mode = 'postpaid'
               THEN r.balance_micros + r.credit_limit_micros
@@ -135,7 +136,7 @@ std::string BatchCtes(bool listed_only) {
                 AS easy
   FROM funds f
 ), cum AS (
-  SELECT p.*, f.trial_id, f.main_id, f.trial_avail, f.main_avail,
+  SELECT p.*, f.tenant_no, f.trial_id, f.main_id, f.trial_avail, f.main_avail,
          (sum(p.gross) OVER (PARTITION BY p.tenant_id ORDER BY p.minute, p.instance_id)
            - p.gross)::bigint AS before
   FROM slow p JOIN fundsx f USING (tenant_id)
@@ -149,8 +150,9 @@ std::string BatchCtes(bool listed_only) {
   -- capped minute; a join with the few capped rows is cheaper than a window
   -- sort. Only these rows can have a first_cap, so the shortfalls, stops
   -- and notices read them instead of the whole batch.
-  SELECT c.instance_id, c.billing_no, c.tenant_id, c.minute, c.gpu_count, c.unit_price,
-         c.gross, c.start_us, c.trial_id, c.main_id, c.charged, c.from_trial, f.first_cap
+  SELECT c.instance_id, c.billing_no, c.tenant_id, c.tenant_no, c.minute, c.gpu_count,
+         c.unit_price, c.gross, c.start_us, c.trial_id, c.main_id, c.charged, c.from_trial,
+         f.first_cap
   FROM capped c LEFT JOIN (SELECT instance_id, min(minute) AS first_cap FROM capped
                            WHERE charged < gross GROUP BY instance_id) f
     ON f.instance_id = c.instance_id
@@ -158,16 +160,17 @@ std::string BatchCtes(bool listed_only) {
   -- Read once by the charges (and by app_rent), so usually not materialized.
   -- start_us matters only in a capped row (the stop), so the easy rows of
   -- `s` leave it out.
-  SELECT s.instance_id, s.billing_no, s.tenant_id, s.minute, s.gpu_count, s.unit_price,
-         s.gpu_count * s.unit_price AS gross, NULL::bigint AS start_us, f.trial_id, f.main_id,
+  SELECT s.instance_id, s.billing_no, s.tenant_id, f.tenant_no, s.minute, s.gpu_count,
+         s.unit_price, s.gpu_count * s.unit_price AS gross, NULL::bigint AS start_us, f.trial_id,
+         f.main_id,
          s.gpu_count * s.unit_price AS charged,
          CASE WHEN f.all_trial THEN s.gpu_count * s.unit_price ELSE 0 END AS from_trial,
          NULL::bigint AS first_cap
   FROM s JOIN sf f USING (tenant_id)
   WHERE f.easy
   UNION ALL
-  SELECT p.instance_id, p.billing_no, p.tenant_id, p.minute, p.gpu_count, p.unit_price,
-         p.gross, p.start_us, f.trial_id, f.main_id, p.gross AS charged,
+  SELECT p.instance_id, p.billing_no, p.tenant_id, f.tenant_no, p.minute, p.gpu_count,
+         p.unit_price, p.gross, p.start_us, f.trial_id, f.main_id, p.gross AS charged,
          CASE WHEN f.trial_avail >= f.total THEN p.gross ELSE 0 END AS from_trial,
          NULL::bigint AS first_cap
   FROM slow p JOIN fundsx f USING (tenant_id)
@@ -233,14 +236,15 @@ std::string AddOnColumnsSql(bool app_rent) {
 // and not after its instance's first capped minute.
 std::string ChargeRowsSql(const std::string& src) {
   return absl::StrCat(R"sql(
-  INSERT INTO ledger_charges (instance_no, minute, gpu_count, unit_price, trial_account,
-    trial_micros, main_account, main_micros, revenue_account, at)
-  SELECT b.billing_no, b.minute, b.gpu_count, b.unit_price,
+  INSERT INTO ledger_charges (minute, tenant_no, instance_no, gpu_count, unit_price,
+    trial_account, trial_micros, main_account, main_micros, revenue_account, at)
+  SELECT b.minute, b.tenant_no, b.billing_no, b.gpu_count, b.unit_price,
          CASE WHEN b.from_trial > 0 THEN b.trial_id END, b.from_trial,
          CASE WHEN b.charged > b.from_trial THEN b.main_id END, b.charged - b.from_trial,
          $6::bigint, $5::timestamptz
   FROM )sql", src, R"sql( b
-  WHERE b.charged > 0 AND (b.first_cap IS NULL OR b.minute <= b.first_cap))sql");
+  WHERE b.charged > 0 AND (b.first_cap IS NULL OR b.minute <= b.first_cap)
+  ORDER BY b.minute, b.tenant_no, b.billing_no)sql");
 }
 
 constexpr char kChargedRowsFilter[] =
@@ -277,9 +281,9 @@ std::string FastBatchSql(bool app_rent, bool listed_only) {
 std::string ShortBatchSql() {
   return absl::StrCat("WITH ", kRecentCtes, ", ", internal::MinutePriceCtes(), ", ",
                       ShortWayCtes(false), R"sql(, charges AS (
-  INSERT INTO ledger_charges (instance_no, minute, gpu_count, unit_price, trial_account,
-    trial_micros, main_account, main_micros, revenue_account, at)
-  SELECT s.billing_no, s.minute, s.gpu_count, s.unit_price,
+  INSERT INTO ledger_charges (minute, tenant_no, instance_no, gpu_count, unit_price,
+    trial_account, trial_micros, main_account, main_micros, revenue_account, at)
+  SELECT s.minute, f.tenant_no, s.billing_no, s.gpu_count, s.unit_price,
          CASE WHEN f.all_trial THEN f.trial_id END,
          CASE WHEN f.all_trial THEN s.gpu_count * s.unit_price ELSE 0 END,
          CASE WHEN NOT f.all_trial THEN f.main_id END,
@@ -287,6 +291,7 @@ std::string ShortBatchSql() {
          $6::bigint, $5::timestamptz
   FROM s JOIN sf f USING (tenant_id)
   WHERE f.easy
+  ORDER BY s.minute, f.tenant_no, s.billing_no
 ), deltas AS (
   SELECT CASE WHEN all_trial THEN trial_id ELSE main_id END AS account_id,
          -total AS delta
@@ -323,14 +328,14 @@ std::string SlowBatchTableSql() {
 std::string SlowBatchWriteSql(bool app_rent) {
   return absl::StrCat("WITH params AS (SELECT $1::timestamptz, $2::timestamptz), "
                       "charges AS (", ChargeRowsSql("billing_batch_full"),
-                      " ON CONFLICT (instance_no, minute) DO NOTHING RETURNING 1), ",
+                      " ON CONFLICT (minute, tenant_no, instance_no) DO NOTHING RETURNING 1), ",
                       ShortfallCtes("billing_batch_full", "billing_batch_full", app_rent),
                       " SELECT (SELECT count(*) FROM charges), ", AddOnColumnsSql(app_rent));
 }
 
 constexpr char kClashSql[] = R"sql(
 SELECT count(*) FROM billing_batch_full b JOIN ledger_charges c
-  ON c.instance_no = b.billing_no AND c.minute = b.minute
+  ON c.minute = b.minute AND c.tenant_no = b.tenant_no AND c.instance_no = b.billing_no
 WHERE b.charged > 0 AND (b.first_cap IS NULL OR b.minute <= b.first_cap)
   AND (c.gpu_count, c.unit_price, c.trial_micros, c.main_micros,
        coalesce(c.trial_account, 0), coalesce(c.main_account, 0))

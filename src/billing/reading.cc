@@ -10,6 +10,7 @@
 #include "billing/billing.h"
 #include "billing/internal/ledger_sql.h"
 #include "common/status.h"
+#include "store/charges_sql.h"
 
 namespace sv::billing {
 namespace {
@@ -89,12 +90,12 @@ namespace {
 //
 // The order is (key, source, id or instance number, minute, leg). A
 // transfer's key is its posting time; a minute charge's key is the end of the
-// minute it charges, which is fixed by the row's primary key (instance
-// number, minute), so each instance's charges are read in primary-key order
-// from the page's position on, at most one page of them per instance, never
-// the tenant's whole history. The time filter applies to the same key:
+// minute it charges. The tenant's charges are found by probing the primary
+// key (minute, tenant number, instance number) once per minute of [minute
+// bounds], which the caller keeps to a window next to the page's position,
+// never the tenant's whole history. The time filter applies to the same key:
 // charges are selected by the minute charged, as invoices are. The minute
-// bounds only narrow the index range; the exact comparisons on the key follow.
+// bounds only narrow the probes; the exact comparisons on the key follow.
 std::vector<TransferRecord> ReadTransferPage(pqxx::work& txn, const std::string& tenant_id,
                                              const TransferFilter& filter,
                                              std::optional<int64_t> from_us,
@@ -134,15 +135,18 @@ std::vector<TransferRecord> ReadTransferPage(pqxx::work& txn, const std::string&
       "AND ($7::int = 0 OR (t.at ", cmp_eq, " ", cursor_at, " AND (t.at, 0::smallint, t.id, "
       "0::bigint, t.leg) ", cmp, " ", cursor_row, ")) ",
       "ORDER BY t.at", dir, ", t.id", dir, ", t.leg", dir, " LIMIT $6) UNION ALL (",
-      // Minute charges: per instance of the tenant, by primary key. An
-      // instance has no charge whose key is at or before its creation.
+      // Minute charges: the tenant's, probed minute by minute through the
+      // primary key (minute, tenant number, instance number) over the
+      // window's minutes, which lie between the tenant's creation and the
+      // last billed minute. Within a minute the order is the key's.
       "SELECT NULL::bigint, 'charge:' || i.id || ':' || c.minute, l.leg::smallint, "
       "'charge'::text, l.from_account_id, c.revenue_account, l.amount, i.id, c.minute, c.at, "
-      "c.k, 1::smallint, c.instance_no, c.minute FROM instances i "
-      "CROSS JOIN LATERAL (SELECT c.*, ", charge_key, " AS k FROM ledger_charges c "
-      "WHERE c.instance_no = i.billing_no "
-      "AND ($13::bigint IS NULL OR c.minute >= $13::bigint) "
-      "AND ($14::bigint IS NULL OR c.minute <= $14::bigint) "
+      "c.k, 1::smallint, c.instance_no, c.minute FROM (SELECT c.*, ", charge_key, " AS k FROM ",
+      store::TenantChargesSql("$1", "$13::bigint",
+                              "$14::bigint + 1"),
+      " c WHERE $2 IN ('', 'charge') "
+      "AND ($3 = '' OR c.instance_no = (SELECT billing_no FROM instances "
+      "WHERE id = $3 AND tenant_id = $1)) "
       "AND ($4::bigint IS NULL OR ", charge_key, " >= ", from_at, ") "
       "AND ($5::bigint IS NULL OR ", charge_key, " < ", to_at, ") "
       "AND ($7::int = 0 OR (", charge_key, ", 1::smallint, c.instance_no, c.minute) ", cmp_eq,
@@ -150,11 +154,11 @@ std::vector<TransferRecord> ReadTransferPage(pqxx::work& txn, const std::string&
       "$10::bigint, $11::bigint)) "
       // One charge row more than a page: the row at the cursor may have no
       // leg left after it.
-      "ORDER BY c.minute", dir, " LIMIT $6 + 1) c "
+      "ORDER BY c.minute", dir, ", c.instance_no", dir, " LIMIT $6 + 1) c "
+      "JOIN instances i ON i.billing_no = c.instance_no "
       "CROSS JOIN LATERAL (VALUES (0, c.trial_account, c.trial_micros), "
       "(1, c.main_account, c.main_micros)) AS l (leg, from_account_id, amount) "
-      "WHERE i.tenant_id = $1 AND $2 IN ('', 'charge') AND ($3 = '' OR i.id = $3) "
-      "AND ($5::bigint IS NULL OR i.created_at < ", to_at, ") AND l.amount > 0)) "
+      "WHERE l.amount > 0)) "
       "SELECT ", internal::kTransferColumns, ", (extract(epoch from t.k) * 1000000)::bigint "
       "FROM t", internal::kTransferJoins,
       "WHERE ($7::int = 0 OR (t.k, t.src, t.src_no, t.src_minute, t.leg) ", cmp, " ", cursor_row,
@@ -202,8 +206,10 @@ absl::StatusOr<std::vector<TransferRecord>> Billing::ListTransfers(
   // where one page per instance would read hundreds of pages. The rows of
   // a window are exactly the first rows of the whole order: every row
   // outside it is later (earlier, newest first) than every row inside it.
-  // One instance, or no charges, needs no window.
-  const bool windowed = filter.instance_id.empty() && (filter.kind.empty() || filter.kind == "charge");
+  // Charges are read minute by minute (primary key (minute, tenant number,
+  // instance number)), so one instance's are windowed too; a page without
+  // charges needs no window.
+  const bool windowed = filter.kind.empty() || filter.kind == "charge";
   std::vector<TransferRecord> out;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
     out.clear();
@@ -217,8 +223,9 @@ absl::StatusOr<std::vector<TransferRecord>> Billing::ListTransfers(
         "SELECT least((SELECT (extract(epoch from min(created_at)) * 1000000)::bigint "
         "FROM instances WHERE tenant_id = $1), (SELECT (extract(epoch from min(at)) * "
         "1000000)::bigint FROM ledger_transfers WHERE tenant_id = $1)), "
-        "(SELECT count(*) FROM instances WHERE tenant_id = $1 AND state = 'RUNNING')",
-        tenant_id);
+        "(SELECT count(*) FROM instances WHERE tenant_id = $1 AND state = 'RUNNING' "
+        "AND ($2 = '' OR id = $2))",
+        tenant_id, filter.instance_id);
     if (stats[0][0].is_null()) return absl::OkStatus();  // No history at all.
     const int64_t earliest_us = stats[0][0].as<int64_t>();
     const int64_t running = std::max<int64_t>(1, stats[0][1].as<int64_t>());
@@ -263,13 +270,15 @@ absl::StatusOr<std::vector<UsageRow>> Billing::GetUsage(const std::string& tenan
     // charge (a resized instance's minutes differ), not the instance's size
     // today.
     auto rows = txn.exec_params(
-        "SELECT i.id, to_char(to_timestamp(c.minute * 60 + 8 * 3600) "
-        "AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, i.gpu_model, "
-        "sum(c.gpu_count)::bigint, count(*), sum(c.trial_micros + c.main_micros)::bigint "
-        "FROM ledger_charges c JOIN instances i ON i.billing_no = c.instance_no "
-        "WHERE i.tenant_id = $1 AND c.minute >= $2 AND c.minute < $3 "
-        "AND ($4 = '' OR i.id = $4) "
-        "GROUP BY 1, 2, 3 ORDER BY 2, 1 LIMIT 10000",
+        absl::StrCat("SELECT i.id, to_char(to_timestamp(c.minute * 60 + 8 * 3600) "
+                     "AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, i.gpu_model, "
+                     "sum(c.gpu_count)::bigint, count(*), "
+                     "sum(c.trial_micros + c.main_micros)::bigint FROM ",
+                     store::TenantChargesSql("$1",
+                                             "$2::bigint", "$3::bigint"),
+                     " c JOIN instances i ON i.billing_no = c.instance_no "
+                     "WHERE ($4 = '' OR i.id = $4) "
+                     "GROUP BY 1, 2, 3 ORDER BY 2, 1 LIMIT 10000"),
         tenant_id, MinuteOf(from), MinuteOf(to), instance_id);
     for (const auto& r : rows) {
       out.push_back({r[0].as<std::string>(), r[1].as<std::string>(), r[2].as<std::string>(),

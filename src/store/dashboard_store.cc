@@ -43,7 +43,8 @@ absl::StatusOr<std::vector<RevenuePointRow>> DashboardStore::RevenueSeries(absl:
   from = Clamp(from);
   to = Clamp(to);
   // Charges (ledger_charges, migration 0030) are found by their minute of
-  // use through the table's BRIN index; the rest by posting time. A
+  // use, the first column of their primary key (migration 0091); the rest
+  // by posting time. A
   // charge's trial part is paid from the trial wallet (the auditor checks).
   const std::string sql = absl::StrCat(R"sql(
 WITH t AS (

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/ids.h"
 #include "common/status.h"
+#include "store/charges_sql.h"
 #include "store/sql_arrays.h"
 
 namespace sv::store {
@@ -357,10 +358,8 @@ absl::StatusOr<int64_t> SecurityStore::SpentSince(const std::string& tenant_id,
                                                   absl::Time since) {
   int64_t spent = 0;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
-    spent = txn.exec_params1(
-                   "SELECT coalesce(sum(amount_micros), 0)::bigint FROM ledger_all_transfers "
-                   "WHERE tenant_id = $1 AND kind IN ('charge', 'app_fee', 'storage') AND usage_minute >= $2",
-                   tenant_id, absl::ToUnixSeconds(since) / 60)[0]
+    spent = txn.exec_params1(absl::StrCat("SELECT ", TenantSpentSinceSql("$1", "$2"), "::bigint"),
+                             tenant_id, absl::ToUnixSeconds(since) / 60)[0]
                 .as<int64_t>();
     return absl::OkStatus();
   }));
@@ -373,10 +372,8 @@ absl::StatusOr<std::vector<std::string>> SecurityStore::TenantsOverSpendCap(
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
     tenants.clear();
     auto rows = txn.exec_params(
-        "SELECT b.tenant_id FROM tenant_budgets b WHERE b.monthly_spend_cap_micros <= "
-        "(SELECT coalesce(sum(t.amount_micros), 0) FROM ledger_all_transfers t "
-        " WHERE t.tenant_id = b.tenant_id AND t.kind IN ('charge', 'app_fee', 'storage') AND t.usage_minute >= $1) "
-        "ORDER BY b.tenant_id",
+        absl::StrCat("SELECT b.tenant_id FROM tenant_budgets b WHERE b.monthly_spend_cap_micros <= ",
+                     TenantSpentSinceSql("b.tenant_id", "$1"), " ORDER BY b.tenant_id"),
         absl::ToUnixSeconds(month_start) / 60);
     for (const auto& row : rows) tenants.push_back(row[0].as<std::string>());
     return absl::OkStatus();

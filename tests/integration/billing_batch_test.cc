@@ -336,9 +336,10 @@ TEST_F(BillingBatchTest, MalformedChargeRowsAreRefusedAndAudited) {
   auto insert = [&](const Row& r, int64_t at_minute) {
     return db_->Transact([&](pqxx::work& txn) {
       txn.exec_params(
-          "INSERT INTO ledger_charges (instance_no, minute, gpu_count, unit_price, "
+          "INSERT INTO ledger_charges (instance_no, tenant_no, minute, gpu_count, unit_price, "
           "trial_account, trial_micros, main_account, main_micros, revenue_account, at) "
-          "SELECT i.billing_no, $2::bigint, $3::int, $4::bigint, "
+          "SELECT i.billing_no, (SELECT billing_no FROM tenants WHERE id = i.tenant_id), "
+          "$2::bigint, $3::int, $4::bigint, "
           "CASE WHEN $5 THEN tw.id END, $6::bigint, CASE WHEN $7 THEN "
           "(CASE WHEN $9 THEN r.id ELSE w.id END) END, $8::bigint, r.id, now() "
           "FROM instances i, ledger_accounts w, ledger_accounts tw, ledger_accounts r "

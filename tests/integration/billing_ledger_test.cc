@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "billing/billing.h"
 #include "common/status.h"
 #include "control/scheduling.h"
@@ -718,9 +719,10 @@ TEST_F(BillingTest, AuditorFindsForeignCharge) {
   const int64_t idle_minute = MinuteOf(clock_.Now()) - 2;  // After the stop.
   ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
     txn.exec_params(
-        "INSERT INTO ledger_charges (instance_no, minute, gpu_count, unit_price, trial_micros, "
-        "main_account, main_micros, revenue_account, at) "
-        "SELECT i.billing_no, $2::bigint, 2, 33000, 0, w.id, 66000, r.id, now() "
+        "INSERT INTO ledger_charges (instance_no, tenant_no, minute, gpu_count, unit_price, "
+        "trial_micros, main_account, main_micros, revenue_account, at) "
+        "SELECT i.billing_no, (SELECT billing_no FROM tenants WHERE id = i.tenant_id), "
+        "$2::bigint, 2, 33000, 0, w.id, 66000, r.id, now() "
         "FROM instances i, ledger_accounts w, ledger_accounts r WHERE i.id = $1 "
         "AND w.tenant_id = $3 AND w.kind = 'paid_wallet' AND r.kind = 'platform_revenue'",
         id, idle_minute, tenant);
@@ -737,6 +739,95 @@ TEST_F(BillingTest, AuditorFindsForeignCharge) {
     return absl::OkStatus();
   });
   EXPECT_FALSE(edited.ok());
+}
+
+// The primary key (minute, tenant number, instance number) is one row per
+// instance-minute only while each row carries its instance's tenant number:
+// a second charge of a billed minute under another tenant's number passes
+// the key, and the auditor names it.
+TEST_F(BillingTest, AuditorFindsChargeUnderAnotherTenantNumber) {
+  Billing billing = MakeBilling();
+  auto [tenant, user] = NewTenant("keyed");
+  auto [other, other_user] = NewTenant("elsewhere");
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-k", 50 * kMicrosPerYuan, clock_.Now()).ok());
+  const std::string id = Run(tenant, 2);
+  clock_.Advance(absl::Minutes(5));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  ExpectAuditClean(billing);
+  const int64_t billed_minute = MinuteOf(clock_.Now()) - 2;
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+    txn.exec_params(
+        "INSERT INTO ledger_charges (instance_no, tenant_no, minute, gpu_count, unit_price, "
+        "trial_micros, main_account, main_micros, revenue_account, at) "
+        "SELECT i.billing_no, (SELECT billing_no FROM tenants WHERE id = $4), "
+        "$2::bigint, 2, 33000, 0, w.id, 66000, r.id, now() "
+        "FROM instances i, ledger_accounts w, ledger_accounts r WHERE i.id = $1 "
+        "AND w.tenant_id = $3 AND w.kind = 'paid_wallet' AND r.kind = 'platform_revenue'",
+        id, billed_minute, tenant, other);
+    return absl::OkStatus();
+  }).ok());
+  auto failures = billing.Audit();
+  ASSERT_TRUE(failures.ok());
+  bool named = false;
+  for (const std::string& f : *failures) {
+    if (f.find("each instance-minute charged at most once") != std::string::npos &&
+        f.find("not its instance's tenant " + tenant) != std::string::npos) {
+      named = true;
+    }
+  }
+  EXPECT_TRUE(named) << absl::StrJoin(*failures, "\n");
+}
+
+// Readers by tenant probe the charges' key (minute, tenant number, instance
+// number) once per minute (sv_tenant_charges, migration 0091). What they
+// find must equal a plain scan of the view: the spend since a minute (the
+// spend cap's measure), for bounds before, inside and after the history,
+// for a tenant with another tenant's instances running beside it, and the
+// usage rows per instance and day.
+TEST_F(BillingTest, ChargesProbedByMinuteMatchThePlainView) {
+  Billing billing = MakeBilling();
+  auto [tenant, user] = NewTenant("probed");
+  auto [other, other_user] = NewTenant("beside");
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-p", 500 * kMicrosPerYuan, clock_.Now()).ok());
+  ASSERT_TRUE(billing.TopUp(other, "pay-o", 500 * kMicrosPerYuan, clock_.Now()).ok());
+  const int64_t m0 = MinuteOf(clock_.Now());
+  const std::string a = Run(tenant, 2);
+  Run(other, 4);
+  clock_.Advance(absl::Minutes(10));
+  const std::string b = Run(tenant, 8);
+  clock_.Advance(absl::Minutes(15));
+  Stop(tenant, a);
+  clock_.Advance(absl::Minutes(20));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  ExpectAuditClean(billing);
+  for (int64_t since : {m0 - 100, m0, m0 + 1, m0 + 12, m0 + 44, m0 + 45, m0 + 500}) {
+    int64_t probed = -1, plain = -2;
+    ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+      probed = txn.exec_params1("SELECT sv_tenant_spent_since($1, $2)", tenant, since)[0]
+                   .as<int64_t>();
+      plain = txn.exec_params1(
+                     "SELECT coalesce(sum(amount_micros), 0)::bigint FROM ledger_all_transfers "
+                     "WHERE tenant_id = $1 AND kind IN ('charge', 'app_fee', 'storage') "
+                     "AND usage_minute >= $2",
+                     tenant, since)[0]
+                  .as<int64_t>();
+      return absl::OkStatus();
+    }).ok());
+    EXPECT_EQ(probed, plain) << "since minute m0" << (since - m0 >= 0 ? "+" : "")
+                             << since - m0;
+    if (since == m0) {
+      // 26 minutes of 2 GPUs (m0 .. m0+25: each started minute is charged)
+      // and 35 of 8 (m0+10 .. m0+44; minute m0+45 is not over).
+      EXPECT_EQ(probed, (26 * 2 + 35 * 8) * 33'000);
+    }
+  }
+  auto usage = billing.GetUsage(tenant, absl::InfinitePast(), absl::InfiniteFuture(), "");
+  ASSERT_TRUE(usage.ok()) << usage.status();
+  std::map<std::string, int64_t> minutes;
+  for (const auto& row : *usage) minutes[row.instance_id] += row.instance_minutes;
+  EXPECT_EQ(minutes.size(), 2u);
+  EXPECT_EQ(minutes[a], 26);
+  EXPECT_EQ(minutes[b], 35);
 }
 
 // A RUNNING end recorded after its minutes were billed (a node's death

@@ -43,6 +43,7 @@ int64_t GpuPriceAt(pqxx::work& txn, const std::string& gpu_model, absl::Time at)
 extern const char kTransferColumns[];
 extern const char kTransferJoins[];
 TransferRecord ReadTransfer(const pqxx::row& row, const std::string& tenant_id);
+// The posting of ledger_transfers (not a minute charge) with key `key`.
 absl::StatusOr<TransferRecord> FindTransfer(store::Database& db, const std::string& tenant_id,
                                             const std::string& key);
 
