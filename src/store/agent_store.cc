@@ -31,7 +31,7 @@ absl::Status InstanceNotFound(const std::string& id) {
 
 void RecordEvent(pqxx::work& txn, const std::string& instance_id, absl::Time at,
                  const std::string& from, const std::string& to, const std::string& reason) {
-  txn.exec_params(
+  ExecPrepared(txn, "sv_agent_event",
       "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
       "VALUES ($1, $2::timestamptz, $3, $4, $5)",
       instance_id, SqlTime(at), from, to, reason);
@@ -211,14 +211,15 @@ absl::StatusOr<std::vector<AgentAssignment>> AgentStore::DesiredForNode(
       }
       if (row[2].as<std::string>() == "SCHEDULED") {
         const std::string reason = "the node agents were told to start it";
-        auto moved = txn.exec_params(
+        auto moved = ExecPrepared(txn, "sv_agent_starting",
             "UPDATE instances SET state = 'STARTING', state_reason = $2, "
             "updated_at = $3::timestamptz WHERE id = $1 AND state = 'SCHEDULED' RETURNING id",
             a.instance_id, reason, SqlTime(now));
         if (!moved.empty()) {
           // Confirmations from an earlier run of the instance do not count.
-          txn.exec_params("DELETE FROM instance_node_starts WHERE instance_id = $1",
-                          a.instance_id);
+          ExecPrepared(txn, "sv_agent_starts_forget",
+                       "DELETE FROM instance_node_starts WHERE instance_id = $1",
+                       a.instance_id);
           RecordEvent(txn, a.instance_id, now, "SCHEDULED", "STARTING", reason);
         }
       }
@@ -235,7 +236,7 @@ namespace {
 // nothing when the node holds no such instance.
 std::optional<std::string> LockHeldInstance(pqxx::work& txn, const std::string& node_id,
                                             const std::string& instance_id) {
-  auto rows = txn.exec_params(
+  auto rows = ExecPrepared(txn, "sv_agent_lock_held",
       absl::StrCat("SELECT i.state FROM instances i WHERE i.id = $1 AND i.state IN ",
                    kHoldingStates,
                    " AND EXISTS (SELECT 1 FROM gpu_reservations r WHERE r.instance_id = "
@@ -256,13 +257,13 @@ absl::StatusOr<bool> AgentStore::ConfirmStarted(const std::string& node_id,
     std::optional<std::string> held = LockHeldInstance(txn, node_id, instance_id);
     if (!held) return UnknownInstance(node_id, instance_id);
     const std::string from = *held;
-    txn.exec_params(
+    ExecPrepared(txn, "sv_agent_start_confirm",
         "INSERT INTO instance_node_starts (instance_id, node_id, confirmed_at) "
         "VALUES ($1, $2, $3::timestamptz) ON CONFLICT DO NOTHING",
         instance_id, node_id, SqlTime(now));
     // A confirmation is a sign of life too, so a node that dies right after
     // it never ends a RUNNING interval before it began.
-    txn.exec_params(
+    ExecPrepared(txn, "sv_agent_node_alive",
         "UPDATE nodes SET last_heartbeat_at = GREATEST(last_heartbeat_at, $2::timestamptz) "
         "WHERE id = $1 AND state <> 'down'",
         node_id, SqlTime(now));
@@ -271,14 +272,14 @@ absl::StatusOr<bool> AgentStore::ConfirmStarted(const std::string& node_id,
       return absl::OkStatus();
     }
     if (from != "STARTING" && from != "SCHEDULED") return absl::OkStatus();
-    int unconfirmed = txn.exec_params1(
+    int unconfirmed = ExecPrepared(txn, "sv_agent_starts_unconfirmed",
         "SELECT count(DISTINCT r.node_id) FROM gpu_reservations r WHERE r.instance_id = $1 "
         "AND NOT EXISTS (SELECT 1 FROM instance_node_starts s WHERE s.instance_id = $1 "
         "AND s.node_id = r.node_id)",
-        instance_id)[0].as<int>();
+        instance_id)[0][0].as<int>();
     if (unconfirmed > 0) return absl::OkStatus();
     const std::string reason = "every node confirmed the start";
-    txn.exec_params(
+    ExecPrepared(txn, "sv_agent_running",
         "UPDATE instances SET state = 'RUNNING', state_reason = $2, "
         "running_since = $3::timestamptz, updated_at = $3::timestamptz, idle_since = NULL "
         "WHERE id = $1",

@@ -20,12 +20,12 @@ namespace {
 // primary key (node_id, node_port) would refuse a duplicate regardless.
 void AllocatePorts(pqxx::work& txn, const std::string& node_id, const std::string& ids,
                    absl::Time now) {
-  auto missing = txn.exec_params1(
+  const pqxx::row missing = ExecPrepared(txn, "sv_agent_ports_missing",
       "SELECT count(*) FROM instance_ports p WHERE p.instance_id = ANY($2::text[]) "
       "AND NOT EXISTS (SELECT 1 FROM node_port_bindings b WHERE b.node_id = $1 "
       "AND b.instance_id = p.instance_id AND b.container_port = p.container_port "
       "AND b.protocol = p.protocol)",
-      node_id, ids);
+      node_id, ids)[0];
   if (missing[0].as<int64_t>() == 0) return;
   txn.exec_params("SELECT pg_advisory_xact_lock(hashtextextended('node-ports:' || $1, 0))",
                   node_id);
@@ -71,7 +71,7 @@ absl::Status LoadAssignmentResources(pqxx::work& txn, const std::string& node_id
   }
   const std::string ids = TextArrayLiteral(id_list);
   AllocatePorts(txn, node_id, ids, now);
-  for (const auto& row : txn.exec_params(
+  for (const auto& row : ExecPrepared(txn, "sv_agent_port_bindings",
            "SELECT instance_id, container_port, node_port, protocol FROM node_port_bindings "
            "WHERE node_id = $1 AND instance_id = ANY($2::text[]) "
            "ORDER BY instance_id, container_port, protocol",
@@ -81,18 +81,18 @@ absl::Status LoadAssignmentResources(pqxx::work& txn, const std::string& node_id
   }
   // A node-local volume placed for the first time lives on this node from
   // now on; one that lives elsewhere is not mounted, and says why.
-  txn.exec_params(
+  ExecPrepared(txn, "sv_agent_local_volumes_place",
       "UPDATE volumes v SET node_id = $1, updated_at = $3::timestamptz "
       "FROM volume_attachments a WHERE a.volume_id = v.id AND a.instance_id = ANY($2::text[]) "
       "AND v.kind = 'node_local' AND v.node_id IS NULL",
       node_id, ids, SqlTime(now));
-  txn.exec_params(
+  ExecPrepared(txn, "sv_agent_local_volumes_elsewhere",
       "UPDATE volume_attachments a SET reason = 'the node-local volume lives on node ' || "
       "v.node_id || ', not on the node the instance runs on' "
       "FROM volumes v WHERE v.id = a.volume_id AND a.instance_id = ANY($2::text[]) "
       "AND v.kind = 'node_local' AND v.node_id <> $1 AND a.reason = ''",
       node_id, ids);
-  for (const auto& row : txn.exec_params(
+  for (const auto& row : ExecPrepared(txn, "sv_agent_volume_mounts",
            "SELECT a.instance_id, a.volume_id, a.mount_path, a.read_only "
            "FROM volume_attachments a JOIN volumes v ON v.id = a.volume_id "
            "WHERE a.instance_id = ANY($2::text[]) AND a.state IN ('attaching', 'attached') "
@@ -103,7 +103,7 @@ absl::Status LoadAssignmentResources(pqxx::work& txn, const std::string& node_id
         {volume_id, absl::StrCat(kVolumeHostRoot, volume_id), row[2].as<std::string>(),
          row[3].as<bool>()});
   }
-  for (const auto& row : txn.exec_params(
+  for (const auto& row : ExecPrepared(txn, "sv_agent_library_mounts",
            "SELECT instance_id, name FROM instance_library_mounts "
            "WHERE instance_id = ANY($1::text[]) ORDER BY instance_id, name",
            ids)) {
