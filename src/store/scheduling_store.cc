@@ -16,7 +16,8 @@ namespace {
 constexpr int64_t kPlacementLockKey = 0x5356'0002;
 
 void TakePlacementLock(pqxx::work& txn) {
-  txn.exec(absl::StrCat("SELECT pg_advisory_xact_lock(", kPlacementLockKey, ")"));
+  ExecPrepared(txn, "sv_placement_lock",
+               absl::StrCat("SELECT pg_advisory_xact_lock(", kPlacementLockKey, ")"));
 }
 
 NodeState ParseNodeState(const std::string& s) {
@@ -45,7 +46,7 @@ void RecordEvent(pqxx::work& txn, const std::string& instance_id, absl::Time at,
 }
 
 void LoadPending(pqxx::work& txn, int queue_max, FleetView& view) {
-  for (const auto& row : txn.exec_params(
+  for (const auto& row : ExecPrepared(txn, "sv_pass_pending",
            "SELECT i.id, i.tenant_id, i.gpu_count, i.max_leaves, i.priority, i.queue_seq, "
            "  (SELECT min(v.node_id) FROM volume_attachments a "
            "   JOIN volumes v ON v.id = a.volume_id "
@@ -61,7 +62,7 @@ void LoadPending(pqxx::work& txn, int queue_max, FleetView& view) {
 }
 
 void LoadFleet(pqxx::work& txn, FleetView& view) {
-  for (const auto& row : txn.exec(
+  for (const auto& row : ExecPrepared(txn, "sv_pass_nodes",
            "SELECT id, name, zone, pod, leaf_switch, gpu_count, state FROM nodes "
            "ORDER BY name")) {
     view.nodes.push_back({row[0].as<std::string>(), row[1].as<std::string>(),
@@ -69,14 +70,14 @@ void LoadFleet(pqxx::work& txn, FleetView& view) {
                           row[4].as<std::string>(), row[5].as<int>(),
                           ParseNodeState(row[6].as<std::string>())});
   }
-  for (const auto& row : txn.exec(
+  for (const auto& row : ExecPrepared(txn, "sv_pass_reservations",
            "SELECT r.node_id, r.gpu_index, r.instance_id, i.tenant_id "
            "FROM gpu_reservations r JOIN instances i ON i.id = r.instance_id "
            "ORDER BY r.node_id, r.gpu_index")) {
     view.reservations.push_back({row[0].as<std::string>(), row[1].as<int>(),
                                  row[2].as<std::string>(), row[3].as<std::string>()});
   }
-  for (const auto& row : txn.exec(
+  for (const auto& row : ExecPrepared(txn, "sv_pass_quotas",
            "SELECT tenant_id, gpus_in_use_max, pending_count_max FROM tenant_quotas")) {
     TenantQuotaRow q{row[0].as<std::string>(), row[1].as<int>(), row[2].as<int>()};
     view.quotas[q.tenant_id] = q;
@@ -104,7 +105,7 @@ void WriteWaiting(pqxx::work& txn, const std::vector<const QueueVerdict*>& waiti
     reasons.push_back(v->reason);
     positions.push_back(v->queue_position);
   }
-  txn.exec_params(
+  ExecPrepared(txn, "sv_pass_waiting",
       "UPDATE instances i SET state_reason = v.reason, queue_position = v.position "
       "FROM unnest($1::text[], $2::text[], $3::int[]) AS v(id, reason, position) "
       "WHERE i.id = v.id AND i.state = 'PENDING' "
@@ -129,7 +130,7 @@ int WritePlaced(pqxx::work& txn, const FleetView& view,
     reasons.push_back(absl::StrCat("GPUs reserved on ", GrantText(view, v->grants)));
     by_id[v->instance_id] = v;
   }
-  auto updated = txn.exec_params(
+  auto updated = ExecPrepared(txn, "sv_pass_scheduled",
       "UPDATE instances i SET state = 'SCHEDULED', state_reason = v.reason, "
       "queue_position = 0, updated_at = $3::timestamptz "
       "FROM unnest($1::text[], $2::text[]) AS v(id, reason) "
@@ -160,12 +161,12 @@ int WritePlaced(pqxx::work& txn, const FleetView& view,
   if (updated.empty()) return 0;
   // The primary key rejects a second reservation of any GPU and aborts the
   // whole pass, so no scheduler bug can double-book.
-  txn.exec_params(
+  ExecPrepared(txn, "sv_pass_reserve",
       "INSERT INTO gpu_reservations (node_id, gpu_index, instance_id, reserved_at) "
       "SELECT n, g, h, $4::timestamptz FROM unnest($1::text[], $2::int[], $3::text[]) "
       "AS t(n, g, h)",
       TextArrayLiteral(nodes), IntArrayLiteral(gpus), TextArrayLiteral(holders), SqlTime(now));
-  txn.exec_params(
+  ExecPrepared(txn, "sv_pass_events",
       "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
       "SELECT id, $3::timestamptz, 'PENDING', 'SCHEDULED', reason "
       "FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(id, reason, n) ORDER BY n",
@@ -227,8 +228,9 @@ absl::StatusOr<PassOutcome> SchedulingStore::RunQueuePass(const QueueDecider& de
       // A pass already running may have read the queue before this
       // caller's instance arrived; the caller asks for another pass instead
       // of queueing behind the lock (creates under load stay fast).
-      if (!txn.exec1(absl::StrCat("SELECT pg_try_advisory_xact_lock(", kPlacementLockKey,
-                                  ")"))[0].as<bool>()) {
+      if (!ExecPrepared(txn, "sv_placement_lock_try",
+                        absl::StrCat("SELECT pg_try_advisory_xact_lock(", kPlacementLockKey,
+                                     ")"))[0][0].as<bool>()) {
         outcome.lock_busy = true;
         return absl::OkStatus();
       }
