@@ -294,9 +294,16 @@ class Agent::Session {
         known.erase(s.instance_id);
       } else if (desired_changed) {
         // svd may have stopped and started it again since it last heard
-        // from us; confirming what runs is idempotent.
-        runs_[s.instance_id] = desired.at(s.instance_id).run;
-        if (!Report(stream, s.instance_id, v1::AGENT_STARTED, 0, "running")) return false;
+        // from us; confirming what runs is idempotent. Not when svd says it
+        // has the confirmations it waits for: every change of a node's set
+        // would otherwise confirm every instance on it again (36 for a node
+        // filled one instance at a time with 8).
+        const RuntimeInstance& want = desired.at(s.instance_id);
+        runs_[s.instance_id] = want.run;
+        if (!want.confirmed &&
+            !Report(stream, s.instance_id, v1::AGENT_STARTED, 0, "running")) {
+          return false;
+        }
       }
       if (!wanted) runs_.erase(s.instance_id);
     }

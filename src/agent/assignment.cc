@@ -12,6 +12,7 @@ RuntimeInstance InstanceFromAssignment(const v1::InstanceAssignment& a) {
     r.ports.push_back({p.host_port(), p.container_port(), p.protocol()});
   }
   r.run = a.run();
+  r.confirmed = a.confirmed();
   return r;
 }
 

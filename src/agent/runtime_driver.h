@@ -35,6 +35,8 @@ struct RuntimeInstance {
   std::vector<VolumeMap> volumes;
   std::vector<PortMap> ports;
   int64_t run = 0;  // svd's start number; a new one means restart.
+  // svd's, not the runtime's: svd needs no more start confirmations of it.
+  bool confirmed = false;
 };
 
 // What the runtime says about an instance it knows.

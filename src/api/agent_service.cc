@@ -230,6 +230,7 @@ class AgentSession {
           out->set_instance_id(a.instance_id);
           out->set_image(a.image);
           out->set_run(a.run);
+          out->set_confirmed(!a.starting);
           for (int g : a.gpu_indices) out->add_gpu_indices(g);
           internal::AddAssignmentResources(a, out);
         }

@@ -527,5 +527,49 @@ TEST_F(AgentLifecycleTest, BadAgentMessagesAreRejected) {
   EXPECT_NE(Slurp(svd_->log_path()).find("NODE_CREDENTIAL_WRONG"), std::string::npos);
 }
 
+// svd tells an agent which of its instances need no more start
+// confirmations (RUNNING), so the agent confirms again, when its desired set
+// changes, only the starts svd still waits for: every change of a node's set
+// used to confirm every instance on it again.
+TEST_F(AgentLifecycleTest, DesiredSetSaysWhichStartsAreConfirmed) {
+  const std::string credential = MintCredential("node-a");
+  auto stub = v1::AgentService::NewStub(svd_->channel());
+  auto context = Context(credential);
+  // A failure bound, not a timing assertion: a missing message fails the
+  // test instead of hanging it.
+  context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto stream = stub->Connect(context.get());
+  ASSERT_TRUE(stream->Write(AgentRegistration("node-a")));
+  v1::ServerMessage m;
+  ASSERT_TRUE(stream->Read(&m));
+  ASSERT_TRUE(m.has_registered());
+  const Instance created = Create(8);
+  // The instance as the next desired set that lists it shows it.
+  auto next_assignment = [&](v1::InstanceAssignment* out) {
+    while (stream->Read(&m)) {
+      if (!m.has_desired()) continue;
+      for (const auto& a : m.desired().instances()) {
+        if (a.instance_id() == created.id()) {
+          *out = a;
+          return true;
+        }
+      }
+    }
+    return false;
+  };
+  v1::InstanceAssignment assignment;
+  ASSERT_TRUE(next_assignment(&assignment));
+  EXPECT_FALSE(assignment.confirmed()) << "svd waits for this node's start";
+  v1::AgentMessage report;
+  report.mutable_report()->set_instance_id(created.id());
+  report.mutable_report()->set_state(v1::AGENT_STARTED);
+  ASSERT_TRUE(stream->Write(report));
+  ASSERT_TRUE(next_assignment(&assignment));
+  EXPECT_TRUE(assignment.confirmed());
+  EXPECT_EQ(Get(created.id()).state(), v1::RUNNING);
+  context->TryCancel();
+  (void)stream->Finish();
+}
+
 }  // namespace
 }  // namespace sv::testing
