@@ -19,8 +19,7 @@ thread_local std::optional<int64_t> t_fence_epoch;
 
 // The shared lock makes a new leader's epoch bump wait for this transaction.
 absl::Status CheckFence(pqxx::work& txn, int64_t epoch) {
-  auto rows = ExecPrepared(txn, "sv_fence_epoch",
-                           "SELECT epoch FROM leader_fence WHERE name = 'control' FOR SHARE");
+  auto rows = txn.exec("SELECT epoch FROM leader_fence WHERE name = 'control' FOR SHARE");
   const int64_t current = rows.empty() ? -1 : rows[0][0].as<int64_t>();
   if (current == epoch) return absl::OkStatus();
   return Error(absl::StatusCode::kFailedPrecondition, "NOT_LEADER",

@@ -16,8 +16,7 @@ namespace {
 constexpr int64_t kPlacementLockKey = 0x5356'0002;
 
 void TakePlacementLock(pqxx::work& txn) {
-  ExecPrepared(txn, "sv_placement_lock",
-               absl::StrCat("SELECT pg_advisory_xact_lock(", kPlacementLockKey, ")"));
+  txn.exec(absl::StrCat("SELECT pg_advisory_xact_lock(", kPlacementLockKey, ")"));
 }
 
 NodeState ParseNodeState(const std::string& s) {
@@ -46,7 +45,7 @@ void RecordEvent(pqxx::work& txn, const std::string& instance_id, absl::Time at,
 }
 
 void LoadPending(pqxx::work& txn, int queue_max, FleetView& view) {
-  for (const auto& row : ExecPrepared(txn, "sv_pass_pending",
+  for (const auto& row : txn.exec_params(
            "SELECT i.id, i.tenant_id, i.gpu_count, i.max_leaves, i.priority, i.queue_seq, "
            "  (SELECT min(v.node_id) FROM volume_attachments a "
            "   JOIN volumes v ON v.id = a.volume_id "
@@ -62,7 +61,7 @@ void LoadPending(pqxx::work& txn, int queue_max, FleetView& view) {
 }
 
 void LoadFleet(pqxx::work& txn, FleetView& view) {
-  for (const auto& row : ExecPrepared(txn, "sv_pass_nodes",
+  for (const auto& row : txn.exec(
            "SELECT id, name, zone, pod, leaf_switch, gpu_count, state FROM nodes "
            "ORDER BY name")) {
     view.nodes.push_back({row[0].as<std::string>(), row[1].as<std::string>(),
@@ -70,14 +69,14 @@ void LoadFleet(pqxx::work& txn, FleetView& view) {
                           row[4].as<std::string>(), row[5].as<int>(),
                           ParseNodeState(row[6].as<std::string>())});
   }
-  for (const auto& row : ExecPrepared(txn, "sv_pass_reservations",
+  for (const auto& row : txn.exec(
            "SELECT r.node_id, r.gpu_index, r.instance_id, i.tenant_id "
            "FROM gpu_reservations r JOIN instances i ON i.id = r.instance_id "
            "ORDER BY r.node_id, r.gpu_index")) {
     view.reservations.push_back({row[0].as<std::string>(), row[1].as<int>(),
                                  row[2].as<std::string>(), row[3].as<std::string>()});
   }
-  for (const auto& row : ExecPrepared(txn, "sv_pass_quotas",
+  for (const auto& row : txn.exec(
            "SELECT tenant_id, gpus_in_use_max, pending_count_max FROM tenant_quotas")) {
     TenantQuotaRow q{row[0].as<std::string>(), row[1].as<int>(), row[2].as<int>()};
     view.quotas[q.tenant_id] = q;
@@ -105,7 +104,7 @@ void WriteWaiting(pqxx::work& txn, const std::vector<const QueueVerdict*>& waiti
     reasons.push_back(v->reason);
     positions.push_back(v->queue_position);
   }
-  ExecPrepared(txn, "sv_pass_waiting",
+  txn.exec_params(
       "UPDATE instances i SET state_reason = v.reason, queue_position = v.position "
       "FROM unnest($1::text[], $2::text[], $3::int[]) AS v(id, reason, position) "
       "WHERE i.id = v.id AND i.state = 'PENDING' "
@@ -130,7 +129,7 @@ int WritePlaced(pqxx::work& txn, const FleetView& view,
     reasons.push_back(absl::StrCat("GPUs reserved on ", GrantText(view, v->grants)));
     by_id[v->instance_id] = v;
   }
-  auto updated = ExecPrepared(txn, "sv_pass_scheduled",
+  auto updated = txn.exec_params(
       "UPDATE instances i SET state = 'SCHEDULED', state_reason = v.reason, "
       "queue_position = 0, updated_at = $3::timestamptz "
       "FROM unnest($1::text[], $2::text[]) AS v(id, reason) "
@@ -161,12 +160,12 @@ int WritePlaced(pqxx::work& txn, const FleetView& view,
   if (updated.empty()) return 0;
   // The primary key rejects a second reservation of any GPU and aborts the
   // whole pass, so no scheduler bug can double-book.
-  ExecPrepared(txn, "sv_pass_reserve",
+  txn.exec_params(
       "INSERT INTO gpu_reservations (node_id, gpu_index, instance_id, reserved_at) "
       "SELECT n, g, h, $4::timestamptz FROM unnest($1::text[], $2::int[], $3::text[]) "
       "AS t(n, g, h)",
       TextArrayLiteral(nodes), IntArrayLiteral(gpus), TextArrayLiteral(holders), SqlTime(now));
-  ExecPrepared(txn, "sv_pass_events",
+  txn.exec_params(
       "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
       "SELECT id, $3::timestamptz, 'PENDING', 'SCHEDULED', reason "
       "FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(id, reason, n) ORDER BY n",
@@ -228,9 +227,8 @@ absl::StatusOr<PassOutcome> SchedulingStore::RunQueuePass(const QueueDecider& de
       // A pass already running may have read the queue before this
       // caller's instance arrived; the caller asks for another pass instead
       // of queueing behind the lock (creates under load stay fast).
-      if (!ExecPrepared(txn, "sv_placement_lock_try",
-                        absl::StrCat("SELECT pg_try_advisory_xact_lock(", kPlacementLockKey,
-                                     ")"))[0][0].as<bool>()) {
+      if (!txn.exec1(absl::StrCat("SELECT pg_try_advisory_xact_lock(", kPlacementLockKey,
+                                  ")"))[0].as<bool>()) {
         outcome.lock_busy = true;
         return absl::OkStatus();
       }
