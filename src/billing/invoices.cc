@@ -117,6 +117,7 @@ absl::StatusOr<Invoice> Billing::IssueInvoice(const std::string& tenant_id,
                    absl::StrCat("month ", label, " is not completely billed yet"));
     }
     const std::string id = NewId("inv");
+    txn.exec("SET LOCAL jit = off");  // See store::TenantChargesSql.
     auto lines = txn.exec_params(LinesSql(), tenant_id, MinuteOf(start), MinuteOf(end));
     int64_t total_micros = 0, total_fen = 0;
     for (const auto& l : lines) {

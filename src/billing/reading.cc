@@ -213,6 +213,7 @@ absl::StatusOr<std::vector<TransferRecord>> Billing::ListTransfers(
   std::vector<TransferRecord> out;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
     out.clear();
+    txn.exec("SET LOCAL jit = off");  // See store::TenantChargesSql.
     if (!windowed) {
       out = ReadTransferPage(txn, tenant_id, filter, from_us, to_us, has_cursor, after);
       return absl::OkStatus();
@@ -265,6 +266,7 @@ absl::StatusOr<std::vector<UsageRow>> Billing::GetUsage(const std::string& tenan
   std::vector<UsageRow> out;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
     out.clear();
+    txn.exec("SET LOCAL jit = off");  // See store::TenantChargesSql.
     // Days are Asia/Shanghai days: UTC+8, without daylight saving since 1991.
     // GPU-minutes are those charged: each minute at the GPU count of its
     // charge (a resized instance's minutes differ), not the instance's size

@@ -13,7 +13,9 @@ namespace sv::store {
 // probes the primary key (minute, tenant number, instance number) once per
 // minute between the tenant's creation and the last billed minute; a month
 // is at most 44,640 probes. PostgreSQL inlines it unless an argument is a
-// subquery, so pass parameters or columns.
+// subquery, so pass parameters or columns. Run the query with
+// `SET LOCAL jit = off`: the planner guesses 1,000 minutes and a cost above
+// jit_above_cost, and JIT compiling takes 25-28 ms of a 1 ms read.
 std::string TenantChargesSql(const std::string& tenant_id, const std::string& lo,
                              const std::string& hi);
 

@@ -57,7 +57,11 @@ DROP INDEX ledger_charges_minute;
 -- minutes that can hold a charge of the tenant: from its creation to the
 -- last billed minute (billing_cursor). greatest() and least() skip NULLs.
 -- A plain SQL function, which the planner inlines into the caller's query
--- (as long as no argument is a subquery): nested loops of index probes.
+-- (as long as no argument is a subquery). The ORDER BY keeps the per-minute
+-- subquery from being pulled up into a join, so every minute is an index
+-- probe: as a join, a caller that sorts by minute with a LIMIT got a merge
+-- join of the minutes with a backward scan of the whole key (the planner
+-- guesses 1,000 minutes), 288,000 rows read for a page of 100.
 CREATE FUNCTION sv_tenant_charges(p_tenant_id text, p_lo bigint, p_hi bigint)
 RETURNS SETOF ledger_charges LANGUAGE sql STABLE AS $$
   SELECT c.*
@@ -65,15 +69,19 @@ RETURNS SETOF ledger_charges LANGUAGE sql STABLE AS $$
   CROSS JOIN LATERAL generate_series(
          greatest(p_lo, floor(extract(epoch from t.created_at) / 60)::bigint),
          least(p_hi, (SELECT b.billed_before_minute FROM billing_cursor b)) - 1) AS gm (minute)
-  JOIN ledger_charges c ON c.minute = gm.minute AND c.tenant_no = t.billing_no
+  CROSS JOIN LATERAL (SELECT * FROM ledger_charges y
+                      WHERE y.minute = gm.minute AND y.tenant_no = t.billing_no
+                      ORDER BY y.instance_no) c
   WHERE t.id = p_tenant_id
 $$;
 
 -- What a tenant was charged for usage from Unix minute p_since on: minute
 -- charges, app fees and storage (the spend cap's measure, read by the
--- create gate, SecurityStore and the enforcer).
+-- create gate, SecurityStore and the enforcer). Without JIT: the planner
+-- guesses 1,000 minutes for generate_series and a cost above
+-- jit_above_cost, and compiling took 25-28 ms of a read that takes 1 ms.
 CREATE FUNCTION sv_tenant_spent_since(p_tenant_id text, p_since bigint)
-RETURNS bigint LANGUAGE sql STABLE AS $$
+RETURNS bigint LANGUAGE sql STABLE SET jit = off AS $$
   SELECT ((SELECT coalesce(sum(t.amount_micros), 0) FROM ledger_transfers t
            WHERE t.tenant_id = p_tenant_id AND t.kind IN ('app_fee', 'storage')
              AND t.usage_minute >= p_since)
