@@ -51,6 +51,10 @@ struct PendingRow {
   int64_t queue_seq = 0;
   // The node of its node-local volumes; empty when it has none.
   std::string pinned_node_id;
+  // The reason and position the row holds now, so a pass writes only the
+  // waiting rows whose verdict changed.
+  std::string state_reason;
+  int queue_position = 0;
 };
 
 struct TenantQuotaRow {
