@@ -44,6 +44,22 @@ void ControlLoops::Stop() {
 }
 
 absl::Status ControlLoops::PlaceNow(bool* ran) {
+  bool paced = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    paced = pacer_.RestLeft(PassPacer::Clock::now()) > PassPacer::Clock::duration::zero();
+  }
+  if (paced) {
+    // The last pass was long (a long queue): the loop runs the next one
+    // after its rest, and this caller's answer is the row as committed.
+    if (ran != nullptr) *ran = false;
+    metrics::Registry::Default().IncrementCounter(
+        "sv_scheduler_paced_requests_total",
+        "Requests for an immediate queue pass left to the loop because passes are paced.",
+        {});
+    Kick();
+    return absl::OkStatus();
+  }
   return RunPass(/*wait_for_lock=*/false, ran);
 }
 
@@ -64,10 +80,15 @@ absl::Status ControlLoops::RunPass(bool wait_for_lock, bool* ran) {
   store::LeaderTurn turn(gate_);
   if (!turn.ok()) return absl::OkStatus();
   const absl::Time start = clock_.Now();
+  const PassPacer::Clock::time_point steady_start = PassPacer::Clock::now();
   auto outcome = scheduling_.RunPass(start, wait_for_lock);
   if (outcome.ok() && outcome->lock_busy) {
     Kick();
     return absl::OkStatus();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pacer_.Finished(steady_start, PassPacer::Clock::now());
   }
   auto& registry = metrics::Registry::Default();
   const double seconds = absl::ToDoubleSeconds(clock_.Now() - start);
@@ -109,6 +130,13 @@ void ControlLoops::PlacementLoop() {
   while (!stopping_) {
     wake_.wait_for(lock, absl::ToChronoNanoseconds(options_.placement_interval),
                    [this] { return stopping_ || kicked_; });
+    if (stopping_) break;
+    // Paced: rest after a long pass before the next (control/pass_pacer.h).
+    for (PassPacer::Clock::duration rest = pacer_.RestLeft(PassPacer::Clock::now());
+         rest > PassPacer::Clock::duration::zero() && !stopping_;
+         rest = pacer_.RestLeft(PassPacer::Clock::now())) {
+      wake_.wait_for(lock, rest, [this] { return stopping_; });
+    }
     if (stopping_) break;
     kicked_ = false;
     lock.unlock();

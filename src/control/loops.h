@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "control/pass_pacer.h"
 #include "control/scheduling.h"
 #include "store/store.h"
 
@@ -42,7 +43,8 @@ class ControlLoops {
   // Runs one placement pass now, in the caller's thread; on a replica that
   // does not lead it does nothing (the leader's loop places within
   // placement_interval). When another pass holds the placement lock it does
-  // not wait: it kicks the loop, whose next pass sees the caller's instance.
+  // not wait: it kicks the loop, whose next pass sees the caller's instance;
+  // so it does while the passes are paced (control/pass_pacer.h).
   // `ran`, if set, says whether a pass ran (and so wrote its verdicts).
   absl::Status PlaceNow(bool* ran = nullptr);
   // Resize, admission and operator calls of the API share the loop's
@@ -64,6 +66,7 @@ class ControlLoops {
   std::condition_variable wake_;
   bool stopping_ = false;
   bool kicked_ = false;
+  PassPacer pacer_;  // Guarded by mutex_.
   std::atomic<int> passes_in_flight_{0};  // Passes of this process running now.
   std::thread placement_thread_;
 };

@@ -1,0 +1,42 @@
+#ifndef SV_CONTROL_PASS_PACER_H_
+#define SV_CONTROL_PASS_PACER_H_
+
+#include <chrono>
+
+namespace sv::control {
+
+// Paces queue passes. A pass reads, decides and writes the whole queue, so
+// its cost grows with the queue; run back to back for every arriving create
+// (each asks for a pass), a queue of 20,000 kept the database busy re-reading
+// it (docs/reliability.md, "Pacing the queue passes"). After a pass that took
+// at least `min_paced`, the next one waits as long as that pass took: passes
+// then use at most half the loop's time, and a create's answer waits for no
+// more than the pass already running. Short passes (a short queue) are not
+// paced at all, so a create on a quiet fleet is still placed in its own
+// call. Not thread-safe; the caller locks.
+class PassPacer {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit PassPacer(Clock::duration min_paced = std::chrono::milliseconds(10))
+      : min_paced_(min_paced) {}
+
+  // A pass that started at `start` has ended at `end`.
+  void Finished(Clock::time_point start, Clock::time_point end) {
+    const Clock::duration took = end - start;
+    next_ = took >= min_paced_ ? end + took : end;
+  }
+
+  // How long until the next pass may start; zero when it may start now.
+  Clock::duration RestLeft(Clock::time_point now) const {
+    return now >= next_ ? Clock::duration::zero() : next_ - now;
+  }
+
+ private:
+  Clock::duration min_paced_;
+  Clock::time_point next_{};
+};
+
+}  // namespace sv::control
+
+#endif  // SV_CONTROL_PASS_PACER_H_
