@@ -16,18 +16,23 @@
 // svd binary to run instead of this build's, to compare two builds in
 // alternating runs).
 
+#include <dirent.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <regex>
 #include <sstream>
@@ -76,6 +81,63 @@ std::string PgBin() {
   return "/usr/lib/postgresql/15/bin";
 }
 
+// CPU seconds spent so far, by who spent it: svd, PostgreSQL's processes,
+// this program (the load's clients), its reaped children (pgbench), and the
+// whole machine (busy and total, from /proc/stat). Per create or per pgbench
+// transaction, these say where a phase's CPU went whatever else the shared
+// machine ran (docs/reliability.md, "Benchmark").
+struct CpuSample {
+  double svd = 0, postgres = 0, client = 0, children = 0, machine_busy = 0, machine_total = 0;
+};
+
+CpuSample SampleCpu(pid_t svd, pid_t postmaster) {
+  CpuSample s;
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  if (DIR* proc = opendir("/proc"); proc != nullptr) {
+    while (dirent* e = readdir(proc)) {
+      const pid_t pid = std::atoi(e->d_name);
+      if (pid <= 0) continue;
+      const std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+      const size_t open = stat.find('('), close = stat.rfind(')');
+      if (open == std::string::npos || close == std::string::npos) continue;
+      const std::string comm = stat.substr(open + 1, close - open - 1);
+      std::istringstream rest(stat.substr(close + 2));
+      std::string field;
+      double own = 0, reaped = 0;
+      pid_t parent = 0;
+      // After the comm: state is field 3, the parent 4; utime and stime 14
+      // and 15, the reaped children's (cutime, cstime) 16 and 17: the
+      // postmaster's hold the backends that exited (pgbench's, at its end).
+      for (int f = 3; f <= 17 && rest >> field; ++f) {
+        if (f == 4) parent = std::atoi(field.c_str());
+        if (f == 14 || f == 15) own += std::atof(field.c_str());
+        if (f == 16 || f == 17) reaped += std::atof(field.c_str());
+      }
+      if (pid == svd) {
+        s.svd += own / tick;
+      } else if (pid == postmaster || parent == postmaster) {
+        s.postgres += (own + reaped) / tick;
+      }
+    }
+    closedir(proc);
+  }
+  rusage self{}, children{};
+  getrusage(RUSAGE_SELF, &self);
+  getrusage(RUSAGE_CHILDREN, &children);
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  s.client = seconds(self.ru_utime) + seconds(self.ru_stime);
+  s.children = seconds(children.ru_utime) + seconds(children.ru_stime);
+  std::istringstream machine(ReadFile("/proc/stat"));
+  std::string cpu_label;
+  machine >> cpu_label;
+  double v[8] = {};
+  for (double& x : v) machine >> x;
+  // user nice system idle iowait irq softirq steal
+  s.machine_total = (v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7]) / tick;
+  s.machine_busy = s.machine_total - (v[3] + v[4]) / tick;
+  return s;
+}
+
 }  // namespace
 
 int main() {
@@ -97,6 +159,12 @@ int main() {
     pg_options.settings.push_back("shared_preload_libraries=pg_stat_statements");
     pg_options.settings.push_back("pg_stat_statements.track=all");
     pg_options.settings.push_back("pg_stat_statements.track_planning=on");
+  }
+  // Extra server settings, space-separated (e.g. auto_explain's, to see
+  // the plans of the statements inside the create and delete functions).
+  if (const char* extra = std::getenv("SV_BENCH_PG_SETTINGS"); extra != nullptr) {
+    std::istringstream words(extra);
+    for (std::string word; words >> word;) pg_options.settings.push_back(word);
   }
   sv::store::EmbeddedPostgres pg(pg_options);
   if (absl::Status s = pg.Start(); !s.ok()) {
@@ -198,7 +266,8 @@ int main() {
   std::vector<std::pair<int, double>> timeline_ms;
   std::atomic<int> errors{0};
   std::atomic<int> answered_pending{0};
-  std::vector<std::thread> threads;
+  const pid_t postmaster = std::atoi(ReadFile(pg_options.data_dir + "/postmaster.pid").c_str());
+  const CpuSample cpu_before = SampleCpu(svd, postmaster);
   const auto started = Clock::now();
   if (profile) {
     sampler = std::thread([&] {
@@ -215,54 +284,96 @@ int main() {
       }
     });
   }
-  for (int c = 0; c < clients; ++c) {
-    threads.emplace_back([&, c] {
-      // A channel per 8 clients: like many client processes, not one.
-      auto channel = grpc::CreateCustomChannel(
-          endpoint, grpc::InsecureChannelCredentials(), [&] {
-            grpc::ChannelArguments args;
-            args.SetInt("sv_bench_channel", c / 8);
-            return args;
-          }());
-      auto stub = sv::v1::InstanceService::NewStub(channel);
-      std::vector<double> mine;
-      std::vector<int> mine_at;
-      for (int n = 0; !stop.load(); ++n) {
-        sv::v1::CreateInstanceRequest request;
-        request.mutable_instance()->set_gpu_count(1);
-        request.set_request_id(absl::StrCat("b", c, "-", n));
-        sv::v1::Instance created;
-        grpc::ClientContext context;
-        context.AddMetadata("authorization", "Bearer " + tokens[c % tokens.size()]);
-        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-        const auto t0 = Clock::now();
-        grpc::Status s = stub->CreateInstance(&context, request, &created);
-        mine.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-        mine_at.push_back(static_cast<int>(
-            std::chrono::duration<double>(t0 - started).count()));
-        if (!s.ok()) {
-          ++errors;
-          continue;
-        }
-        if (created.state() == sv::v1::PENDING) ++answered_pending;
-        if (!with_delete) continue;
-        grpc::ClientContext del_context;
-        del_context.AddMetadata("authorization", "Bearer " + tokens[c % tokens.size()]);
-        del_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-        sv::v1::DeleteInstanceRequest del;
-        del.set_id(created.id());
-        sv::v1::Instance deleted;
-        if (!stub->DeleteInstance(&del_context, del, &deleted).ok()) ++errors;
-      }
-      std::lock_guard<std::mutex> lock(mutex);
-      latencies_ms.insert(latencies_ms.end(), mine.begin(), mine.end());
-      for (size_t i = 0; i < mine.size(); ++i) timeline_ms.emplace_back(mine_at[i], mine[i]);
-    });
+  // The clients are gRPC's callback API: each has one call in flight at a
+  // time, and its next call starts from the last one's callback, on gRPC's
+  // few threads. 64 blocking threads cost the shared 2 cores a tenth of
+  // what a create costs, which pgbench, a lean C client, does not.
+  // A channel per 8 clients: like many client processes, not one.
+  std::vector<std::unique_ptr<sv::v1::InstanceService::Stub>> stubs;
+  for (int c = 0; c < clients; c += 8) {
+    grpc::ChannelArguments args;
+    args.SetInt("sv_bench_channel", c / 8);
+    stubs.push_back(sv::v1::InstanceService::NewStub(
+        grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args)));
   }
+  struct Client {
+    int c = 0;
+    int n = 0;
+    sv::v1::InstanceService::Stub* stub = nullptr;
+    std::unique_ptr<grpc::ClientContext> context;
+    sv::v1::CreateInstanceRequest request;
+    sv::v1::Instance created;
+    sv::v1::DeleteInstanceRequest del;
+    sv::v1::Instance deleted;
+    Clock::time_point t0;
+    std::vector<double> mine;
+    std::vector<int> mine_at;
+  };
+  std::vector<Client> pool(clients);
+  std::mutex done_mutex;
+  std::condition_variable done_cv;
+  int running = clients;
+  std::function<void(Client&)> next_create;
+  auto finish = [&](Client& k) {
+    std::lock_guard<std::mutex> lock(done_mutex);
+    latencies_ms.insert(latencies_ms.end(), k.mine.begin(), k.mine.end());
+    for (size_t i = 0; i < k.mine.size(); ++i) timeline_ms.emplace_back(k.mine_at[i], k.mine[i]);
+    if (--running == 0) done_cv.notify_all();
+  };
+  auto fresh_context = [&](Client& k) {
+    k.context = std::make_unique<grpc::ClientContext>();
+    k.context->AddMetadata("authorization", "Bearer " + tokens[k.c % tokens.size()]);
+    k.context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  };
+  next_create = [&](Client& k) {
+    if (stop.load()) {
+      finish(k);
+      return;
+    }
+    k.request.Clear();
+    k.request.mutable_instance()->set_gpu_count(1);
+    k.request.set_request_id(absl::StrCat("b", k.c, "-", k.n++));
+    k.created.Clear();
+    fresh_context(k);
+    k.t0 = Clock::now();
+    k.stub->async()->CreateInstance(
+        k.context.get(), &k.request, &k.created, [&](grpc::Status s) {
+          const Clock::time_point t1 = Clock::now();
+          k.mine.push_back(std::chrono::duration<double, std::milli>(t1 - k.t0).count());
+          k.mine_at.push_back(
+              static_cast<int>(std::chrono::duration<double>(k.t0 - started).count()));
+          if (!s.ok()) {
+            ++errors;
+            next_create(k);
+            return;
+          }
+          if (k.created.state() == sv::v1::PENDING) ++answered_pending;
+          if (!with_delete) {
+            next_create(k);
+            return;
+          }
+          k.del.set_id(k.created.id());
+          fresh_context(k);
+          k.stub->async()->DeleteInstance(k.context.get(), &k.del, &k.deleted,
+                                          [&](grpc::Status d) {
+                                            if (!d.ok()) ++errors;
+                                            next_create(k);
+                                          });
+        });
+  };
+  for (int c = 0; c < clients; ++c) {
+    pool[c].c = c;
+    pool[c].stub = stubs[c / 8].get();
+  }
+  for (Client& k : pool) next_create(k);
   std::this_thread::sleep_for(std::chrono::seconds(seconds));
   stop = true;
-  for (auto& t : threads) t.join();
+  {
+    std::unique_lock<std::mutex> lock(done_mutex);
+    done_cv.wait(lock, [&] { return running == 0; });
+  }
   const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
+  const CpuSample cpu_after = SampleCpu(svd, postmaster);
   if (sampler.joinable()) sampler.join();
   if (profile) {
     const double creates = std::max<size_t>(1, latencies_ms.size());
@@ -332,9 +443,11 @@ int main() {
 
   // pgbench -N (no updates of the small tables) with the same clients.
   RunOutput(absl::StrCat(as_owner, PgBin(), "/pgbench -i -q -s 10 ", conn, " sv 2>&1"));
+  const CpuSample pgbench_before = SampleCpu(-1, postmaster);
   const std::string out = RunOutput(absl::StrCat(as_owner, PgBin(), "/pgbench -N -c ",
                                                  clients, " -j 2 -T ", seconds, " ", conn,
                                                  " sv 2>&1"));
+  const CpuSample pgbench_after = SampleCpu(-1, postmaster);
   std::smatch match;
   double pgbench_tps = 0;
   if (std::regex_search(out, match, std::regex(R"(tps = ([0-9.]+))"))) {
@@ -354,7 +467,39 @@ int main() {
               ">= 0.5)\n",
               pgbench_tps > 0 ? creates_per_s / pgbench_tps : 0.0);
   if (pgbench_tps == 0) std::printf("pgbench output:\n%s\n", out.c_str());
+  // CPU per operation: what a create costs the machine, against what a
+  // pgbench transaction costs it. Unlike creates/s, these hardly move with
+  // what else the shared machine runs.
+  const double creates_done = std::max<double>(1, latencies_ms.size());
+  const double create_total = (cpu_after.svd - cpu_before.svd) +
+                              (cpu_after.postgres - cpu_before.postgres) +
+                              (cpu_after.client - cpu_before.client);
+  std::printf("CPU ms per create%s: svd %.3f, PostgreSQL %.3f, clients %.3f = %.3f; "
+              "machine busy %.0f%% of %d cores (%.2f cores by others)\n",
+              with_delete ? " (+ its delete)" : "",
+              1000 * (cpu_after.svd - cpu_before.svd) / creates_done,
+              1000 * (cpu_after.postgres - cpu_before.postgres) / creates_done,
+              1000 * (cpu_after.client - cpu_before.client) / creates_done,
+              1000 * create_total / creates_done,
+              100 * (cpu_after.machine_busy - cpu_before.machine_busy) /
+                  std::max(1e-9, cpu_after.machine_total - cpu_before.machine_total),
+              static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)),
+              ((cpu_after.machine_busy - cpu_before.machine_busy) - create_total) / elapsed);
+  const double txns = std::max(1.0, pgbench_tps * seconds);
+  const double pgbench_postgres = pgbench_after.postgres - pgbench_before.postgres;
+  const double pgbench_client = pgbench_after.children - pgbench_before.children;
+  std::printf("CPU ms per pgbench transaction: PostgreSQL %.3f, pgbench %.3f = %.3f; "
+              "CPU ratio (pgbench txn : create) = %.3f\n",
+              1000 * pgbench_postgres / txns, 1000 * pgbench_client / txns,
+              1000 * (pgbench_postgres + pgbench_client) / txns,
+              create_total > 0 ? ((pgbench_postgres + pgbench_client) / txns) /
+                                     (create_total / creates_done)
+                               : 0.0);
   (void)pg.Stop();
+  if (EnvInt("SV_BENCH_KEEP", 0) != 0) {
+    std::printf("kept %s (server log: pg/server.log or pg/log)\n", dir.c_str());
+    return 0;
+  }
   std::error_code ec;
   fs::remove_all(dir, ec);
   return 0;
