@@ -3,12 +3,11 @@
 -- (docs/reliability.md, "Benchmark"). Its two probes, "has this tenant used
 -- this request_id" and "has this trial user a grant", were correlated EXISTS
 -- under an OR, which PostgreSQL plans both ways and picks between at plan
--- time by the expected number of probes. In the creates-only benchmark the
--- batch function's generic plan had picked the hashed form: a sequential
--- scan of every instance (9,690 rows, 451 buffers for a batch of 15) and of
--- every trial grant, per batch. Which form a session gets depends on the
--- statistics when it plans the function, and it keeps the plan while the
--- tables grow. As LATERAL subqueries with LIMIT 1 they can only be
+-- time by the statistics of the moment. In the creates-only benchmark the
+-- batch function's generic plan, made when instances was estimated at 2,646
+-- rows, had the hashed form: a sequential scan of every instance (9,690
+-- rows by then, 451 buffers for a batch of 15) and of every trial grant,
+-- per batch, until the next automatic ANALYZE has the function replanned. As LATERAL subqueries with LIMIT 1 they can only be
 -- probed per element, through the (tenant_id, request_id) key and the
 -- trial_grants primary key. Everything else is migration 0085's function,
 -- restated unchanged: the answers do not change.
