@@ -88,6 +88,7 @@ std::string PgBin() {
 // machine ran (docs/reliability.md, "Benchmark").
 struct CpuSample {
   double svd = 0, postgres = 0, client = 0, children = 0, machine_busy = 0, machine_total = 0;
+  double svd_switches = 0;
 };
 
 CpuSample SampleCpu(pid_t svd, pid_t postmaster) {
@@ -127,6 +128,22 @@ CpuSample SampleCpu(pid_t svd, pid_t postmaster) {
   auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
   s.client = seconds(self.ru_utime) + seconds(self.ru_stime);
   s.children = seconds(children.ru_utime) + seconds(children.ru_stime);
+  // svd's context switches, summed over its threads (the threads a call
+  // is handed between: gRPC's, the batch writers', the loops').
+  if (DIR* tasks = opendir(absl::StrCat("/proc/", svd, "/task").c_str()); svd > 0 && tasks) {
+    while (dirent* t = readdir(tasks)) {
+      if (t->d_name[0] == '.') continue;
+      std::istringstream status(ReadFile(absl::StrCat("/proc/", svd, "/task/", t->d_name,
+                                                      "/status")));
+      for (std::string line; std::getline(status, line);) {
+        if (line.rfind("voluntary_ctxt_switches:", 0) == 0 ||
+            line.rfind("nonvoluntary_ctxt_switches:", 0) == 0) {
+          s.svd_switches += std::atof(line.substr(line.find(':') + 1).c_str());
+        }
+      }
+    }
+    closedir(tasks);
+  }
   std::istringstream machine(ReadFile("/proc/stat"));
   std::string cpu_label;
   machine >> cpu_label;
@@ -485,6 +502,8 @@ int main() {
                   std::max(1e-9, cpu_after.machine_total - cpu_before.machine_total),
               static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)),
               ((cpu_after.machine_busy - cpu_before.machine_busy) - create_total) / elapsed);
+  std::printf("svd context switches per create%s: %.1f\n", with_delete ? " (+ its delete)" : "",
+              (cpu_after.svd_switches - cpu_before.svd_switches) / creates_done);
   const double txns = std::max(1.0, pgbench_tps * seconds);
   const double pgbench_postgres = pgbench_after.postgres - pgbench_before.postgres;
   const double pgbench_client = pgbench_after.children - pgbench_before.children;

@@ -41,41 +41,52 @@ class GroupCommitter {
     auto slot = std::make_shared<Slot>(std::move(request));
     std::unique_lock<std::mutex> lock(lane.mutex);
     lane.queue.push_back(slot);
-    for (;;) {
+    if (lane.writing) {
+      // A batch of this lane is being written: wait until this call's own
+      // batch has been, or until the writer hands this call the next one.
+      // Each call waits on its own condition, so a commit wakes only the
+      // calls it answered and the next writer, not every call queued.
+      slot->woken.wait(lock, [&] { return slot->done || slot->writes; });
       if (slot->done) return std::move(slot->result);
-      if (lane.writing) {
-        lane.written.wait(lock);
-        continue;
-      }
-      // No batch of this lane is being written: this call writes what is
-      // queued (its own among them), the others wait for the commit.
-      lane.writing = true;
-      std::vector<std::shared_ptr<Slot>> batch;
-      while (!lane.queue.empty() && batch.size() < kBatchCallsMax) {
-        batch.push_back(std::move(lane.queue.front()));
-        lane.queue.pop_front();
-      }
-      lock.unlock();
-      Write(batch);
-      lock.lock();
-      for (auto& s : batch) s->done = true;
-      lane.writing = false;
-      lane.written.notify_all();
     }
+    // This call writes what is queued, its own request first or among the
+    // first kBatchCallsMax (it is the queue's front, or the queue was empty).
+    lane.writing = true;
+    std::vector<std::shared_ptr<Slot>> batch;
+    while (!lane.queue.empty() && batch.size() < kBatchCallsMax) {
+      batch.push_back(std::move(lane.queue.front()));
+      lane.queue.pop_front();
+    }
+    lock.unlock();
+    Write(batch);
+    lock.lock();
+    for (auto& s : batch) {
+      s->done = true;
+      if (s != slot) s->woken.notify_one();
+    }
+    if (lane.queue.empty()) {
+      lane.writing = false;
+    } else {
+      // The calls that arrived meanwhile: the first of them writes them.
+      lane.queue.front()->writes = true;
+      lane.queue.front()->woken.notify_one();
+    }
+    return std::move(slot->result);
   }
 
  private:
   struct Slot {
     explicit Slot(Request r) : request(std::move(r)) {}
     Request request;
-    bool done = false;
+    bool done = false;    // Written; `result` holds this call's answer.
+    bool writes = false;  // Handed the next batch by the last writer.
+    std::condition_variable woken;
     Result result;
   };
   struct Lane {
     std::mutex mutex;
-    std::condition_variable written;
     std::deque<std::shared_ptr<Slot>> queue;
-    bool writing = false;
+    bool writing = false;  // A call of this lane writes a batch, or is handed one.
   };
 
   void Write(const std::vector<std::shared_ptr<Slot>>& batch) {
