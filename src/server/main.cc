@@ -1,4 +1,5 @@
 // svd: the sv control-plane server. See docs/operations.md.
+#include "absl/synchronization/mutex.h"
 #include "CLI/CLI.hpp"
 #include "billing/billing.h"
 #include "server/logging.h"
@@ -6,6 +7,10 @@
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
+  // Debian builds Abseil without NDEBUG, so every absl::Mutex (gRPC's)
+  // keeps a lock graph for deadlock detection and aborts on a cycle; it cost
+  // svd about 2% of its CPU under load (docs/reliability.md, "Benchmark").
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   sv::server::ServerOptions o;
   std::string log_level = "info";
   std::string log_format = "text";
