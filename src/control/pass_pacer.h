@@ -5,15 +5,15 @@
 
 namespace sv::control {
 
-// Paces queue passes. A pass reads, decides and writes the whole queue, so
-// its cost grows with the queue; run back to back for every arriving create
-// (each asks for a pass), a queue of 20,000 kept the database busy re-reading
-// it (docs/reliability.md, "Pacing the queue passes"). After a pass that took
-// at least `min_paced`, the next one waits as long as that pass took: passes
-// then use at most half the loop's time, and a create's answer waits for no
-// more than the pass already running. Short passes (a short queue) are not
-// paced at all, so a create on a quiet fleet is still placed in its own
-// call. Not thread-safe; the caller locks.
+// Paces queue passes. A pass reads, decides and writes the queue (up to
+// --queue-max rows) with the fleet, so its cost grows with the queue; run
+// back to back for every arriving create (each asks for a pass), a long
+// queue kept the database busy re-reading it (docs/reliability.md, "Pacing
+// the queue passes"). After a pass that took at least `min_paced`, the next
+// one waits as long as that pass took, so passes use at most half the loop's
+// time; a create arriving in the rest does not run a pass of its own.
+// Short passes (a short queue) are not paced at all, so a create on a quiet
+// fleet is still placed in its own call. Not thread-safe; the caller locks.
 class PassPacer {
  public:
   using Clock = std::chrono::steady_clock;
