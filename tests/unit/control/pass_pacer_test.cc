@@ -1,5 +1,6 @@
-// The pacing of queue passes: short passes are never delayed, a long one is
-// followed by a rest as long as itself, and the rest counts down.
+// The pacing of queue passes: short passes and passes over a short queue are
+// never delayed, a long pass over a long queue is followed by a rest as long
+// as itself, and the rest counts down.
 #include "control/pass_pacer.h"
 
 #include <gtest/gtest.h>
@@ -18,14 +19,14 @@ TEST(PassPacerTest, FirstPassMayStartAtOnce) {
 TEST(PassPacerTest, ShortPassesAreNotPaced) {
   PassPacer pacer(milliseconds(10));
   const Clock::time_point t0 = Clock::now();
-  pacer.Finished(t0, t0 + milliseconds(9));
+  pacer.Finished(t0, t0 + milliseconds(9), 1000);
   EXPECT_EQ(pacer.RestLeft(t0 + milliseconds(9)), Clock::duration::zero());
 }
 
 TEST(PassPacerTest, LongPassIsFollowedByARestAsLongAsItself) {
   PassPacer pacer(milliseconds(10));
   const Clock::time_point t0 = Clock::now();
-  pacer.Finished(t0, t0 + milliseconds(40));
+  pacer.Finished(t0, t0 + milliseconds(40), 64);
   EXPECT_EQ(pacer.RestLeft(t0 + milliseconds(40)), milliseconds(40));
   EXPECT_EQ(pacer.RestLeft(t0 + milliseconds(70)), milliseconds(10));
   EXPECT_EQ(pacer.RestLeft(t0 + milliseconds(80)), Clock::duration::zero());
@@ -35,12 +36,23 @@ TEST(PassPacerTest, LongPassIsFollowedByARestAsLongAsItself) {
 TEST(PassPacerTest, TheLatestPassDecides) {
   PassPacer pacer(milliseconds(10));
   const Clock::time_point t0 = Clock::now();
-  pacer.Finished(t0, t0 + milliseconds(50));
-  // The queue emptied: the next pass was quick and lifts the rest.
-  pacer.Finished(t0 + milliseconds(100), t0 + milliseconds(102));
+  pacer.Finished(t0, t0 + milliseconds(50), 500);
+  // The next pass was quick and lifts the rest.
+  pacer.Finished(t0 + milliseconds(100), t0 + milliseconds(102), 500);
   EXPECT_EQ(pacer.RestLeft(t0 + milliseconds(102)), Clock::duration::zero());
-  pacer.Finished(t0 + milliseconds(200), t0 + milliseconds(230));
+  pacer.Finished(t0 + milliseconds(200), t0 + milliseconds(230), 500);
   EXPECT_EQ(pacer.RestLeft(t0 + milliseconds(230)), milliseconds(30));
+}
+
+TEST(PassPacerTest, LongPassOverAShortQueueIsNotPaced) {
+  // A busy machine makes even a pass over three waiting instances slow; a
+  // create behind them must still be ranked in its own call.
+  PassPacer pacer(milliseconds(10), 64);
+  const Clock::time_point t0 = Clock::now();
+  pacer.Finished(t0, t0 + milliseconds(80), 3);
+  EXPECT_EQ(pacer.RestLeft(t0 + milliseconds(80)), Clock::duration::zero());
+  pacer.Finished(t0 + milliseconds(100), t0 + milliseconds(180), 63);
+  EXPECT_EQ(pacer.RestLeft(t0 + milliseconds(180)), Clock::duration::zero());
 }
 
 }  // namespace
