@@ -46,8 +46,8 @@ void RecordEvent(pqxx::work& txn, const std::string& instance_id, absl::Time at,
 }
 
 void LoadPending(pqxx::work& txn, int queue_max, FleetView& view) {
-  // The node-local volumes' nodes are joined once, not probed per waiting
-  // row: a queue of 20,000 made that 20,000 index probes every pass.
+  // The node-local volumes' nodes are joined once, not probed by a
+  // correlated subquery per waiting row read (up to queue_max per pass).
   for (const auto& row : txn.exec_params(
            "SELECT i.id, i.tenant_id, i.gpu_count, i.max_leaves, i.priority, i.queue_seq, "
            "  pin.node_id, i.state_reason, i.queue_position "
