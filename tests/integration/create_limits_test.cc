@@ -1,11 +1,14 @@
 // Limits a create must honour exactly: the tenant's pending quota under a
-// burst of concurrent creates, and a gang's limit on leaf switches.
+// burst of concurrent creates, the instance limit through churn and
+// restarts (the bounds of migration 0092), and a gang's limit on leaf
+// switches.
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <pqxx/pqxx>
 #include <set>
 #include <thread>
 
@@ -129,6 +132,105 @@ TEST(CreateLimitsTest, PendingQuotasOfSeveralTenantsHoldUnderConcurrentCreates) 
     EXPECT_EQ(distinct.size(), static_cast<size_t>(kQuota)) << "tenant " << t;
   }
   EXPECT_GE(refused.load(), kTenants * (kCallsPerTenant / 2 - kQuota));
+  stub.reset();
+}
+
+// The instance limit is judged against upper bounds of the tenant's counts
+// (migration 0092): creates raise them, deletes leave them high, and a
+// batch that might not fit counts exactly. So after churn far past the
+// limit creates still get in, and a start that brings a stopped instance
+// back raises the bounds, so the next create is counted, not waved through.
+TEST(CreateLimitsTest, InstanceLimitHoldsThroughChurnAndRestarts) {
+  const std::string url = CreateTestDatabase();
+  SvdProcess svd(SvdOptions{url, 1, 1, {}});
+  ASSERT_TRUE(svd.Start());
+  const std::string token = CreateTenant(svd, "churner");
+  auto stub = v1::InstanceService::NewStub(svd.channel());
+  v1::Account me;
+  ASSERT_TRUE(v1::AccountService::NewStub(svd.channel())
+                  ->GetCurrentAccount(Context(token).get(), {}, &me)
+                  .ok());
+  v1::SetTenantQuotaRequest quota;
+  quota.mutable_quota()->set_tenant_id(me.tenant_id());
+  quota.mutable_quota()->set_gpus_in_use_max(1024);
+  quota.mutable_quota()->set_pending_count_max(1000);
+  quota.mutable_quota()->set_instances_max(3);
+  v1::TenantQuota set;
+  ASSERT_TRUE(v1::SchedulerAdminService::NewStub(svd.channel())
+                  ->SetTenantQuota(Context(svd.admin_key()).get(), quota, &set)
+                  .ok());
+  pqxx::connection db(url);
+  // The bounds never fall below the true counts.
+  auto check_bounds = [&](const std::string& when) {
+    pqxx::work txn(db);
+    pqxx::row r = txn.exec_params1(
+        "SELECT count(*) FILTER (WHERE state NOT IN ('STOPPED', 'DELETED', 'FAILED')), "
+        "count(*) FILTER (WHERE state = 'PENDING'), "
+        "(SELECT unfinished FROM tenant_instance_bounds WHERE tenant_id = $1), "
+        "(SELECT pending FROM tenant_instance_bounds WHERE tenant_id = $1) "
+        "FROM instances WHERE tenant_id = $1",
+        me.tenant_id());
+    if (r[2].is_null()) return;  // Not known yet: the next create counts.
+    EXPECT_GE(r[2].as<int64_t>(), r[0].as<int64_t>()) << when;
+    EXPECT_GE(r[3].as<int64_t>(), r[1].as<int64_t>()) << when;
+  };
+  auto create = [&](v1::Instance* out) { return Create(*stub, token, 1, 0, out); };
+  auto expect_limit = [&](const std::string& when) {
+    v1::Instance extra;
+    grpc::Status r = create(&extra);
+    EXPECT_EQ(r.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << when;
+    EXPECT_EQ(api::ReasonOf(r), "INSTANCE_LIMIT_REACHED") << when << ": " << r.error_message();
+  };
+
+  // Churn: 3 in, the 4th refused, all 3 deleted; eight rounds, 24 creates
+  // against a limit of 3.
+  for (int round = 0; round < 8; ++round) {
+    const std::string when = "round " + std::to_string(round);
+    std::vector<std::string> ids;
+    for (int i = 0; i < 3; ++i) {
+      v1::Instance in;
+      grpc::Status r = create(&in);
+      ASSERT_TRUE(r.ok()) << when << ": " << r.error_message();
+      ids.push_back(in.id());
+      check_bounds(when);
+    }
+    expect_limit(when);
+    for (const std::string& id : ids) {
+      v1::DeleteInstanceRequest del;
+      del.set_id(id);
+      v1::Instance deleted;
+      ASSERT_TRUE(stub->DeleteInstance(Context(token).get(), del, &deleted).ok()) << when;
+    }
+    check_bounds(when + ", deleted");
+  }
+
+  // Three stopped; one created (counted: 0 unfinished); two of the stopped
+  // started again, which makes 3 unfinished: the next create is refused.
+  std::vector<std::string> stopped;
+  for (int i = 0; i < 3; ++i) {
+    v1::Instance in;
+    ASSERT_TRUE(create(&in).ok());
+    stopped.push_back(in.id());
+  }
+  for (const std::string& id : stopped) {
+    v1::StopInstanceRequest stop;
+    stop.set_id(id);
+    v1::Instance out;
+    grpc::Status r = stub->StopInstance(Context(token).get(), stop, &out);
+    ASSERT_TRUE(r.ok()) << r.error_message();
+  }
+  v1::Instance fresh;
+  ASSERT_TRUE(create(&fresh).ok());
+  check_bounds("after the stops");
+  for (int i = 0; i < 2; ++i) {
+    v1::StartInstanceRequest start;
+    start.set_id(stopped[i]);
+    v1::Instance out;
+    grpc::Status r = stub->StartInstance(Context(token).get(), start, &out);
+    ASSERT_TRUE(r.ok()) << r.error_message();
+    check_bounds("after a start");
+  }
+  expect_limit("after the starts");
   stub.reset();
 }
 
