@@ -128,8 +128,11 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
       }
     }
     if (status.ok()) {
-      auto record = deps_.store->StartInstance(who->tenant_id, request->id(),
-                                               deps_.clock->Now());
+      auto record = deps_.store->StartInstance(
+          who->tenant_id, request->id(), deps_.clock->Now(),
+          deps_.loops != nullptr
+              ? deps_.loops->scheduling().options().default_quota.pending_count_max
+              : -1);
       status = record.status();
       if (record.ok()) {
         if (record->state == store::InstanceState::kPending && deps_.loops != nullptr &&

@@ -701,15 +701,44 @@ absl::StatusOr<InstanceRecord> Store::StopInstance(const std::string& tenant_id,
 }
 
 absl::StatusOr<InstanceRecord> Store::StartInstance(const std::string& tenant_id,
-                                                    const std::string& id, absl::Time now) {
+                                                    const std::string& id, absl::Time now,
+                                                    int pending_max_default) {
   bool found = false;
   absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    // The tenant's lock first, as a create takes it: the counts below stay
+    // true until this commits.
+    txn.exec_params("SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE", tenant_id);
     std::optional<std::string> state = LockState(txn, tenant_id, id);
     found = state.has_value();
     if (!found) return absl::OkStatus();
     const std::string from = *state;
     if (from == "DELETED" || from == "FAILED") return Finished(id, from, "started");
     if (from != "STOPPED") return absl::OkStatus();
+    // The create's limits, counted exactly (a start is rare; the create
+    // batch's bounds, migration 0092, are raised by this update's trigger).
+    pqxx::row limits = txn.exec_params1(
+        "SELECT count(*) FILTER (WHERE x.state NOT IN ('STOPPED', 'DELETED', 'FAILED')), "
+        "count(*) FILTER (WHERE x.state = 'PENDING'), "
+        "coalesce((SELECT q.instances_max FROM tenant_quotas q WHERE q.tenant_id = $1), $2), "
+        "coalesce((SELECT q.pending_count_max FROM tenant_quotas q WHERE q.tenant_id = $1), $3) "
+        "FROM instances x WHERE x.tenant_id = $1 "
+        "AND x.state NOT IN ('STOPPED', 'DELETED', 'FAILED')",
+        tenant_id, kTenantActiveInstancesMax, pending_max_default);
+    const int64_t unfinished = limits[0].as<int64_t>();
+    const int64_t pending = limits[1].as<int64_t>();
+    const int64_t unfinished_max = limits[2].as<int64_t>();
+    const int64_t pending_max = limits[3].as<int64_t>();
+    if (unfinished >= unfinished_max) {
+      return Error(absl::StatusCode::kResourceExhausted, "INSTANCE_LIMIT_REACHED",
+                   absl::StrCat("the tenant already has ", unfinished,
+                                " unfinished instances, the most allowed (", unfinished_max,
+                                ")"));
+    }
+    if (pending_max_default >= 0 && pending >= pending_max) {
+      return Error(absl::StatusCode::kResourceExhausted, "QUOTA_EXCEEDED",
+                   absl::StrCat("the tenant has ", pending, " pending instances; its "
+                                "quota allows ", pending_max));
+    }
     // Back of the queue, as a new request would be.
     txn.exec_params(
         "UPDATE instances SET state = 'PENDING', state_reason = 'waiting for placement', "

@@ -286,9 +286,14 @@ class Store {
                                               const std::string& id,
                                               const std::string& reason, absl::Time now);
   // Queues a STOPPED instance again (PENDING); a no-op for one that is
-  // already queued or running.
+  // already queued or running. Held to the create's limits, exactly, under
+  // the tenant's row lock: RESOURCE_EXHAUSTED / INSTANCE_LIMIT_REACHED when
+  // the tenant has its most unfinished instances, QUOTA_EXCEEDED when its
+  // pending quota is full (`pending_max_default` as for a create; < 0: no
+  // pending quota).
   absl::StatusOr<InstanceRecord> StartInstance(const std::string& tenant_id,
-                                               const std::string& id, absl::Time now);
+                                               const std::string& id, absl::Time now,
+                                               int pending_max_default = -1);
 
   // The pool, for sibling stores over the same database: SchedulingStore
   // (queue passes, resize, cordon/drain, quotas) and AgentStore.

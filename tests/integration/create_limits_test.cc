@@ -140,6 +140,7 @@ TEST(CreateLimitsTest, PendingQuotasOfSeveralTenantsHoldUnderConcurrentCreates) 
 // batch that might not fit counts exactly. So after churn far past the
 // limit creates still get in, and a start that brings a stopped instance
 // back raises the bounds, so the next create is counted, not waved through.
+// A start is itself held to the limit.
 TEST(CreateLimitsTest, InstanceLimitHoldsThroughChurnAndRestarts) {
   const std::string url = CreateTestDatabase();
   SvdProcess svd(SvdOptions{url, 1, 1, {}});
@@ -231,6 +232,18 @@ TEST(CreateLimitsTest, InstanceLimitHoldsThroughChurnAndRestarts) {
     check_bounds("after a start");
   }
   expect_limit("after the starts");
+  // A start is held to the same limit: the third stopped one stays
+  // stopped.
+  v1::StartInstanceRequest start;
+  start.set_id(stopped[2]);
+  v1::Instance out;
+  grpc::Status r = stub->StartInstance(Context(token).get(), start, &out);
+  EXPECT_EQ(r.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(api::ReasonOf(r), "INSTANCE_LIMIT_REACHED") << r.error_message();
+  v1::GetInstanceRequest get;
+  get.set_id(stopped[2]);
+  ASSERT_TRUE(stub->GetInstance(Context(token).get(), get, &out).ok());
+  EXPECT_EQ(out.state(), v1::STOPPED);
   stub.reset();
 }
 
