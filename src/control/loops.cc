@@ -47,11 +47,12 @@ absl::Status ControlLoops::PlaceNow(bool* ran) {
   bool paced = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    paced = pacer_.RestLeft(PassPacer::Clock::now()) > PassPacer::Clock::duration::zero();
+    paced = pacer_.LastPassWasLong();
   }
   if (paced) {
     // The last pass was long (a long queue): the loop runs the next one
-    // after its rest, and this caller's answer is the row as committed.
+    // (after its rest, if that has not ended), and this caller's answer is
+    // the row as committed.
     if (ran != nullptr) *ran = false;
     metrics::Registry::Default().IncrementCounter(
         "sv_scheduler_paced_requests_total",

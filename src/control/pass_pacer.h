@@ -12,11 +12,14 @@ namespace sv::control {
 // the queue passes"). After a pass over a long queue (at least
 // `min_waiting` instances left waiting) that took at least `min_paced`, the
 // next one waits as long as that pass took, so passes use at most half the
-// loop's time; a create arriving in the rest does not run a pass of its own.
-// Passes over a short queue are never paced, however long they take on a
-// busy machine: a create on a fleet with room, or behind a few waiting
-// instances, is still placed or ranked in its own call. Not thread-safe; the
-// caller locks.
+// loop's time. While the last pass was such a pass, a create does not run a
+// pass of its own, in the rest or after it: the loop's next pass ranks it
+// (a create at the back of a long queue is rarely placed at once anyway),
+// and no create's answer waits for a whole pass over the long queue (those
+// had made the p99 of creates). Passes over a short queue are never paced,
+// however long they take on a busy machine: a create on a fleet with room,
+// or behind a few waiting instances, is still placed or ranked in its own
+// call. Not thread-safe; the caller locks.
 class PassPacer {
  public:
   using Clock = std::chrono::steady_clock;
@@ -29,8 +32,13 @@ class PassPacer {
   // instances in the queue.
   void Finished(Clock::time_point start, Clock::time_point end, int waiting) {
     const Clock::duration took = end - start;
-    next_ = took >= min_paced_ && waiting >= min_waiting_ ? end + took : end;
+    long_ = took >= min_paced_ && waiting >= min_waiting_;
+    next_ = long_ ? end + took : end;
   }
+
+  // Whether the last pass was long and left a long queue: then passes are
+  // the loop's alone until one is not.
+  bool LastPassWasLong() const { return long_; }
 
   // How long until the next pass may start; zero when it may start now.
   Clock::duration RestLeft(Clock::time_point now) const {
@@ -41,6 +49,7 @@ class PassPacer {
   Clock::duration min_paced_;
   int min_waiting_;
   Clock::time_point next_{};
+  bool long_ = false;
 };
 
 }  // namespace sv::control

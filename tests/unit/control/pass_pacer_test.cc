@@ -1,6 +1,7 @@
 // The pacing of queue passes: short passes and passes over a short queue are
 // never delayed, a long pass over a long queue is followed by a rest as long
-// as itself, and the rest counts down.
+// as itself, the rest counts down, and passes stay the loop's until one is
+// short.
 #include "control/pass_pacer.h"
 
 #include <gtest/gtest.h>
@@ -26,11 +27,15 @@ TEST(PassPacerTest, ShortPassesAreNotPaced) {
 TEST(PassPacerTest, LongPassIsFollowedByARestAsLongAsItself) {
   PassPacer pacer(milliseconds(10));
   const Clock::time_point t0 = Clock::now();
+  EXPECT_FALSE(pacer.LastPassWasLong());
   pacer.Finished(t0, t0 + milliseconds(40), 64);
+  EXPECT_TRUE(pacer.LastPassWasLong());
   EXPECT_EQ(pacer.RestLeft(t0 + milliseconds(40)), milliseconds(40));
   EXPECT_EQ(pacer.RestLeft(t0 + milliseconds(70)), milliseconds(10));
   EXPECT_EQ(pacer.RestLeft(t0 + milliseconds(80)), Clock::duration::zero());
   EXPECT_EQ(pacer.RestLeft(t0 + milliseconds(500)), Clock::duration::zero());
+  // The rest is over, but passes stay the loop's until one is short.
+  EXPECT_TRUE(pacer.LastPassWasLong());
 }
 
 TEST(PassPacerTest, TheLatestPassDecides) {
@@ -40,6 +45,7 @@ TEST(PassPacerTest, TheLatestPassDecides) {
   // The next pass was quick and lifts the rest.
   pacer.Finished(t0 + milliseconds(100), t0 + milliseconds(102), 500);
   EXPECT_EQ(pacer.RestLeft(t0 + milliseconds(102)), Clock::duration::zero());
+  EXPECT_FALSE(pacer.LastPassWasLong());
   pacer.Finished(t0 + milliseconds(200), t0 + milliseconds(230), 500);
   EXPECT_EQ(pacer.RestLeft(t0 + milliseconds(230)), milliseconds(30));
 }
@@ -53,6 +59,7 @@ TEST(PassPacerTest, LongPassOverAShortQueueIsNotPaced) {
   EXPECT_EQ(pacer.RestLeft(t0 + milliseconds(80)), Clock::duration::zero());
   pacer.Finished(t0 + milliseconds(100), t0 + milliseconds(180), 63);
   EXPECT_EQ(pacer.RestLeft(t0 + milliseconds(180)), Clock::duration::zero());
+  EXPECT_FALSE(pacer.LastPassWasLong());
 }
 
 }  // namespace
