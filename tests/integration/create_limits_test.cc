@@ -29,23 +29,33 @@ grpc::Status Create(v1::InstanceService::Stub& stub, const std::string& token, i
   return stub.CreateInstance(Context(token).get(), request, out);
 }
 
+// Sets the tenant's quota (as an operator); returns the tenant's id, empty
+// on failure.
+std::string SetQuota(SvdProcess& svd, const std::string& token, int pending_count_max,
+                     int instances_max = 0) {
+  v1::Account me;
+  if (!v1::AccountService::NewStub(svd.channel())
+           ->GetCurrentAccount(Context(token).get(), {}, &me)
+           .ok()) {
+    return "";
+  }
+  v1::SetTenantQuotaRequest quota;
+  quota.mutable_quota()->set_tenant_id(me.tenant_id());
+  quota.mutable_quota()->set_gpus_in_use_max(1024);
+  quota.mutable_quota()->set_pending_count_max(pending_count_max);
+  quota.mutable_quota()->set_instances_max(instances_max);
+  v1::TenantQuota set;
+  grpc::Status s = v1::SchedulerAdminService::NewStub(svd.channel())
+                       ->SetTenantQuota(Context(svd.admin_key()).get(), quota, &set);
+  return s.ok() ? me.tenant_id() : "";
+}
+
 TEST(CreateLimitsTest, PendingQuotaHoldsUnderConcurrentCreates) {
   SvdProcess svd(SvdOptions{CreateTestDatabase(), 1, 1, {}});
   ASSERT_TRUE(svd.Start());
   std::string token = CreateTenant(svd, "bursty");
   auto stub = v1::InstanceService::NewStub(svd.channel());
-  v1::Account me;
-  ASSERT_TRUE(v1::AccountService::NewStub(svd.channel())
-                  ->GetCurrentAccount(Context(token).get(), {}, &me)
-                  .ok());
-  v1::SetTenantQuotaRequest quota;
-  quota.mutable_quota()->set_tenant_id(me.tenant_id());
-  quota.mutable_quota()->set_gpus_in_use_max(1024);
-  quota.mutable_quota()->set_pending_count_max(3);
-  v1::TenantQuota set;
-  grpc::Status s = v1::SchedulerAdminService::NewStub(svd.channel())
-                       ->SetTenantQuota(Context(svd.admin_key()).get(), quota, &set);
-  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_FALSE(SetQuota(svd, token, 3).empty());
 
   v1::Instance filler;
   ASSERT_TRUE(Create(*stub, token, 8, 0, &filler).ok());  // The only node is now full.
@@ -85,18 +95,7 @@ TEST(CreateLimitsTest, PendingQuotasOfSeveralTenantsHoldUnderConcurrentCreates) 
   std::vector<std::string> tokens;
   for (int t = 0; t < kTenants; ++t) {
     tokens.push_back(CreateTenant(svd, "crowd-" + std::to_string(t)));
-    v1::Account me;
-    ASSERT_TRUE(v1::AccountService::NewStub(svd.channel())
-                    ->GetCurrentAccount(Context(tokens.back()).get(), {}, &me)
-                    .ok());
-    v1::SetTenantQuotaRequest quota;
-    quota.mutable_quota()->set_tenant_id(me.tenant_id());
-    quota.mutable_quota()->set_gpus_in_use_max(1024);
-    quota.mutable_quota()->set_pending_count_max(kQuota);
-    v1::TenantQuota set;
-    ASSERT_TRUE(v1::SchedulerAdminService::NewStub(svd.channel())
-                    ->SetTenantQuota(Context(svd.admin_key()).get(), quota, &set)
-                    .ok());
+    ASSERT_FALSE(SetQuota(svd, tokens.back(), kQuota).empty());
   }
   v1::Instance filler;
   ASSERT_TRUE(Create(*stub, tokens[0], 8, 0, &filler).ok());  // The only node is now full.
@@ -147,19 +146,8 @@ TEST(CreateLimitsTest, InstanceLimitHoldsThroughChurnAndRestarts) {
   ASSERT_TRUE(svd.Start());
   const std::string token = CreateTenant(svd, "churner");
   auto stub = v1::InstanceService::NewStub(svd.channel());
-  v1::Account me;
-  ASSERT_TRUE(v1::AccountService::NewStub(svd.channel())
-                  ->GetCurrentAccount(Context(token).get(), {}, &me)
-                  .ok());
-  v1::SetTenantQuotaRequest quota;
-  quota.mutable_quota()->set_tenant_id(me.tenant_id());
-  quota.mutable_quota()->set_gpus_in_use_max(1024);
-  quota.mutable_quota()->set_pending_count_max(1000);
-  quota.mutable_quota()->set_instances_max(3);
-  v1::TenantQuota set;
-  ASSERT_TRUE(v1::SchedulerAdminService::NewStub(svd.channel())
-                  ->SetTenantQuota(Context(svd.admin_key()).get(), quota, &set)
-                  .ok());
+  const std::string tenant_id = SetQuota(svd, token, 1000, /*instances_max=*/3);
+  ASSERT_FALSE(tenant_id.empty());
   pqxx::connection db(url);
   // The bounds never fall below the true counts.
   auto check_bounds = [&](const std::string& when) {
@@ -170,7 +158,7 @@ TEST(CreateLimitsTest, InstanceLimitHoldsThroughChurnAndRestarts) {
         "(SELECT unfinished FROM tenant_instance_bounds WHERE tenant_id = $1), "
         "(SELECT pending FROM tenant_instance_bounds WHERE tenant_id = $1) "
         "FROM instances WHERE tenant_id = $1",
-        me.tenant_id());
+        tenant_id);
     if (r[2].is_null()) return;  // Not known yet: the next create counts.
     EXPECT_GE(r[2].as<int64_t>(), r[0].as<int64_t>()) << when;
     EXPECT_GE(r[3].as<int64_t>(), r[1].as<int64_t>()) << when;
