@@ -47,12 +47,12 @@ absl::Status ControlLoops::PlaceNow(bool* ran) {
   bool paced = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    paced = pacer_.LastPassWasLong();
+    paced = pacer_.LastPassLeftLongQueue();
   }
   if (paced) {
-    // The last pass was long (a long queue): the loop runs the next one
-    // (after its rest, if that has not ended), and this caller's answer is
-    // the row as committed.
+    // The last pass left a long queue: the loop runs the next one (after
+    // its rest, if that has not ended), and this caller's answer is the row
+    // as committed.
     if (ran != nullptr) *ran = false;
     metrics::Registry::Default().IncrementCounter(
         "sv_scheduler_paced_requests_total",
@@ -133,7 +133,7 @@ void ControlLoops::PlacementLoop() {
     wake_.wait_for(lock, absl::ToChronoNanoseconds(options_.placement_interval),
                    [this] { return stopping_ || kicked_; });
     if (stopping_) break;
-    // Paced: rest after a long pass before the next (control/pass_pacer.h).
+    // Paced: rest after a pass that left a long queue (control/pass_pacer.h).
     for (PassPacer::Clock::duration rest = pacer_.RestLeft(PassPacer::Clock::now());
          rest > PassPacer::Clock::duration::zero() && !stopping_;
          rest = pacer_.RestLeft(PassPacer::Clock::now())) {
