@@ -39,6 +39,7 @@ class AdminServiceImpl final : public v1::AdminService::Service {
                                                    store::Role::kMember, key.key_id,
                                                    key.salt, key.secret_hash},
                                                   deps_.clock->Now()));
+    GrantTrialAtSignup(deps_, created.user_id);
     response->mutable_tenant()->set_id(created.tenant.id);
     response->mutable_tenant()->set_name(created.tenant.name);
     *response->mutable_tenant()->mutable_create_time() = ToProto(created.tenant.created_at);

@@ -239,6 +239,7 @@ class UserServiceImpl final : public v1::UserService::Service {
       const absl::Time now = deps_.clock->Now();
       SV_ASSIGN_OR_RETURN(auto member,
                           store_.AddMember(who.tenant_id, request->email(), role, row, now));
+      GrantTrialAtSignup(deps_, member.user_id);
       ToProto(member, response->mutable_user());
       SV_ASSIGN_OR_RETURN(auto keys, store_.ListApiKeys(who.tenant_id, member.user_id));
       for (const auto& k : keys) {

@@ -2,6 +2,7 @@
 
 #include "api/errors.h"
 #include "api/validation.h"
+#include "billing/billing.h"
 #include "common/status.h"
 #include "google/protobuf/util/time_util.h"
 #include "spdlog/spdlog.h"
@@ -64,6 +65,14 @@ grpc::Status Finish(const char* method, const store::Principal* who,
                  request_id, status.ToString());
   }
   return ToGrpcStatus(status);
+}
+
+void GrantTrialAtSignup(const ApiDependencies& deps, const std::string& user_id) {
+  if (deps.billing == nullptr || deps.clock == nullptr) return;
+  if (absl::Status s = deps.billing->EnsureTrialGrant(user_id, deps.clock->Now()); !s.ok()) {
+    spdlog::warn("api: trial grant for new user {} left to its first request: {}", user_id,
+                 s.ToString());
+  }
 }
 
 }  // namespace sv::api::internal

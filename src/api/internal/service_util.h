@@ -30,6 +30,14 @@ absl::Status CheckInstanceId(const std::string& id);
 grpc::Status Finish(const char* method, const store::Principal* who,
                     const std::string& request_id, const absl::Status& status);
 
+// Grants a new user's trial credit when the user is created (a new tenant's
+// owner, an added member), so a tenant's first creates do not write the
+// grant: each grant updates the platform's one promotion account, and
+// grants inside create batches queued every batch behind that row's lock
+// (docs/billing.md, "Trial grant"). Best effort: a failure is logged and
+// the user's first create or balance read, or the billing loop, grants it.
+void GrantTrialAtSignup(const ApiDependencies& deps, const std::string& user_id);
+
 // Factories, one per service file.
 std::unique_ptr<grpc::Service> NewInstanceService(const ApiDependencies& deps,
                                                   const Authenticator& auth);
