@@ -2,6 +2,8 @@
 
 #include <pqxx/pqxx>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
@@ -100,6 +102,25 @@ void Database::Release(std::unique_ptr<pqxx::connection> connection) {
 Database::PoolStats Database::Stats() {
   std::lock_guard<std::mutex> lock(mutex_);
   return {open_count_, static_cast<int>(idle_.size()), options_.connections_max};
+}
+
+absl::Status Database::Warm(int count) {
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (open_count_ >= std::min(count, options_.connections_max)) return absl::OkStatus();
+      ++open_count_;
+    }
+    std::unique_ptr<pqxx::connection> connection;
+    absl::Status status = Open(&connection);
+    if (!status.ok()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      --open_count_;
+      released_.notify_one();
+      return status;
+    }
+    Release(std::move(connection));
+  }
 }
 
 absl::Status Database::Ping() {

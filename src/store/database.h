@@ -44,6 +44,12 @@ class Database {
   // Opens one connection to check that the server is reachable.
   absl::Status Ping();
 
+  // Opens connections until `count` (at most the pool's bound) are open, so
+  // that the first burst of requests after a start does not pay for
+  // connection setup on its own path. Returns the first error; connections
+  // opened before it stay in the pool.
+  absl::Status Warm(int count);
+
   // Runs `body` in a READ COMMITTED transaction and commits when it returns
   // OK. Retries the whole body on serialization failures and deadlocks, and
   // on a connection lost before COMMIT (with fresh connections, for up to

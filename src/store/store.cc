@@ -334,7 +334,7 @@ absl::StatusOr<InstanceRecord> Store::CreateInstance(const std::string& tenant_i
   return std::move(outcomes[0]->record);
 }
 
-Store::Store(Database& db) : db_(db) {}
+Store::Store(Database& db) : db_(db), batch_db_(&db) {}
 Store::~Store() = default;
 
 void Store::SetCreateBatchLanes(int lanes) {
@@ -375,7 +375,7 @@ std::vector<absl::StatusOr<InstanceRecord>> Store::DeleteInstances(
 std::vector<DeleteOutcome> Store::DeleteBatch(const std::vector<DeleteRequest>& batch) {
   std::vector<DeleteOutcome> out;
   std::vector<size_t> busy;
-  absl::Status status = db_.Transact(
+  absl::Status status = batch_db_->Transact(
       [&](pqxx::work& txn) { return DeleteBatchInTransaction(txn, batch, out, busy); });
   if (!status.ok()) {
     // As in CreateInstances: alone, each gets its own answer, unless the
@@ -452,7 +452,7 @@ absl::Status Store::DeleteBatchInTransaction(pqxx::work& txn,
 std::vector<absl::StatusOr<CreateOutcome>> Store::CreateInstances(
     const std::vector<CreateRequest>& batch) {
   std::vector<absl::StatusOr<CreateOutcome>> out;
-  absl::Status status = db_.Transact(
+  absl::Status status = batch_db_->Transact(
       [&](pqxx::work& txn) { return CreateBatchInTransaction(txn, batch, out); });
   if (status.ok()) return out;
   out.assign(batch.size(), status);
@@ -471,7 +471,7 @@ std::vector<absl::StatusOr<CreateOutcome>> Store::CreateInstances(
     std::vector<absl::StatusOr<CreateOutcome>> one;
     CreateRequest request = batch[i];
     request.audit.reset();
-    absl::Status alone = db_.Transact(
+    absl::Status alone = batch_db_->Transact(
         [&](pqxx::work& txn) { return CreateBatchInTransaction(txn, {request}, one); });
     out[i] = alone.ok() ? std::move(one[0]) : absl::StatusOr<CreateOutcome>(alone);
   }

@@ -262,6 +262,13 @@ class Store {
   // most (a tenant's creates always share a lane); 0 turns it off. Call
   // before serving.
   void SetCreateBatchLanes(int lanes);
+  // The pool the create and delete batches run on; the store's own pool
+  // when not set (or null). With group commit on, the batches get a small
+  // pool of their own (server.cc: one connection per lane), so the heavy
+  // batch functions are planned and cached in a few sessions rather than in
+  // every connection a burst of other calls opened, and the batches never
+  // queue for a connection behind other work. Call before serving.
+  void SetBatchDatabase(Database* db) { batch_db_ = db != nullptr ? db : &db_; }
   // Deletes in one transaction (sv_delete_instances), each with its own
   // answer as DeleteInstance gives it; an instance whose row another
   // transaction holds is deleted alone after the batch. On a failed batch
@@ -314,6 +321,7 @@ class Store {
                                         std::vector<absl::StatusOr<CreateOutcome>>& out);
 
   Database& db_;
+  Database* batch_db_;  // Never null.
   std::unique_ptr<GroupCommitter<CreateRequest, absl::StatusOr<CreateOutcome>>> creates_;
   std::unique_ptr<GroupCommitter<DeleteRequest, DeleteOutcome>> deletes_;
 };
