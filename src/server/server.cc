@@ -136,6 +136,7 @@ int RunServer(const ServerOptions& options) {
   // Both pools open their connections before the API serves, so the first
   // burst of calls after a start does not set up connections on its path.
   for (store::Database* pool : {&db, &batch_db}) {
+    if (pool == &batch_db && options.create_batch_lanes == 0) continue;  // Unused.
     if (absl::Status s = pool->Warm(pool->options().connections_max); !s.ok()) {
       spdlog::warn("svd: opening database connections: {}", std::string(s.message()));
     }
