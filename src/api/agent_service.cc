@@ -206,7 +206,8 @@ class AgentSession {
   void ConfirmRunning(const google::protobuf::RepeatedPtrField<std::string>& ids) {
     for (const std::string& id : ids) {
       auto running = api_.agents.ConfirmStarted(node_id_, id, api_.clock.Now());
-      if (!running.ok() && sv::ReasonOf(running.status()) != "UNKNOWN_INSTANCE") {
+      const std::string reason = sv::ReasonOf(running.status());
+      if (!running.ok() && reason != "UNKNOWN_INSTANCE" && reason != "STALE_REPORT") {
         spdlog::warn("agent: node {}: confirming {}: {}", node_name_, id,
                      running.status().ToString());
       }
@@ -312,6 +313,13 @@ class AgentSession {
       default:
         status = Error(absl::StatusCode::kInvalidArgument, "INVALID_REPORT",
                        "a report needs a state");
+    }
+    if (sv::ReasonOf(status) == "STALE_REPORT") {
+      // The instance changed after the agent reported (deleted while it
+      // started, say): not the agent's fault, and the next desired set
+      // tells it what to run.
+      spdlog::debug("agent: node {}: {}", node_name_, status.ToString());
+      return;
     }
     if (!status.ok()) SendError(status);
   }

@@ -24,6 +24,24 @@ absl::Status UnknownInstance(const std::string& node_id, const std::string& inst
                             " holds no GPU on node ", node_id));
 }
 
+// Why a report names an instance that holds no GPU on the node: a late one
+// (the instance exists and holds no GPU anywhere: it was deleted, stopped,
+// ended or requeued after the agent sent the report; the next desired set
+// tells the agent) or one the node cannot know (no such instance, or one
+// placed on other nodes).
+absl::Status NotHeld(pqxx::work& txn, const std::string& node_id,
+                     const std::string& instance_id) {
+  auto rows = ExecPrepared(txn, "sv_agent_instance_state",
+                           absl::StrCat("SELECT state FROM instances WHERE id = $1 AND state "
+                                        "NOT IN ",
+                                        kHoldingStates),
+                           instance_id);
+  if (rows.empty()) return UnknownInstance(node_id, instance_id);
+  return Error(absl::StatusCode::kFailedPrecondition, "STALE_REPORT",
+               absl::StrCat("instance ", instance_id, " is ", rows[0][0].as<std::string>(),
+                            " and holds no GPU; the report came after that change"));
+}
+
 absl::Status InstanceNotFound(const std::string& id) {
   return Error(absl::StatusCode::kNotFound, "INSTANCE_NOT_FOUND",
                absl::StrCat("instance ", id, " not found"));
@@ -255,7 +273,7 @@ absl::StatusOr<bool> AgentStore::ConfirmStarted(const std::string& node_id,
   absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
     running = false;
     std::optional<std::string> held = LockHeldInstance(txn, node_id, instance_id);
-    if (!held) return UnknownInstance(node_id, instance_id);
+    if (!held) return NotHeld(txn, node_id, instance_id);
     const std::string from = *held;
     ExecPrepared(txn, "sv_agent_start_confirm",
         "INSERT INTO instance_node_starts (instance_id, node_id, confirmed_at) "
@@ -297,7 +315,7 @@ absl::Status AgentStore::ReportEnded(const std::string& node_id,
                                      const std::string& reason, absl::Time now) {
   return db_.Transact([&](pqxx::work& txn) -> absl::Status {
     std::optional<std::string> held = LockHeldInstance(txn, node_id, instance_id);
-    if (!held) return UnknownInstance(node_id, instance_id);
+    if (!held) return NotHeld(txn, node_id, instance_id);
     EndInstance(txn, instance_id, *held, failed ? "FAILED" : "STOPPED",
                 reason.empty() ? std::string("the instance ended on its node") : reason, now,
                 now);

@@ -101,13 +101,15 @@ class AgentStore {
   absl::StatusOr<std::vector<AgentAssignment>> DesiredForNode(const std::string& node_id,
                                                               absl::Time now);
   // The node says the instance runs. When every node of the instance has
-  // said so, it becomes RUNNING as of `now`. NOT_FOUND (UNKNOWN_INSTANCE)
-  // when the instance holds no GPU on this node.
+  // said so, it becomes RUNNING as of `now`. When the instance holds no GPU
+  // on this node: FAILED_PRECONDITION (STALE_REPORT) if it holds none at all
+  // (deleted, stopped, ended or requeued after the agent reported), else
+  // NOT_FOUND (UNKNOWN_INSTANCE).
   absl::StatusOr<bool> ConfirmStarted(const std::string& node_id,
                                       const std::string& instance_id, absl::Time now);
   // The instance ended on the node by itself, or failed to start: it leaves
   // its state as of `now` (STOPPED for a clean exit, else FAILED) and
-  // releases its GPUs. NOT_FOUND (UNKNOWN_INSTANCE) as above.
+  // releases its GPUs. STALE_REPORT and UNKNOWN_INSTANCE as above.
   absl::Status ReportEnded(const std::string& node_id, const std::string& instance_id,
                            bool failed, const std::string& reason, absl::Time now);
 

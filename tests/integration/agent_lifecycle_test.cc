@@ -571,5 +571,62 @@ TEST_F(AgentLifecycleTest, DesiredSetSaysWhichStartsAreConfirmed) {
   (void)stream->Finish();
 }
 
+// A report that arrives after the instance changed (here: started, then
+// deleted while the agent's report was on its way) is not the agent's
+// fault: svd neither answers it with an error nor logs it as a bad
+// message. A report of an instance svd never had still is refused.
+TEST_F(AgentLifecycleTest, LateReportOfADeletedInstanceIsNotAnError) {
+  const std::string credential = MintCredential("node-a");
+  auto stub = v1::AgentService::NewStub(svd_->channel());
+  auto context = Context(credential);
+  // A failure bound, not a timing assertion.
+  context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto stream = stub->Connect(context.get());
+  ASSERT_TRUE(stream->Write(AgentRegistration("node-a")));
+  v1::ServerMessage m;
+  ASSERT_TRUE(stream->Read(&m));
+  ASSERT_TRUE(m.has_registered());
+  const Instance created = Create(8);
+  v1::AgentMessage report;
+  report.mutable_report()->set_instance_id(created.id());
+  report.mutable_report()->set_state(v1::AGENT_STARTED);
+  ASSERT_TRUE(stream->Write(report));
+  ASSERT_TRUE(WaitForState(created.id(), v1::RUNNING));
+
+  v1::DeleteInstanceRequest del;
+  del.set_id(created.id());
+  Instance deleted;
+  ASSERT_TRUE(stub_->DeleteInstance(Context(token_).get(), del, &deleted).ok());
+  ASSERT_EQ(Get(created.id()).state(), v1::DELETED);
+  // The late start report, its exit report, then one of an id svd never
+  // had. Messages are handled in order, so the first error must be the
+  // last report's.
+  ASSERT_TRUE(stream->Write(report));
+  v1::AgentMessage exited;
+  exited.mutable_report()->set_instance_id(created.id());
+  exited.mutable_report()->set_state(v1::AGENT_EXITED);
+  ASSERT_TRUE(stream->Write(exited));
+  v1::AgentMessage unknown;
+  unknown.mutable_report()->set_instance_id("ins-bbbbbbbbbbbbbb");
+  unknown.mutable_report()->set_state(v1::AGENT_STARTED);
+  ASSERT_TRUE(stream->Write(unknown));
+  bool refused = false;
+  while (!refused && stream->Read(&m)) {
+    if (m.has_error()) {
+      EXPECT_EQ(m.error().reason(), "UNKNOWN_INSTANCE");
+      EXPECT_NE(m.error().message().find("ins-bbbbbbbbbbbbbb"), std::string::npos)
+          << m.error().message();
+      refused = true;
+    }
+  }
+  EXPECT_TRUE(refused);
+  context->TryCancel();
+  (void)stream->Finish();
+  EXPECT_EQ(Get(created.id()).state(), v1::DELETED);
+  const std::string log = Slurp(svd_->log_path());
+  EXPECT_EQ(log.find("sent a bad message: FAILED_PRECONDITION"), std::string::npos) << log;
+  EXPECT_NE(log.find("ins-bbbbbbbbbbbbbb"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace sv::testing
