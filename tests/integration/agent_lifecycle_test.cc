@@ -138,6 +138,25 @@ class AgentLifecycleTest : public ::testing::Test {
     return response.credential();
   }
 
+  // An agent stream of the test's own (no svagent behind it), registered as
+  // `node`. The deadline is a failure bound, not a timing assertion: a
+  // missing message fails the test instead of hanging it.
+  struct RawAgent {
+    std::unique_ptr<v1::AgentService::Stub> stub;
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>> stream;
+  };
+  void ConnectRegistered(const std::string& node, RawAgent* agent) {
+    agent->stub = v1::AgentService::NewStub(svd_->channel());
+    agent->context = Context(MintCredential(node));
+    agent->context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    agent->stream = agent->stub->Connect(agent->context.get());
+    ASSERT_TRUE(agent->stream->Write(AgentRegistration(node)));
+    v1::ServerMessage m;
+    ASSERT_TRUE(agent->stream->Read(&m));
+    ASSERT_TRUE(m.has_registered());
+  }
+
   AgentProcess& StartAgent(const std::string& node, std::vector<std::string> extra = {}) {
     const std::string dir = dir_ + "/" + node;
     fs::create_directories(dir);
@@ -532,17 +551,10 @@ TEST_F(AgentLifecycleTest, BadAgentMessagesAreRejected) {
 // changes, only the starts svd still waits for: every change of a node's set
 // used to confirm every instance on it again.
 TEST_F(AgentLifecycleTest, DesiredSetSaysWhichStartsAreConfirmed) {
-  const std::string credential = MintCredential("node-a");
-  auto stub = v1::AgentService::NewStub(svd_->channel());
-  auto context = Context(credential);
-  // A failure bound, not a timing assertion: a missing message fails the
-  // test instead of hanging it.
-  context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  auto stream = stub->Connect(context.get());
-  ASSERT_TRUE(stream->Write(AgentRegistration("node-a")));
+  RawAgent agent;
+  ASSERT_NO_FATAL_FAILURE(ConnectRegistered("node-a", &agent));
+  auto& stream = agent.stream;
   v1::ServerMessage m;
-  ASSERT_TRUE(stream->Read(&m));
-  ASSERT_TRUE(m.has_registered());
   const Instance created = Create(8);
   // The instance as the next desired set that lists it shows it.
   auto next_assignment = [&](v1::InstanceAssignment* out) {
@@ -567,7 +579,7 @@ TEST_F(AgentLifecycleTest, DesiredSetSaysWhichStartsAreConfirmed) {
   ASSERT_TRUE(next_assignment(&assignment));
   EXPECT_TRUE(assignment.confirmed());
   EXPECT_EQ(Get(created.id()).state(), v1::RUNNING);
-  context->TryCancel();
+  agent.context->TryCancel();
   (void)stream->Finish();
 }
 
@@ -576,16 +588,10 @@ TEST_F(AgentLifecycleTest, DesiredSetSaysWhichStartsAreConfirmed) {
 // fault: svd neither answers it with an error nor logs it as a bad
 // message. A report of an instance svd never had still is refused.
 TEST_F(AgentLifecycleTest, LateReportOfADeletedInstanceIsNotAnError) {
-  const std::string credential = MintCredential("node-a");
-  auto stub = v1::AgentService::NewStub(svd_->channel());
-  auto context = Context(credential);
-  // A failure bound, not a timing assertion.
-  context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  auto stream = stub->Connect(context.get());
-  ASSERT_TRUE(stream->Write(AgentRegistration("node-a")));
+  RawAgent agent;
+  ASSERT_NO_FATAL_FAILURE(ConnectRegistered("node-a", &agent));
+  auto& stream = agent.stream;
   v1::ServerMessage m;
-  ASSERT_TRUE(stream->Read(&m));
-  ASSERT_TRUE(m.has_registered());
   const Instance created = Create(8);
   v1::AgentMessage report;
   report.mutable_report()->set_instance_id(created.id());
@@ -620,7 +626,7 @@ TEST_F(AgentLifecycleTest, LateReportOfADeletedInstanceIsNotAnError) {
     }
   }
   EXPECT_TRUE(refused);
-  context->TryCancel();
+  agent.context->TryCancel();
   (void)stream->Finish();
   EXPECT_EQ(Get(created.id()).state(), v1::DELETED);
   const std::string log = Slurp(svd_->log_path());
