@@ -128,22 +128,25 @@ int RunServer(const ServerOptions& options) {
     spdlog::error("svd: migrations failed: {}", std::string(s.message()));
     return kExitStartFailed;
   }
+  // Pools open their connections before the API serves, so the first burst
+  // of calls after a start does not set up connections on its path.
+  auto warm = [](store::Database& pool) {
+    if (absl::Status s = pool.Warm(pool.options().connections_max); !s.ok()) {
+      spdlog::warn("svd: opening database connections: {}", std::string(s.message()));
+    }
+  };
+  warm(db);
   // The create and delete batches have a pool of their own, one connection
   // per lane (store.h, SetBatchDatabase).
   store::DatabaseOptions batch_db_options = db_options;
   batch_db_options.connections_max = std::max(1, 2 * options.create_batch_lanes);
   store::Database batch_db(batch_db_options);
-  // Both pools open their connections before the API serves, so the first
-  // burst of calls after a start does not set up connections on its path.
-  for (store::Database* pool : {&db, &batch_db}) {
-    if (pool == &batch_db && options.create_batch_lanes == 0) continue;  // Unused.
-    if (absl::Status s = pool->Warm(pool->options().connections_max); !s.ok()) {
-      spdlog::warn("svd: opening database connections: {}", std::string(s.message()));
-    }
-  }
   store::Store store(db);
   store.SetCreateBatchLanes(options.create_batch_lanes);
-  if (options.create_batch_lanes > 0) store.SetBatchDatabase(&batch_db);
+  if (options.create_batch_lanes > 0) {
+    warm(batch_db);
+    store.SetBatchDatabase(&batch_db);
+  }
 
   std::string admin_key_file = options.admin_key_file;
   if (admin_key_file.empty() && options.dev) admin_key_file = options.state_dir + "/admin.key";

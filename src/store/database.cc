@@ -80,9 +80,13 @@ absl::Status Database::Acquire(std::unique_ptr<pqxx::connection>* out) {
   }
   ++open_count_;
   lock.unlock();
+  return OpenCounted(out);
+}
+
+absl::Status Database::OpenCounted(std::unique_ptr<pqxx::connection>* out) {
   absl::Status status = Open(out);
   if (!status.ok()) {
-    lock.lock();
+    std::lock_guard<std::mutex> lock(mutex_);
     --open_count_;
     released_.notify_one();
   }
@@ -112,13 +116,7 @@ absl::Status Database::Warm(int count) {
       ++open_count_;
     }
     std::unique_ptr<pqxx::connection> connection;
-    absl::Status status = Open(&connection);
-    if (!status.ok()) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      --open_count_;
-      released_.notify_one();
-      return status;
-    }
+    SV_RETURN_IF_ERROR(OpenCounted(&connection));
     Release(std::move(connection));
   }
 }

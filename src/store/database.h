@@ -84,6 +84,9 @@ class Database {
   absl::Status Acquire(std::unique_ptr<pqxx::connection>* out);
   void Release(std::unique_ptr<pqxx::connection> connection);
   absl::Status Open(std::unique_ptr<pqxx::connection>* out);
+  // Open for a connection already counted in open_count_; uncounts it (and
+  // wakes a waiter) when the open fails.
+  absl::Status OpenCounted(std::unique_ptr<pqxx::connection>* out);
   // Closes every idle connection: after one broke, the others to the same
   // server are likely broken too (restart, failover).
   void DropIdle();

@@ -1,6 +1,7 @@
 -- The queue pass reads the first --queue-max waiting instances in queue
 -- order: WHERE state = 'PENDING' ORDER BY priority DESC, queue_seq LIMIT n
--- (issue 9, docs/reliability.md, "A queue read that grew with the backlog").
+-- (issue 9, docs/reliability.md, "The queue's head by its index, trials at
+-- signup, pools opened at start").
 --
 -- instances_active was (state, priority, queue_seq). Its order runs priority
 -- and queue_seq the same way, so neither scan direction gives the pass's
