@@ -24,6 +24,7 @@ namespace {
 using google::protobuf::util::TimeUtil;
 constexpr absl::Duration kTick = absl::Milliseconds(50);
 constexpr char kAgentVersion[] = "0.1.0";
+constexpr int kReportBatchMax = 64;  // agent.proto InstanceReports.
 
 google::protobuf::Timestamp ToProto(absl::Time t) {
   return TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(t));
@@ -86,6 +87,7 @@ class Agent::Session {
   void ApplyIntervals(const v1::Registered& r) {
     if (r.heartbeat_interval_ms() > 0) heartbeat_ = absl::Milliseconds(r.heartbeat_interval_ms());
     if (r.telemetry_interval_ms() > 0) telemetry_ = absl::Milliseconds(r.telemetry_interval_ms());
+    batch_reports_ = r.accepts_report_batches();
   }
 
   std::vector<std::string> RunningIds() {
@@ -179,17 +181,32 @@ class Agent::Session {
     return s;
   }
 
+  // Tells svd of a change of an instance. To an svd that takes batches the
+  // report waits in `pending_` for the end of the pass (FlushReports), so a
+  // pass that starts eight instances costs svd one transaction, not eight.
   bool Report(Stream& stream, const std::string& id, v1::AgentInstanceState state,
               int exit_code, const std::string& reason) {
-    v1::AgentMessage m;
-    auto* r = m.mutable_report();
-    r->set_instance_id(id);
-    r->set_state(state);
-    r->set_exit_code(exit_code);
-    r->set_reason(reason);
-    *r->mutable_observe_time() = ToProto(a_.clock_.Now());
+    v1::InstanceReport r;
+    r.set_instance_id(id);
+    r.set_state(state);
+    r.set_exit_code(exit_code);
+    r.set_reason(reason);
+    *r.mutable_observe_time() = ToProto(a_.clock_.Now());
     spdlog::info("agent: {}: instance {} {} {}", o_.node_name, id,
                  v1::AgentInstanceState_Name(state), reason);
+    if (!batch_reports_) {
+      v1::AgentMessage m;
+      *m.mutable_report() = std::move(r);
+      return stream.Write(m);
+    }
+    *pending_.add_reports() = std::move(r);
+    return pending_.reports_size() < kReportBatchMax || FlushReports(stream);
+  }
+
+  bool FlushReports(Stream& stream) {
+    if (pending_.reports_size() == 0) return true;
+    v1::AgentMessage m;
+    m.mutable_reports()->Swap(&pending_);
     return stream.Write(m);
   }
 
@@ -336,6 +353,8 @@ class Agent::Session {
     for (auto it = ended_.begin(); it != ended_.end();) {
       it = desired.count(*it) ? std::next(it) : ended_.erase(it);
     }
+    // Mount reports name instances the reports above started: those first.
+    if (!FlushReports(stream)) return false;
     if ((desired_changed || started_any) && !ReconcileMounts(stream, desired, running)) {
       return false;
     }
@@ -383,6 +402,8 @@ class Agent::Session {
   const AgentOptions& o_;
   absl::Duration heartbeat_ = o_.heartbeat_interval;
   absl::Duration telemetry_ = o_.telemetry_interval;
+  bool batch_reports_ = false;   // svd said accepts_report_batches.
+  v1::InstanceReports pending_;  // Reports of this pass, not yet sent.
   std::mutex mutex_;
   std::map<std::string, RuntimeInstance> desired_;
   bool desired_changed_ = false;

@@ -12,6 +12,19 @@ absl::Status BadRegistration(const std::string& why) {
   return Error(absl::StatusCode::kInvalidArgument, "INVALID_REGISTRATION", why);
 }
 
+absl::Status CheckReportState(const v1::InstanceReport& r) {
+  switch (r.state()) {
+    case v1::AGENT_STARTED:
+    case v1::AGENT_EXITED:
+    case v1::AGENT_START_FAILED:
+    case v1::AGENT_STOPPED:
+      return absl::OkStatus();
+    default:
+      return Error(absl::StatusCode::kInvalidArgument, "INVALID_REPORT",
+                   "a report needs a state");
+  }
+}
+
 }  // namespace
 
 std::optional<ParsedNodeCredential> ParseNodeCredential(const std::string& text) {
@@ -50,16 +63,19 @@ absl::Status CheckStreamMessage(const v1::AgentMessage& m) {
       }
       return absl::OkStatus();
     case v1::AgentMessage::kReport:
-      switch (m.report().state()) {
-        case v1::AGENT_STARTED:
-        case v1::AGENT_EXITED:
-        case v1::AGENT_START_FAILED:
-        case v1::AGENT_STOPPED:
-          return absl::OkStatus();
-        default:
-          return Error(absl::StatusCode::kInvalidArgument, "INVALID_REPORT",
-                       "a report needs a state");
+      return CheckReportState(m.report());
+    case v1::AgentMessage::kReports:
+      // Judged whole before any of it is handled: a batch with one bad
+      // report is refused entirely, and the agent's heartbeats still
+      // confirm what runs.
+      if (m.reports().reports_size() > kAgentReportBatchMax) {
+        return Error(absl::StatusCode::kInvalidArgument, "TOO_MANY_REPORTS",
+                     "a report batch holds more than 64 reports");
       }
+      for (const v1::InstanceReport& r : m.reports().reports()) {
+        SV_RETURN_IF_ERROR(CheckReportState(r));
+      }
+      return absl::OkStatus();
     case v1::AgentMessage::kMounts:
       if (m.mounts().mounts_size() > kAgentReportMountsMax) {
         return Error(absl::StatusCode::kInvalidArgument, "TOO_MANY_MOUNTS",

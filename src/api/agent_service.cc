@@ -168,6 +168,7 @@ class AgentSession {
         static_cast<int>(absl::ToInt64Milliseconds(api_.options.heartbeat_interval)));
     registered.mutable_registered()->set_telemetry_interval_ms(
         static_cast<int>(absl::ToInt64Milliseconds(api_.options.telemetry_interval)));
+    registered.mutable_registered()->set_accepts_report_batches(true);
     if (!Write(registered)) return grpc::Status::OK;
     ConfirmRunning(registration.running_instance_ids());
     std::thread poller([this] { PollDesired(); });
@@ -201,15 +202,24 @@ class AgentSession {
     Write(m);
   }
 
-  // Instances the agent says run: confirmations of starts svd asked for.
-  // One that svd no longer wants is left to the desired set to stop.
+  // Instances the agent says run: confirmations of starts svd asked for, in
+  // one transaction. One that svd no longer wants is left to the desired set
+  // to stop.
   void ConfirmRunning(const google::protobuf::RepeatedPtrField<std::string>& ids) {
-    for (const std::string& id : ids) {
-      auto running = api_.agents.ConfirmStarted(node_id_, id, api_.clock.Now());
-      const std::string reason = sv::ReasonOf(running.status());
-      if (!running.ok() && reason != "UNKNOWN_INSTANCE" && reason != "STALE_REPORT") {
-        spdlog::warn("agent: node {}: confirming {}: {}", node_name_, id,
-                     running.status().ToString());
+    if (ids.empty()) return;
+    std::vector<std::string> list(ids.begin(), ids.end());
+    auto results = api_.agents.ConfirmStartedMany(node_id_, list, api_.clock.Now());
+    if (!results.ok()) {
+      spdlog::warn("agent: node {}: confirming {} running instances: {}", node_name_,
+                   list.size(), results.status().ToString());
+      return;
+    }
+    for (size_t i = 0; i < list.size(); ++i) {
+      const absl::Status& status = (*results)[i].status();
+      const std::string reason = sv::ReasonOf(status);
+      if (!status.ok() && reason != "UNKNOWN_INSTANCE" && reason != "STALE_REPORT") {
+        spdlog::warn("agent: node {}: confirming {}: {}", node_name_, list[i],
+                     status.ToString());
       }
     }
   }
@@ -273,6 +283,8 @@ class AgentSession {
       }
       case v1::AgentMessage::kReport:
         return HandleReport(m.report(), now);
+      case v1::AgentMessage::kReports:
+        return HandleReports(m.reports(), now);
       case v1::AgentMessage::kMounts: {
         absl::Status confirmed =
             internal::HandleMountReport(api_.store.database(), node_id_, m.mounts(), now);
@@ -284,6 +296,31 @@ class AgentSession {
       default:
         return;  // CheckStreamMessage answered every other body.
     }
+  }
+
+  // The reports of one pass of the agent, in order. A run of starts is
+  // confirmed in one transaction; the others go one by one, as alone.
+  void HandleReports(const v1::InstanceReports& batch, absl::Time now) {
+    std::vector<std::string> started;
+    auto confirm = [&] {
+      if (started.empty()) return;
+      auto results = api_.agents.ConfirmStartedMany(node_id_, started, now);
+      if (!results.ok()) {
+        AnswerReport(results.status());
+      } else {
+        for (const auto& result : *results) AnswerReport(result.status());
+      }
+      started.clear();
+    };
+    for (const v1::InstanceReport& r : batch.reports()) {
+      if (r.state() == v1::AGENT_STARTED) {
+        started.push_back(r.instance_id());
+        continue;
+      }
+      confirm();
+      HandleReport(r, now);
+    }
+    confirm();
   }
 
   void HandleReport(const v1::InstanceReport& r, absl::Time now) {
@@ -314,6 +351,10 @@ class AgentSession {
         status = Error(absl::StatusCode::kInvalidArgument, "INVALID_REPORT",
                        "a report needs a state");
     }
+    AnswerReport(status);
+  }
+
+  void AnswerReport(const absl::Status& status) {
     if (sv::ReasonOf(status) == "STALE_REPORT") {
       // The instance changed after the agent reported (deleted while it
       // started, say): not the agent's fault, and the next desired set

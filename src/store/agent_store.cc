@@ -28,7 +28,15 @@ absl::Status UnknownInstance(const std::string& node_id, const std::string& inst
 // (the instance exists and holds no GPU anywhere: it was deleted, stopped,
 // ended or requeued after the agent sent the report; the next desired set
 // tells the agent) or one the node cannot know (no such instance, or one
-// placed on other nodes).
+// placed on other nodes). `state`: the instance's state when it holds no GPU.
+absl::Status NotHeldError(const std::string& node_id, const std::string& instance_id,
+                          const std::optional<std::string>& state) {
+  if (!state) return UnknownInstance(node_id, instance_id);
+  return Error(absl::StatusCode::kFailedPrecondition, "STALE_REPORT",
+               absl::StrCat("instance ", instance_id, " is ", *state,
+                            " and holds no GPU; the report came after that change"));
+}
+
 absl::Status NotHeld(pqxx::work& txn, const std::string& node_id,
                      const std::string& instance_id) {
   auto rows = ExecPrepared(txn, "sv_agent_instance_state",
@@ -36,10 +44,8 @@ absl::Status NotHeld(pqxx::work& txn, const std::string& node_id,
                                         "NOT IN ",
                                         kHoldingStates),
                            instance_id);
-  if (rows.empty()) return UnknownInstance(node_id, instance_id);
-  return Error(absl::StatusCode::kFailedPrecondition, "STALE_REPORT",
-               absl::StrCat("instance ", instance_id, " is ", rows[0][0].as<std::string>(),
-                            " and holds no GPU; the report came after that change"));
+  if (rows.empty()) return NotHeldError(node_id, instance_id, std::nullopt);
+  return NotHeldError(node_id, instance_id, rows[0][0].as<std::string>());
 }
 
 absl::Status InstanceNotFound(const std::string& id) {
@@ -269,45 +275,116 @@ std::optional<std::string> LockHeldInstance(pqxx::work& txn, const std::string& 
 absl::StatusOr<bool> AgentStore::ConfirmStarted(const std::string& node_id,
                                                 const std::string& instance_id,
                                                 absl::Time now) {
-  bool running = false;
+  auto results = ConfirmStartedMany(node_id, {instance_id}, now);
+  if (!results.ok()) return results.status();
+  return std::move(results->front());
+}
+
+absl::StatusOr<std::vector<absl::StatusOr<bool>>> AgentStore::ConfirmStartedMany(
+    const std::string& node_id, const std::vector<std::string>& instance_ids, absl::Time now) {
+  std::vector<absl::StatusOr<bool>> results;
+  if (instance_ids.empty()) return results;
+  const std::string ids = TextArrayLiteral(instance_ids);
+  const std::string at = SqlTime(now);
   absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
-    running = false;
-    std::optional<std::string> held = LockHeldInstance(txn, node_id, instance_id);
-    if (!held) return NotHeld(txn, node_id, instance_id);
-    const std::string from = *held;
-    ExecPrepared(txn, "sv_agent_start_confirm",
-        "INSERT INTO instance_node_starts (instance_id, node_id, confirmed_at) "
-        "VALUES ($1, $2, $3::timestamptz) ON CONFLICT DO NOTHING",
-        instance_id, node_id, SqlTime(now));
-    // A confirmation is a sign of life too, so a node that dies right after
-    // it never ends a RUNNING interval before it began.
-    ExecPrepared(txn, "sv_agent_node_alive",
-        "UPDATE nodes SET last_heartbeat_at = GREATEST(last_heartbeat_at, $2::timestamptz) "
-        "WHERE id = $1 AND state <> 'down'",
-        node_id, SqlTime(now));
-    if (from == "RUNNING") {
-      running = true;
-      return absl::OkStatus();
+    results.clear();
+    // Running here and confirmed by this node: nothing to write (the usual
+    // case of a heartbeat's list). Everything else held here is locked, in
+    // id order as every batch locks instances, and read again under the lock.
+    std::map<std::string, std::string> held;  // id -> state under the lock
+    std::vector<std::string> pending;
+    for (const auto& row : ExecPrepared(txn, "sv_agent_confirm_read",
+             absl::StrCat("SELECT i.id, i.state = 'RUNNING' AND EXISTS (SELECT 1 FROM "
+                          "instance_node_starts s WHERE s.instance_id = i.id AND s.node_id = $2) "
+                          "FROM instances i WHERE i.id = ANY ($1::text[]) AND i.state IN ",
+                          kHoldingStates,
+                          " AND EXISTS (SELECT 1 FROM gpu_reservations r WHERE r.instance_id = "
+                          "i.id AND r.node_id = $2)"),
+             ids, node_id)) {
+      if (row[1].as<bool>()) {
+        held[row[0].as<std::string>()] = "RUNNING";
+      } else {
+        pending.push_back(row[0].as<std::string>());
+      }
     }
-    if (from != "STARTING" && from != "SCHEDULED") return absl::OkStatus();
-    int unconfirmed = ExecPrepared(txn, "sv_agent_starts_unconfirmed",
-        "SELECT count(DISTINCT r.node_id) FROM gpu_reservations r WHERE r.instance_id = $1 "
-        "AND NOT EXISTS (SELECT 1 FROM instance_node_starts s WHERE s.instance_id = $1 "
-        "AND s.node_id = r.node_id)",
-        instance_id)[0][0].as<int>();
-    if (unconfirmed > 0) return absl::OkStatus();
-    const std::string reason = "every node confirmed the start";
-    ExecPrepared(txn, "sv_agent_running",
-        "UPDATE instances SET state = 'RUNNING', state_reason = $2, "
-        "running_since = $3::timestamptz, updated_at = $3::timestamptz, idle_since = NULL "
-        "WHERE id = $1",
-        instance_id, reason, SqlTime(now));
-    RecordEvent(txn, instance_id, now, from, "RUNNING", reason);
-    running = true;
+    std::vector<std::string> locked;
+    std::vector<std::string> starting;  // Locked and waiting for confirmations.
+    std::vector<std::string> starting_from;
+    if (!pending.empty()) {
+      for (const auto& row : ExecPrepared(txn, "sv_agent_confirm_lock",
+               absl::StrCat("SELECT i.id, i.state FROM instances i WHERE i.id = ANY "
+                            "($1::text[]) AND i.state IN ",
+                            kHoldingStates,
+                            " AND EXISTS (SELECT 1 FROM gpu_reservations r WHERE "
+                            "r.instance_id = i.id AND r.node_id = $2) ORDER BY i.id FOR UPDATE"),
+               TextArrayLiteral(pending), node_id)) {
+        const std::string id = row[0].as<std::string>();
+        const std::string state = row[1].as<std::string>();
+        held[id] = state;
+        locked.push_back(id);
+        if (state == "STARTING" || state == "SCHEDULED") {
+          starting.push_back(id);
+          starting_from.push_back(state);
+        }
+      }
+    }
+    if (!locked.empty()) {
+      const std::string locked_ids = TextArrayLiteral(locked);
+      ExecPrepared(txn, "sv_agent_start_confirm_many",
+          "INSERT INTO instance_node_starts (instance_id, node_id, confirmed_at) "
+          "SELECT u.id, $2, $3::timestamptz FROM unnest($1::text[]) AS u(id) "
+          "ON CONFLICT DO NOTHING",
+          locked_ids, node_id, at);
+      // A confirmation is a sign of life too, so a node that dies right
+      // after it never ends a RUNNING interval before it began.
+      ExecPrepared(txn, "sv_agent_node_alive",
+          "UPDATE nodes SET last_heartbeat_at = GREATEST(last_heartbeat_at, $2::timestamptz) "
+          "WHERE id = $1 AND state <> 'down'",
+          node_id, at);
+    }
+    if (!starting.empty()) {
+      // Those every node of which has now confirmed run, as of `now`.
+      const std::string reason = "every node confirmed the start";
+      for (const auto& row : ExecPrepared(txn, "sv_agent_running_many",
+               "WITH done AS (SELECT u.id, u.from_state FROM unnest($1::text[], $2::text[]) "
+               "AS u(id, from_state) WHERE NOT EXISTS (SELECT 1 FROM gpu_reservations r "
+               "WHERE r.instance_id = u.id AND NOT EXISTS (SELECT 1 FROM instance_node_starts "
+               "s WHERE s.instance_id = u.id AND s.node_id = r.node_id))), "
+               "moved AS (UPDATE instances i SET state = 'RUNNING', state_reason = $3, "
+               "running_since = $4::timestamptz, updated_at = $4::timestamptz, idle_since = NULL "
+               "FROM done WHERE i.id = done.id RETURNING i.id, done.from_state), "
+               "events AS (INSERT INTO instance_events (instance_id, at, from_state, to_state, "
+               "reason) SELECT id, $4::timestamptz, from_state, 'RUNNING', $3 FROM moved) "
+               "SELECT id FROM moved",
+               TextArrayLiteral(starting), TextArrayLiteral(starting_from), reason, at)) {
+        held[row[0].as<std::string>()] = "RUNNING";
+      }
+    }
+    // The ids that hold no GPU here: late reports, or ones this node cannot
+    // know (NotHeldError).
+    std::map<std::string, std::string> released;  // id -> state
+    if (held.size() < instance_ids.size()) {
+      for (const auto& row : ExecPrepared(txn, "sv_agent_instance_states",
+               absl::StrCat("SELECT id, state FROM instances WHERE id = ANY ($1::text[]) "
+                            "AND state NOT IN ",
+                            kHoldingStates),
+               ids)) {
+        released[row[0].as<std::string>()] = row[1].as<std::string>();
+      }
+    }
+    for (const std::string& id : instance_ids) {
+      if (auto h = held.find(id); h != held.end()) {
+        results.emplace_back(h->second == "RUNNING");
+      } else if (auto r = released.find(id); r != released.end()) {
+        results.emplace_back(NotHeldError(node_id, id, r->second));
+      } else {
+        results.emplace_back(NotHeldError(node_id, id, std::nullopt));
+      }
+    }
     return absl::OkStatus();
   });
   if (!status.ok()) return status;
-  return running;
+  return results;
 }
 
 absl::Status AgentStore::ReportEnded(const std::string& node_id,

@@ -107,6 +107,13 @@ class AgentStore {
   // NOT_FOUND (UNKNOWN_INSTANCE).
   absl::StatusOr<bool> ConfirmStarted(const std::string& node_id,
                                       const std::string& instance_id, absl::Time now);
+  // ConfirmStarted for several instances in one transaction: one result per
+  // id, in order (an id may repeat). An instance already RUNNING with this
+  // node's confirmation is only read, so a heartbeat that lists what runs
+  // writes nothing. The outer status fails only when the transaction does.
+  absl::StatusOr<std::vector<absl::StatusOr<bool>>> ConfirmStartedMany(
+      const std::string& node_id, const std::vector<std::string>& instance_ids,
+      absl::Time now);
   // The instance ended on the node by itself, or failed to start: it leaves
   // its state as of `now` (STOPPED for a clean exit, else FAILED) and
   // releases its GPUs. STALE_REPORT and UNKNOWN_INSTANCE as above.

@@ -145,6 +145,7 @@ class AgentLifecycleTest : public ::testing::Test {
     std::unique_ptr<v1::AgentService::Stub> stub;
     std::unique_ptr<grpc::ClientContext> context;
     std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>> stream;
+    v1::Registered registered;
   };
   void ConnectRegistered(const std::string& node, RawAgent* agent) {
     agent->stub = v1::AgentService::NewStub(svd_->channel());
@@ -155,6 +156,7 @@ class AgentLifecycleTest : public ::testing::Test {
     v1::ServerMessage m;
     ASSERT_TRUE(agent->stream->Read(&m));
     ASSERT_TRUE(m.has_registered());
+    agent->registered = m.registered();
   }
 
   AgentProcess& StartAgent(const std::string& node, std::vector<std::string> extra = {}) {
@@ -632,6 +634,83 @@ TEST_F(AgentLifecycleTest, LateReportOfADeletedInstanceIsNotAnError) {
   const std::string log = Slurp(svd_->log_path());
   EXPECT_EQ(log.find("sent a bad message: FAILED_PRECONDITION"), std::string::npos) << log;
   EXPECT_NE(log.find("ins-bbbbbbbbbbbbbb"), std::string::npos);
+}
+
+// An agent reports what one pass over its runtime saw in one message. svd
+// handles the reports in order, as it would one by one: a run of starts is
+// confirmed together, a start of an instance that exited before it in the
+// batch is late, and an unknown id is refused without losing the others. A
+// batch with a bad report, or too many, is refused whole. A heartbeat's list
+// confirms what runs, in one transaction too.
+TEST_F(AgentLifecycleTest, ABatchOfReportsIsHandledInOrder) {
+  RawAgent agent;
+  ASSERT_NO_FATAL_FAILURE(ConnectRegistered("node-a", &agent));
+  EXPECT_TRUE(agent.registered.accepts_report_batches());
+  auto& stream = agent.stream;
+  v1::ServerMessage m;
+  const Instance a = Create(2), b = Create(2), c = Create(2), d = Create(2);
+  // Until one desired set lists all four.
+  bool listed = false;
+  while (!listed && stream->Read(&m)) {
+    if (m.has_desired()) listed = m.desired().instances_size() == 4;
+  }
+  ASSERT_TRUE(listed);
+  auto report = [](v1::InstanceReports* batch, const std::string& id,
+                   v1::AgentInstanceState state, int exit_code = 0) {
+    auto* r = batch->add_reports();
+    r->set_instance_id(id);
+    r->set_state(state);
+    r->set_exit_code(exit_code);
+  };
+  auto next_error = [&] {
+    while (stream->Read(&m)) {
+      if (m.has_error()) return m.error();
+    }
+    return v1::AgentError();
+  };
+
+  v1::AgentMessage bad;
+  report(bad.mutable_reports(), a.id(), v1::AGENT_STARTED);
+  report(bad.mutable_reports(), b.id(), v1::AGENT_INSTANCE_STATE_UNSPECIFIED);
+  ASSERT_TRUE(stream->Write(bad));
+  EXPECT_EQ(next_error().reason(), "INVALID_REPORT");
+  v1::AgentMessage too_many;
+  for (int i = 0; i < 65; ++i) report(too_many.mutable_reports(), a.id(), v1::AGENT_STARTED);
+  ASSERT_TRUE(stream->Write(too_many));
+  EXPECT_EQ(next_error().reason(), "TOO_MANY_REPORTS");
+  EXPECT_NE(Get(a.id()).state(), v1::RUNNING) << "a refused batch changes nothing";
+
+  v1::AgentMessage batch;
+  report(batch.mutable_reports(), a.id(), v1::AGENT_STARTED);
+  report(batch.mutable_reports(), b.id(), v1::AGENT_STARTED);
+  report(batch.mutable_reports(), a.id(), v1::AGENT_STARTED);  // Again: no second event.
+  report(batch.mutable_reports(), c.id(), v1::AGENT_EXITED, 3);
+  report(batch.mutable_reports(), "ins-cccccccccccccc", v1::AGENT_STARTED);
+  report(batch.mutable_reports(), c.id(), v1::AGENT_STARTED);  // After its exit: late.
+  ASSERT_TRUE(stream->Write(batch));
+  const v1::AgentError error = next_error();
+  EXPECT_EQ(error.reason(), "UNKNOWN_INSTANCE");
+  EXPECT_NE(error.message().find("ins-cccccccccccccc"), std::string::npos) << error.message();
+  EXPECT_EQ(Get(a.id()).state(), v1::RUNNING);
+  EXPECT_EQ(Get(b.id()).state(), v1::RUNNING);
+  EXPECT_EQ(Get(c.id()).state(), v1::FAILED);
+  for (const Instance* i : {&a, &b}) {
+    int running = 0;
+    for (const auto& e : Events(i->id())) running += e.to_state() == v1::RUNNING;
+    EXPECT_EQ(running, 1) << i->id();
+  }
+
+  v1::AgentMessage heartbeat;
+  heartbeat.mutable_heartbeat()->add_running_instance_ids(a.id());
+  heartbeat.mutable_heartbeat()->add_running_instance_ids(d.id());
+  heartbeat.mutable_heartbeat()->add_running_instance_ids(c.id());
+  ASSERT_TRUE(stream->Write(heartbeat));
+  EXPECT_TRUE(WaitForState(d.id(), v1::RUNNING));
+  EXPECT_EQ(Get(c.id()).state(), v1::FAILED);
+  agent.context->TryCancel();
+  (void)stream->Finish();
+  const std::string log = Slurp(svd_->log_path());
+  EXPECT_EQ(log.find("sent a bad message: FAILED_PRECONDITION"), std::string::npos) << log;
 }
 
 }  // namespace

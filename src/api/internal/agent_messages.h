@@ -19,6 +19,8 @@ inline constexpr size_t kAgentLabelLengthMax = 63;
 inline constexpr int kNodeCredentialIdLength = 14;
 inline constexpr int kNodeCredentialSecretLength = 40;
 inline constexpr int kAgentReportMountsMax = 256;
+// Reports in one InstanceReports message (agent.proto).
+inline constexpr int kAgentReportBatchMax = 64;
 
 // A node credential is "svn_<id part>_<secret>"; the row id is "ncr-<id part>".
 struct ParsedNodeCredential {
