@@ -225,6 +225,7 @@ absl::StatusOr<std::vector<AgentAssignment>> AgentStore::DesiredForNode(
                      "WHERE r.node_id = $1 AND n.state <> 'down' AND i.state IN ",
                      kHoldingStates, " GROUP BY i.id, i.image, i.state, i.queue_seq ORDER BY i.id"),
         node_id);
+    std::vector<std::string> scheduled;
     for (const auto& row : rows) {
       AgentAssignment a{row[0].as<std::string>(), {}, row[1].as<std::string>(),
                         row[2].as<std::string>() != "RUNNING", row[4].as<int64_t>(), {}, {}};
@@ -233,21 +234,23 @@ absl::StatusOr<std::vector<AgentAssignment>> AgentStore::DesiredForNode(
         int gpu = 0;
         if (absl::SimpleAtoi(part, &gpu)) a.gpu_indices.push_back(gpu);
       }
-      if (row[2].as<std::string>() == "SCHEDULED") {
-        const std::string reason = "the node agents were told to start it";
-        auto moved = ExecPrepared(txn, "sv_agent_starting",
-            "UPDATE instances SET state = 'STARTING', state_reason = $2, "
-            "updated_at = $3::timestamptz WHERE id = $1 AND state = 'SCHEDULED' RETURNING id",
-            a.instance_id, reason, SqlTime(now));
-        if (!moved.empty()) {
-          // Confirmations from an earlier run of the instance do not count.
-          ExecPrepared(txn, "sv_agent_starts_forget",
-                       "DELETE FROM instance_node_starts WHERE instance_id = $1",
-                       a.instance_id);
-          RecordEvent(txn, a.instance_id, now, "SCHEDULED", "STARTING", reason);
-        }
-      }
+      if (row[2].as<std::string>() == "SCHEDULED") scheduled.push_back(a.instance_id);
       desired.push_back(std::move(a));
+    }
+    if (!scheduled.empty()) {
+      // In one statement for the node's whole set (a node handed eight
+      // instances used to take 24 round trips here), locking in id order as
+      // every batch does. Confirmations from an earlier run of an instance
+      // do not count.
+      ExecPrepared(txn, "sv_agent_starting_many",
+          "WITH moved AS (UPDATE instances SET state = 'STARTING', state_reason = $2, "
+          "updated_at = $3::timestamptz WHERE id = ANY ($1::text[]) AND state = 'SCHEDULED' "
+          "RETURNING id), "
+          "forgotten AS (DELETE FROM instance_node_starts s USING moved "
+          "WHERE s.instance_id = moved.id) "
+          "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
+          "SELECT id, $3::timestamptz, 'SCHEDULED', 'STARTING', $2 FROM moved",
+          TextArrayLiteral(scheduled), "the node agents were told to start it", SqlTime(now));
     }
     return LoadAssignmentResources(txn, node_id, now, desired);
   }));
