@@ -51,11 +51,20 @@ void ServerSide(const std::string& bytes) {
   }
   absl::Status checked = internal::CheckStreamMessage(m);
   if (checked.ok()) {
-    Check(m.has_heartbeat() || m.has_report() || m.has_mounts());
+    Check(m.has_heartbeat() || m.has_report() || m.has_mounts() || m.has_reports());
     if (m.has_heartbeat()) {
       Check(m.heartbeat().running_instance_ids_size() <= internal::kAgentRunningIdsMax);
     }
     if (m.has_mounts()) Check(m.mounts().mounts_size() <= internal::kAgentReportMountsMax);
+    if (m.has_reports()) {
+      // Accepted whole or not at all: every report of an accepted batch has
+      // a state.
+      Check(m.reports().reports_size() <= internal::kAgentReportBatchMax);
+      for (const auto& r : m.reports().reports()) {
+        Check(r.state() != sv::v1::AGENT_INSTANCE_STATE_UNSPECIFIED &&
+              sv::v1::AgentInstanceState_IsValid(r.state()));
+      }
+    }
   } else {
     Check(!sv::ReasonOf(checked).empty());
   }
