@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -63,6 +64,12 @@ TEST(AgentFleetTest, FaultScriptReachesLifecycleAndTelemetry) {
     request.mutable_instance()->set_gpu_count(8);
     v1::Instance out;
     ASSERT_TRUE(stub->CreateInstance(Context(token).get(), request, &out).ok());
+    // Placed by the create's own pass, or by the loop's when that one held
+    // the placement lock at the moment.
+    for (int tries = 0; tries < 200 && out.placement_size() == 0; ++tries) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      out = get(out.id());
+    }
     ASSERT_EQ(out.placement_size(), 1);
     instance_on[out.placement(0).node_name()] = out.id();
   }
