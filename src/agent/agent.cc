@@ -120,9 +120,15 @@ class Agent::Session {
     while (stream.Read(&m)) {
       if (m.has_desired()) {
         std::lock_guard<std::mutex> lock(mutex_);
-        desired_.clear();
+        std::map<std::string, RuntimeInstance> previous;
+        std::swap(previous, desired_);
         for (const auto& a : m.desired().instances()) {
-          desired_[a.instance_id()] = InstanceFromAssignment(a);
+          RuntimeInstance& instance = desired_[a.instance_id()] = InstanceFromAssignment(a);
+          auto before = previous.find(a.instance_id());
+          const bool mounts_changed = before == previous.end()
+                                          ? !instance.volumes.empty()
+                                          : before->second.volumes != instance.volumes;
+          if (mounts_changed) mounts_told_[a.instance_id()] = ++mounts_told_count_;
         }
         desired_changed_ = true;
       } else if (m.has_error()) {
@@ -231,6 +237,11 @@ class Agent::Session {
   // restart is taken to have the mounts it was started with.
   bool ReconcileMounts(Stream& stream, const std::map<std::string, RuntimeInstance>& desired,
                        const std::set<std::string>& running) {
+    std::map<std::string, uint64_t> told;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      told = mounts_told_;
+    }
     for (const std::string& id : running) {
       auto want = desired.find(id);
       if (want == desired.end()) continue;
@@ -249,13 +260,30 @@ class Agent::Session {
         }
       }
       // Report what changed since the last report (and every failure); an
-      // instance that never had a mount needs no report.
+      // instance that never had a mount needs no report. So does one whose
+      // mounts svd changed in a desired set, even if nothing changed here:
+      // a volume attached and detached again within one pass was never
+      // mounted, and svd waits for a report that says so to end the detach.
       auto last = reported_.find(id);
       const bool changed = last == reported_.end() ? !mounted_[id].empty()
                                                    : last->second != mounted_[id];
-      if (!changed && error.empty()) continue;
+      if (!changed && error.empty() && !told.count(id)) continue;
       if (!ReportMounts(stream, id, error)) return false;
       reported_[id] = mounted_[id];
+      // Unless a newer set marked it again meanwhile.
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto mark = mounts_told_.find(id);
+      auto seen = told.find(id);
+      if (mark != mounts_told_.end() && seen != told.end() && mark->second == seen->second) {
+        mounts_told_.erase(mark);
+      }
+    }
+    {
+      // Marks of instances svd no longer wants here go with them.
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto it = mounts_told_.begin(); it != mounts_told_.end();) {
+        it = desired_.count(it->first) ? std::next(it) : mounts_told_.erase(it);
+      }
     }
     for (auto it = mounted_.begin(); it != mounted_.end();) {
       it = running.count(it->first) ? std::next(it) : mounted_.erase(it);
@@ -407,6 +435,10 @@ class Agent::Session {
   std::mutex mutex_;
   std::map<std::string, RuntimeInstance> desired_;
   bool desired_changed_ = false;
+  // Instances whose mounts a desired set changed since their last mount
+  // report: each gets one, whatever it has mounted.
+  std::map<std::string, uint64_t> mounts_told_;  // Id -> the mark's number.
+  uint64_t mounts_told_count_ = 0;
   std::set<std::string> ended_;    // Reported ended while still desired.
   // The run each instance was started (or last confirmed) under. An agent
   // that restarted knows none, and adopts what it finds.
