@@ -17,6 +17,7 @@
 #include "common/ids.h"
 #include "common/status.h"
 #include "google/protobuf/util/time_util.h"
+#include "metrics/metrics.h"
 #include "spdlog/spdlog.h"
 #include "store/agent_store.h"
 #include "store/notification_listener.h"
@@ -72,6 +73,69 @@ struct AgentApi::Impl {
     Impl& impl_;
   };
 
+  // The desired-set signal (migration 0094): rings the bells of the agent
+  // streams of the nodes it names. While the LISTEN connection is down the
+  // streams poll (AgentApiOptions::desired_poll_interval); when it is lost
+  // or comes back, every stream reads its set again, since signals sent in
+  // between are lost.
+  class DesiredSignal final : public store::NotificationSink {
+   public:
+    // One agent stream's: rung when its node's set may have changed.
+    struct Bell {
+      std::mutex mutex;
+      std::condition_variable cv;
+      bool rung = false;
+      bool done = false;  // The stream ended.
+    };
+
+    void Add(const std::string& node_id, Bell* bell) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      bells_.emplace(node_id, bell);
+    }
+    void Remove(const std::string& node_id, Bell* bell) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto [first, last] = bells_.equal_range(node_id);
+      for (auto it = first; it != last; ++it) {
+        if (it->second == bell) {
+          bells_.erase(it);
+          return;
+        }
+      }
+    }
+    bool listening() const { return listening_.load(); }
+
+    void OnNotification(const std::string& payload) override {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto [first, last] = bells_.equal_range(payload);
+      for (auto it = first; it != last; ++it) Ring(*it->second);
+    }
+    void OnListening() override {
+      listening_ = true;
+      RingAll();
+    }
+    void OnLost() override {
+      // Called again on every failed reconnect: ring once.
+      if (listening_.exchange(false)) RingAll();
+    }
+
+   private:
+    static void Ring(Bell& bell) {
+      {
+        std::lock_guard<std::mutex> lock(bell.mutex);
+        bell.rung = true;
+      }
+      bell.cv.notify_all();
+    }
+    void RingAll() {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto& entry : bells_) Ring(*entry.second);
+    }
+
+    std::mutex mutex_;
+    std::multimap<std::string, Bell*> bells_;  // Node id -> its streams' bells.
+    std::atomic<bool> listening_{false};
+  };
+
   store::Store& store;
   store::AgentStore agents;
   const Clock& clock;
@@ -86,6 +150,7 @@ struct AgentApi::Impl {
   bool stopping = false;
   std::map<grpc::ServerContext*, std::string> live;  // Stream -> its credential id.
   RevocationSink revocations;
+  DesiredSignal desired_signal;
   std::atomic<bool> recheck_streams{false};
   std::thread monitor;
 
@@ -171,15 +236,17 @@ class AgentSession {
     registered.mutable_registered()->set_accepts_report_batches(true);
     if (!Write(registered)) return grpc::Status::OK;
     ConfirmRunning(registration.running_instance_ids());
+    api_.desired_signal.Add(node_id_, &bell_);
     std::thread poller([this] { PollDesired(); });
     v1::AgentMessage message;
     while (stream_.Read(&message)) Handle(message);
     {
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_ = true;
+      std::lock_guard<std::mutex> lock(bell_.mutex);
+      bell_.done = true;
     }
-    done_wake_.notify_all();
+    bell_.cv.notify_all();
     poller.join();
+    api_.desired_signal.Remove(node_id_, &bell_);
     spdlog::info("agent: node {} disconnected", node_name_);
     if (node_down_) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -224,9 +291,23 @@ class AgentSession {
     }
   }
 
+  // Reads the node's desired set and sends it when it changed: at once,
+  // whenever the signal rings, and otherwise every desired_poll_interval
+  // while the signal is down, or every desired_backstop_interval while it
+  // is up (a change some path did not signal is late, not lost).
   void PollDesired() {
     std::optional<std::vector<store::AgentAssignment>> sent;
+    const char* cause = "start";
     while (true) {
+      {
+        // Cleared before the read: a change committed after the read's
+        // snapshot rings again.
+        std::lock_guard<std::mutex> lock(bell_.mutex);
+        bell_.rung = false;
+      }
+      metrics::Registry::Default().IncrementCounter(
+          "sv_agent_desired_reads_total",
+          "Reads of a node's desired instance set, by what prompted them.", {{"cause", cause}});
       auto desired = api_.agents.DesiredForNode(node_id_, api_.clock.Now());
       if (!desired.ok() && sv::ReasonOf(desired.status()) == "NODE_DOWN") {
         node_down_ = true;
@@ -258,10 +339,14 @@ class AgentSession {
           spdlog::warn("agent: node {}: settling detaches: {}", node_name_, settled.ToString());
         }
       }
-      std::unique_lock<std::mutex> lock(mutex_);
-      done_wake_.wait_for(lock, absl::ToChronoNanoseconds(api_.options.desired_poll_interval),
-                          [this] { return done_; });
-      if (done_) return;
+      std::unique_lock<std::mutex> lock(bell_.mutex);
+      const bool signalled = api_.desired_signal.listening();
+      const absl::Duration wait = signalled ? api_.options.desired_backstop_interval
+                                            : api_.options.desired_poll_interval;
+      const bool woken = bell_.cv.wait_for(lock, absl::ToChronoNanoseconds(wait),
+                                           [this] { return bell_.done || bell_.rung; });
+      if (bell_.done) return;
+      cause = woken ? "signal" : signalled ? "backstop" : "poll";
     }
   }
 
@@ -372,9 +457,7 @@ class AgentSession {
   std::string node_id_;
   std::set<std::pair<std::string, std::string>> ever_sent_mounts_;  // (instance, volume)
   std::mutex write_mutex_;
-  std::mutex mutex_;
-  std::condition_variable done_wake_;
-  bool done_ = false;
+  AgentApi::Impl::DesiredSignal::Bell bell_;
   std::atomic<bool> node_down_{false};
 };
 
@@ -583,6 +666,8 @@ void AgentApi::Stop() {
 }
 
 store::NotificationSink* AgentApi::revocation_sink() { return &impl_->revocations; }
+
+store::NotificationSink* AgentApi::desired_sink() { return &impl_->desired_signal; }
 
 absl::StatusOr<std::string> AgentApi::AuthenticateNodeStream(grpc::ServerContext* context) {
   SV_ASSIGN_OR_RETURN(auto record, impl_->AuthenticateNode(*context));

@@ -24,7 +24,10 @@ struct AgentApiOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(30);
   absl::Duration heartbeat_interval = absl::Seconds(5);    // Told to agents.
   absl::Duration telemetry_interval = absl::Seconds(10);   // Told to agents.
+  // How often an agent stream reads its node's desired set while the
+  // desired-set signal (desired_sink) is down, and while it is up.
   absl::Duration desired_poll_interval = absl::Milliseconds(500);
+  absl::Duration desired_backstop_interval = absl::Seconds(30);
   absl::Duration monitor_interval = absl::Seconds(1);
 };
 
@@ -54,6 +57,11 @@ class AgentApi {
   // Feed of the revocation signal (api/credential_cache.h): a revoked node
   // credential's open streams end on this replica.
   store::NotificationSink* revocation_sink();
+
+  // Feed of the desired-set signal (migration 0094, channel
+  // sv_node_desired): the streams of the nodes it names read their set at
+  // once. Without a feed, they poll.
+  store::NotificationSink* desired_sink();
 
   struct Impl;  // Private to agent_service.cc.
 

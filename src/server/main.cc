@@ -60,6 +60,14 @@ int main(int argc, char** argv) {
                  "Telemetry batch interval told to agents")
       ->check(CLI::Range(50, 3600000))
       ->capture_default_str();
+  app.add_option("--agent-desired-signal", o.agent_desired_signal,
+                 "Send agents their desired set when a change is signalled (LISTEN "
+                 "sv_node_desired) instead of polling every 500 ms")
+      ->capture_default_str();
+  app.add_option("--agent-desired-backstop-ms", o.agent_desired_backstop_ms,
+                 "With the signal up, read each node's desired set this often anyway")
+      ->check(CLI::Range(500, 3600000))
+      ->capture_default_str();
   app.add_option("--admin-key-file", o.admin_key_file,
                  "Operator bootstrap key: read from this file, or generated into it");
   app.add_option("--svctl-config", o.svctl_config,

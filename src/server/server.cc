@@ -10,6 +10,7 @@
 #include <atomic>
 #include <fstream>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "api/agent_service.h"
@@ -39,6 +40,7 @@
 #include "store/database.h"
 #include "store/embedded_postgres.h"
 #include "store/migrations.h"
+#include "store/notification_listener.h"
 #include "store/store.h"
 
 namespace sv::server {
@@ -202,6 +204,8 @@ int RunServer(const ServerOptions& options) {
   agent_options.heartbeat_timeout = absl::Milliseconds(options.node_heartbeat_timeout_ms);
   agent_options.heartbeat_interval = absl::Milliseconds(options.agent_heartbeat_interval_ms);
   agent_options.telemetry_interval = absl::Milliseconds(options.agent_telemetry_interval_ms);
+  agent_options.desired_backstop_interval =
+      absl::Milliseconds(options.agent_desired_backstop_ms);
   api::AgentApi agent_api(store, clock, &loops, agent_options);
   billing::BillingOptions billing_options;
   billing_options.create_credit_minutes = options.billing_create_credit_minutes;
@@ -225,6 +229,28 @@ int RunServer(const ServerOptions& options) {
                                        absl::Milliseconds(options.auth_cache_max_age_ms));
   revocation.AddSink(agent_api.revocation_sink());
   revocation.Start();
+  // The desired-set signal (migration 0094, docs/agent.md): agent streams
+  // read their node's set when it changes rather than polling it.
+  std::optional<store::NotificationListener> desired_listener;
+  if (options.agent_desired_signal) {
+    store::NotificationListenerOptions desired_options;
+    desired_options.url = url;
+    desired_options.channel = "sv_node_desired";
+    desired_listener.emplace(desired_options, real_clock);
+    desired_listener->AddSink(agent_api.desired_sink());
+    desired_listener->Start();
+    // As the revocation listener's: /metrics (served by `http`, declared
+    // below and so stopped first) reads it while it lives.
+    store::NotificationListener* listener = &*desired_listener;
+    metrics::Registry::Default().AddCollector([listener](metrics::Registry& r) {
+      r.SetGauge("sv_agent_desired_signal_listening",
+                 "1 while the LISTEN connection for desired-set changes is up.", {},
+                 listener->listening() ? 1 : 0);
+      r.SetGauge("sv_agent_desired_signal_backend_pid",
+                 "PostgreSQL backend of the desired-set LISTEN connection.", {},
+                 listener->backend_pid());
+    });
+  }
   api_deps.auth.cache = revocation.cache();
   api::ApiServices api(api_deps);
   sla::SlaOptions sla_options;

@@ -25,6 +25,11 @@ struct ServerOptions {
   int node_heartbeat_timeout_ms = 30000;
   int agent_heartbeat_interval_ms = 5000;
   int agent_telemetry_interval_ms = 10000;
+  // The desired-set signal (docs/agent.md): off, every agent stream reads
+  // its node's set every 500 ms; on, at once when it changes, and every
+  // agent_desired_backstop_ms besides.
+  bool agent_desired_signal = true;
+  int agent_desired_backstop_ms = 30000;
   // Operator bootstrap key: read from this file, or generated into it.
   std::string admin_key_file;
   // Where svd --dev writes svctl's config; empty means ~/.config/svctl.

@@ -3,6 +3,7 @@
 // real local processes), and the real agent protocol.
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <pqxx/pqxx>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -47,6 +49,20 @@ std::string Slurp(const std::string& path) {
 }
 
 bool Alive(pid_t pid) { return pid > 0 && kill(pid, 0) == 0; }
+
+// A sample of svd's /metrics (0 for a series not rendered yet, -1 when
+// /metrics does not answer). `series` includes its labels.
+double Metric(SvdProcess& svd, const std::string& series) {
+  httplib::Client http("127.0.0.1", svd.http_port());
+  http.set_read_timeout(5, 0);
+  auto res = http.Get("/metrics");
+  if (!res || res->status != 200) return -1;
+  std::istringstream lines(res->body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return 0;
+}
 
 // A real svagent child process.
 class AgentProcess {
@@ -147,10 +163,11 @@ class AgentLifecycleTest : public ::testing::Test {
     std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::ServerMessage>> stream;
     v1::Registered registered;
   };
-  void ConnectRegistered(const std::string& node, RawAgent* agent) {
+  void ConnectRegistered(const std::string& node, RawAgent* agent,
+                         std::chrono::seconds deadline = std::chrono::seconds(30)) {
     agent->stub = v1::AgentService::NewStub(svd_->channel());
     agent->context = Context(MintCredential(node));
-    agent->context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    agent->context->set_deadline(std::chrono::system_clock::now() + deadline);
     agent->stream = agent->stub->Connect(agent->context.get());
     ASSERT_TRUE(agent->stream->Write(AgentRegistration(node)));
     v1::ServerMessage m;
@@ -711,6 +728,70 @@ TEST_F(AgentLifecycleTest, ABatchOfReportsIsHandledInOrder) {
   (void)stream->Finish();
   const std::string log = Slurp(svd_->log_path());
   EXPECT_EQ(log.find("sent a bad message: FAILED_PRECONDITION"), std::string::npos) << log;
+}
+
+// A node's desired set reaches its agent when it changes, told by the
+// signal of migration 0094: the harness sets svd's backstop read to an hour,
+// so nothing else brings a set within this test's bound. While the LISTEN
+// connection is down svd polls instead, so a change made meanwhile still
+// arrives; once the connection is back, the signal serves again.
+TEST_F(AgentLifecycleTest, DesiredSetFollowsTheSignalAndPollsWhileItIsDown) {
+  const char* kListening = "sv_agent_desired_signal_listening";
+  const char* kBySignal = "sv_agent_desired_reads_total{cause=\"signal\"}";
+  const char* kByPoll = "sv_agent_desired_reads_total{cause=\"poll\"}";
+  ASSERT_TRUE(WaitFor([&] { return Metric(*svd_, kListening) == 1; }));
+  RawAgent agent;
+  ASSERT_NO_FATAL_FAILURE(ConnectRegistered("node-a", &agent, std::chrono::seconds(120)));
+  auto& stream = agent.stream;
+  // Until a desired set lists exactly `ids`.
+  auto listed = [&](std::set<std::string> ids) {
+    v1::ServerMessage m;
+    while (stream->Read(&m)) {
+      if (!m.has_desired()) continue;
+      std::set<std::string> got;
+      for (const auto& a : m.desired().instances()) got.insert(a.instance_id());
+      if (got == ids) return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(listed({}));  // The first set: nothing yet.
+  const double signalled = Metric(*svd_, kBySignal);
+  const Instance first = Create(4);
+  ASSERT_TRUE(listed({first.id()}));
+  EXPECT_GT(Metric(*svd_, kBySignal), signalled);
+
+  // The listener's backend ends, and the database refuses new connections
+  // (svd's pools are open), so the listener stays down.
+  const double pid = Metric(*svd_, "sv_agent_desired_signal_backend_pid");
+  ASSERT_GT(pid, 0);
+  pqxx::connection admin(database_url_ + " dbname=postgres");
+  const std::string db = pqxx::connection(database_url_).dbname();
+  {
+    pqxx::nontransaction txn(admin);
+    txn.exec("ALTER DATABASE \"" + db + "\" ALLOW_CONNECTIONS false");
+    txn.exec("SELECT pg_terminate_backend(" + std::to_string(static_cast<int>(pid)) + ")");
+  }
+  const bool down = WaitFor([&] { return Metric(*svd_, kListening) == 0; });
+  const double polled = Metric(*svd_, kByPoll);
+  const Instance second = down ? Create(4) : Instance();
+  const bool arrived = down && listed({first.id(), second.id()});
+  const double polled_after = Metric(*svd_, kByPoll);
+  {
+    pqxx::nontransaction txn(admin);
+    txn.exec("ALTER DATABASE \"" + db + "\" ALLOW_CONNECTIONS true");
+  }
+  ASSERT_TRUE(down);
+  ASSERT_TRUE(arrived) << "a change made while the signal is down";
+  EXPECT_GT(polled_after, polled);
+
+  ASSERT_TRUE(WaitFor([&] { return Metric(*svd_, kListening) == 1; }));
+  v1::DeleteInstanceRequest del;
+  del.set_id(first.id());
+  Instance deleted;
+  ASSERT_TRUE(stub_->DeleteInstance(Context(token_).get(), del, &deleted).ok());
+  EXPECT_TRUE(listed({second.id()}));
+  agent.context->TryCancel();
+  (void)stream->Finish();
 }
 
 }  // namespace
