@@ -1,6 +1,7 @@
 // svd's side of the node-agent protocol; see docs/agent.md.
 #include "api/agent_service.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -291,13 +292,15 @@ class AgentSession {
     }
   }
 
-  // Reads the node's desired set and sends it when it changed: at once,
-  // whenever the signal rings, and otherwise every desired_poll_interval
-  // while the signal is down, or every desired_backstop_interval while it
-  // is up (a change some path did not signal is late, not lost).
+  // Reads the node's desired set and sends it when it changed: when the
+  // signal rings (at once, or desired_poll_interval after the last read if
+  // that was sooner), and otherwise every desired_poll_interval while the
+  // signal is down, or every desired_backstop_interval while it is up (a
+  // change some path did not signal is late, not lost).
   void PollDesired() {
     std::optional<std::vector<store::AgentAssignment>> sent;
     const char* cause = "start";
+    std::chrono::steady_clock::time_point last_read;
     while (true) {
       {
         // Cleared before the read: a change committed after the read's
@@ -305,6 +308,7 @@ class AgentSession {
         std::lock_guard<std::mutex> lock(bell_.mutex);
         bell_.rung = false;
       }
+      last_read = std::chrono::steady_clock::now();
       metrics::Registry::Default().IncrementCounter(
           "sv_agent_desired_reads_total",
           "Reads of a node's desired instance set, by what prompted them.", {{"cause", cause}});
@@ -347,6 +351,15 @@ class AgentSession {
                                            [this] { return bell_.done || bell_.rung; });
       if (bell_.done) return;
       cause = woken ? "signal" : signalled ? "backstop" : "poll";
+      if (woken) {
+        // No stream reads more often than it used to poll: a node whose
+        // set churns (placements and deletes many times a second) is read
+        // once per interval with every change so far, not once per change.
+        bell_.cv.wait_until(lock, last_read + absl::ToChronoNanoseconds(
+                                                  api_.options.desired_poll_interval),
+                            [this] { return bell_.done; });
+        if (bell_.done) return;
+      }
     }
   }
 
