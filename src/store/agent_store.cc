@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <pqxx/pqxx>
 
 #include "absl/strings/str_cat.h"
@@ -241,16 +242,42 @@ absl::StatusOr<std::vector<AgentAssignment>> AgentStore::DesiredForNode(
       // In one statement for the node's whole set (a node handed eight
       // instances used to take 24 round trips here), locking in id order as
       // every batch does. Confirmations from an earlier run of an instance
-      // do not count.
-      ExecPrepared(txn, "sv_agent_starting_many",
-          "WITH moved AS (UPDATE instances SET state = 'STARTING', state_reason = $2, "
-          "updated_at = $3::timestamptz WHERE id = ANY ($1::text[]) AND state = 'SCHEDULED' "
-          "RETURNING id), "
-          "forgotten AS (DELETE FROM instance_node_starts s USING moved "
-          "WHERE s.instance_id = moved.id) "
-          "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
-          "SELECT id, $3::timestamptz, 'SCHEDULED', 'STARTING', $2 FROM moved",
-          TextArrayLiteral(scheduled), "the node agents were told to start it", SqlTime(now));
+      // do not count. `told` (migration 0095): its end must signal the
+      // nodes from now on.
+      std::set<std::string> moved;
+      for (const auto& row : ExecPrepared(txn, "sv_agent_starting_many",
+               "WITH moved AS (UPDATE instances SET state = 'STARTING', state_reason = $2, "
+               "updated_at = $3::timestamptz, told = true WHERE id = ANY ($1::text[]) "
+               "AND state = 'SCHEDULED' RETURNING id), "
+               "forgotten AS (DELETE FROM instance_node_starts s USING moved "
+               "WHERE s.instance_id = moved.id) "
+               "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
+               "SELECT id, $3::timestamptz, 'SCHEDULED', 'STARTING', $2 FROM moved "
+               "RETURNING instance_id",
+               TextArrayLiteral(scheduled), "the node agents were told to start it",
+               SqlTime(now))) {
+        moved.insert(row[0].as<std::string>());
+      }
+      // One not moved here changed since the read above. Another node's
+      // read may have moved it (a gang): it is told, and stays. Any other
+      // (deleted, say) is not: its end sent no signal, so a set naming it
+      // would not be corrected, and it is left out.
+      std::vector<std::string> unmoved;
+      for (const auto& id : scheduled) {
+        if (!moved.count(id)) unmoved.push_back(id);
+      }
+      if (!unmoved.empty()) {
+        for (const auto& row : ExecPrepared(txn, "sv_agent_told",
+                 absl::StrCat("SELECT id FROM instances WHERE id = ANY ($1::text[]) AND told "
+                              "AND state IN ", kHoldingStates),
+                 TextArrayLiteral(unmoved))) {
+          moved.insert(row[0].as<std::string>());
+        }
+        std::erase_if(desired, [&](const AgentAssignment& a) {
+          return std::find(unmoved.begin(), unmoved.end(), a.instance_id) != unmoved.end() &&
+                 !moved.count(a.instance_id);
+        });
+      }
     }
     return LoadAssignmentResources(txn, node_id, now, desired);
   }));
