@@ -28,6 +28,28 @@ namespace {
 
 constexpr int kInstances = 3;
 
+// The desired set of the peer's kInstances instances, with `volume`
+// mounted on ins-0 when it is not empty; `confirmed`: svd needs no more
+// start reports of them.
+v1::ServerMessage DesiredSet(const std::string& volume, bool confirmed) {
+  v1::ServerMessage desired;
+  for (int i = 0; i < kInstances; ++i) {
+    auto* a = desired.mutable_desired()->add_instances();
+    a->set_instance_id("ins-" + std::to_string(i));
+    a->set_image("example/image");
+    a->set_run(1);
+    a->set_confirmed(confirmed);
+    a->add_gpu_indices(i);
+    if (i == 0 && !volume.empty()) {
+      auto* mount = a->add_volumes();
+      mount->set_volume_id(volume);
+      mount->set_source("/var/lib/sv/volumes/" + volume);
+      mount->set_target("/data");
+    }
+  }
+  return desired;
+}
+
 // Registers the agent, hands it kInstances instances and records what it
 // sends back.
 class PeerSvd final : public v1::AgentService::Service {
@@ -44,15 +66,7 @@ class PeerSvd final : public v1::AgentService::Service {
     registered.mutable_registered()->set_heartbeat_interval_ms(60000);
     registered.mutable_registered()->set_accepts_report_batches(offers_batches_);
     if (!stream->Write(registered)) return grpc::Status::OK;
-    v1::ServerMessage desired;
-    for (int i = 0; i < kInstances; ++i) {
-      auto* a = desired.mutable_desired()->add_instances();
-      a->set_instance_id("ins-" + std::to_string(i));
-      a->set_image("example/image");
-      a->set_run(1);
-      a->add_gpu_indices(i);
-    }
-    if (!stream->Write(desired)) return grpc::Status::OK;
+    if (!stream->Write(DesiredSet("", false))) return grpc::Status::OK;
     std::thread reader([&] {
       v1::AgentMessage message;
       while (stream->Read(&message)) {
@@ -135,26 +149,6 @@ class PeerSvd final : public v1::AgentService::Service {
   bool ended_ = false;
 };
 
-// The desired set of the peer's instances, with `volume` mounted on ins-0
-// when it is not empty.
-v1::ServerMessage DesiredSet(const std::string& volume) {
-  v1::ServerMessage desired;
-  for (int i = 0; i < kInstances; ++i) {
-    auto* a = desired.mutable_desired()->add_instances();
-    a->set_instance_id("ins-" + std::to_string(i));
-    a->set_image("example/image");
-    a->set_run(1);
-    a->set_confirmed(true);
-    a->add_gpu_indices(i);
-    if (i == 0 && !volume.empty()) {
-      auto* mount = a->add_volumes();
-      mount->set_volume_id(volume);
-      mount->set_source("/var/lib/sv/volumes/" + volume);
-      mount->set_target("/data");
-    }
-  }
-  return desired;
-}
 
 class PeerTelemetry final : public v1::SlaTelemetryService::Service {
  public:
@@ -233,7 +227,7 @@ TEST(MountReportTest, ASetThatChangedAnInstancesMountsGetsAReport) {
   v1::MountReport report;
   RunAgainst(svd, [&] {
     const size_t before = svd.ReceivedCount();
-    svd.Send({DesiredSet("vol-a"), DesiredSet("")});
+    svd.Send({DesiredSet("vol-a", true), DesiredSet("", true)});
     reported = svd.WaitForMountReport("ins-0", before, &report);
   });
   ASSERT_TRUE(reported) << "no report that ins-0 has nothing mounted";
