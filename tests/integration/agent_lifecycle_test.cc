@@ -568,19 +568,20 @@ TEST_F(AgentLifecycleTest, BadAgentMessagesAreRejected) {
 // svd tells an agent which of its instances need no more start
 // confirmations (RUNNING), so the agent confirms again, when its desired set
 // changes, only the starts svd still waits for: every change of a node's set
-// used to confirm every instance on it again.
+// used to confirm every instance on it again. The start itself sends no set
+// (migration 0096): the next change of the node's set carries it.
 TEST_F(AgentLifecycleTest, DesiredSetSaysWhichStartsAreConfirmed) {
   RawAgent agent;
   ASSERT_NO_FATAL_FAILURE(ConnectRegistered("node-a", &agent));
   auto& stream = agent.stream;
   v1::ServerMessage m;
-  const Instance created = Create(8);
-  // The instance as the next desired set that lists it shows it.
-  auto next_assignment = [&](v1::InstanceAssignment* out) {
+  const Instance created = Create(4);
+  // The instance `id` as the next desired set that lists it shows it.
+  auto next_assignment = [&](const std::string& id, v1::InstanceAssignment* out) {
     while (stream->Read(&m)) {
       if (!m.has_desired()) continue;
       for (const auto& a : m.desired().instances()) {
-        if (a.instance_id() == created.id()) {
+        if (a.instance_id() == id) {
           *out = a;
           return true;
         }
@@ -589,15 +590,24 @@ TEST_F(AgentLifecycleTest, DesiredSetSaysWhichStartsAreConfirmed) {
     return false;
   };
   v1::InstanceAssignment assignment;
-  ASSERT_TRUE(next_assignment(&assignment));
+  ASSERT_TRUE(next_assignment(created.id(), &assignment));
   EXPECT_FALSE(assignment.confirmed()) << "svd waits for this node's start";
   v1::AgentMessage report;
   report.mutable_report()->set_instance_id(created.id());
   report.mutable_report()->set_state(v1::AGENT_STARTED);
   ASSERT_TRUE(stream->Write(report));
-  ASSERT_TRUE(next_assignment(&assignment));
-  EXPECT_TRUE(assignment.confirmed());
-  EXPECT_EQ(Get(created.id()).state(), v1::RUNNING);
+  ASSERT_TRUE(WaitForState(created.id(), v1::RUNNING));
+  // A second instance on the node changes its set.
+  const Instance second = Create(4);
+  ASSERT_TRUE(next_assignment(second.id(), &assignment));
+  EXPECT_FALSE(assignment.confirmed()) << "svd waits for the second start";
+  bool listed = false;
+  for (const auto& a : m.desired().instances()) {
+    if (a.instance_id() != created.id()) continue;
+    listed = true;
+    EXPECT_TRUE(a.confirmed()) << "the first start needs no confirmation again";
+  }
+  EXPECT_TRUE(listed);
   agent.context->TryCancel();
   (void)stream->Finish();
 }
