@@ -375,8 +375,31 @@ std::vector<absl::StatusOr<InstanceRecord>> Store::DeleteInstances(
 std::vector<DeleteOutcome> Store::DeleteBatch(const std::vector<DeleteRequest>& batch) {
   std::vector<DeleteOutcome> out;
   std::vector<size_t> busy;
-  absl::Status status = batch_db_->Transact(
-      [&](pqxx::work& txn) { return DeleteBatchInTransaction(txn, batch, out, busy); });
+  absl::Status status = batch_db_->Transact([&](pqxx::work& txn) {
+    return DeleteBatchInTransaction(txn, batch, /*wait=*/false, out, busy);
+  });
+  if (status.ok() && !busy.empty()) {
+    // Rows another transaction held (a node's read moving a just placed
+    // instance to STARTING, say): one more batch, which waits for them.
+    std::vector<DeleteRequest> held;
+    for (size_t i : busy) held.push_back(batch[i]);
+    std::vector<DeleteOutcome> held_out;
+    std::vector<size_t> still_busy;
+    absl::Status waited = batch_db_->Transact([&](pqxx::work& txn) {
+      return DeleteBatchInTransaction(txn, held, /*wait=*/true, held_out, still_busy);
+    });
+    if (waited.ok()) {
+      std::vector<size_t> left;
+      for (size_t k : still_busy) left.push_back(busy[k]);
+      for (size_t k = 0; k < held.size(); ++k) {
+        if (std::find(still_busy.begin(), still_busy.end(), k) == still_busy.end()) {
+          out[busy[k]] = std::move(held_out[k]);
+        }
+      }
+      busy = std::move(left);
+    }
+    // Otherwise (a deadlock, say) each is deleted alone below.
+  }
   if (!status.ok()) {
     // As in CreateInstances: alone, each gets its own answer, unless the
     // database is unreachable. A delete that did commit answers the same
@@ -399,7 +422,7 @@ std::vector<DeleteOutcome> Store::DeleteBatch(const std::vector<DeleteRequest>& 
 
 absl::Status Store::DeleteBatchInTransaction(pqxx::work& txn,
                                              const std::vector<DeleteRequest>& batch,
-                                             std::vector<DeleteOutcome>& out,
+                                             bool wait, std::vector<DeleteOutcome>& out,
                                              std::vector<size_t>& busy) {
   out.assign(batch.size(), DeleteOutcome{absl::InternalError("no verdict"), false});
   busy.clear();
@@ -409,13 +432,13 @@ absl::Status Store::DeleteBatchInTransaction(pqxx::work& txn,
     ids.push_back(r.id);
     nows.push_back(SqlTime(r.now));
   }
-  // Migrations 0066 and 0072: each verdict with the row it answers (a
+  // Migrations 0066, 0072 and 0097: each verdict with the row it answers (a
   // deleted instance holds no GPUs: no placements to load).
   auto verdicts = ExecPrepared(
       txn, "sv_delete_instances_rows",
       "SELECT ord, verdict, " + kInstanceColumns +
-          " FROM sv_delete_instances($1::text[], $2::text[], $3::timestamptz[])",
-      TextArrayLiteral(tenants), TextArrayLiteral(ids), TextArrayLiteral(nows));
+          " FROM sv_delete_instances($1::text[], $2::text[], $3::timestamptz[], $4::boolean)",
+      TextArrayLiteral(tenants), TextArrayLiteral(ids), TextArrayLiteral(nows), wait);
   if (verdicts.size() != batch.size()) {
     return Error(absl::StatusCode::kInternal, "INTERNAL",
                  "sv_delete_instances answered a different number of verdicts");

@@ -314,8 +314,10 @@ class Store {
 
  private:
   std::vector<DeleteOutcome> DeleteBatch(const std::vector<DeleteRequest>& batch);
+  // `wait`: wait for rows other transactions hold instead of answering
+  // them busy (migration 0097).
   absl::Status DeleteBatchInTransaction(pqxx::work& txn, const std::vector<DeleteRequest>& batch,
-                                        std::vector<DeleteOutcome>& out,
+                                        bool wait, std::vector<DeleteOutcome>& out,
                                         std::vector<size_t>& busy);
   absl::Status CreateBatchInTransaction(pqxx::work& txn, const std::vector<CreateRequest>& batch,
                                         std::vector<absl::StatusOr<CreateOutcome>>& out);

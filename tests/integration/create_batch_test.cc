@@ -572,23 +572,58 @@ TEST_F(CreateBatchTest, AuditRowsCommitWithTheirElementsOnly) {
   EXPECT_EQ(rows("method LIKE '%DeleteInstance'"), 2);
   EXPECT_EQ(rows(absl::StrCat("method LIKE '%DeleteInstance' AND tenant_id = '", b, "'")), 0);
 
-  // A row another transaction holds: deleted alone after the batch, so its
-  // audit row is left to the interceptor.
+  // A row another transaction holds: deleted by a second batch that waits
+  // for it (migration 0097), its audit row with it.
   auto b_listed = store_->ListInstances(b, std::nullopt, 10, false);
   ASSERT_TRUE(b_listed.ok() && !b_listed->empty());
   const std::string b_id = (*b_listed)[0].id;
-  pqxx::connection holder(url_);
-  pqxx::work held(holder);
-  held.exec_params("SELECT 1 FROM instances WHERE id = $1 FOR NO KEY UPDATE", b_id);
-  DeleteOutcome busy;
-  std::thread deleter([&] { busy = store_->SubmitDelete(delete_row({b, b_id, now_}, b_user)); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  held.commit();
-  deleter.join();
-  ASSERT_TRUE(busy.record.ok()) << busy.record.status();
-  EXPECT_EQ(busy.record->state, InstanceState::kDeleted);
-  EXPECT_FALSE(busy.audited);
-  EXPECT_EQ(rows(absl::StrCat("method LIKE '%DeleteInstance' AND tenant_id = '", b, "'")), 0);
+  auto events = [&](const std::string& id) {
+    return Scalar(absl::StrCat("SELECT count(*) FROM instance_events WHERE instance_id = '", id,
+                               "' AND to_state = 'DELETED'"));
+  };
+  {
+    pqxx::connection holder(url_);
+    pqxx::work held(holder);
+    held.exec_params("SELECT 1 FROM instances WHERE id = $1 FOR NO KEY UPDATE", b_id);
+    DeleteOutcome busy;
+    std::thread deleter(
+        [&] { busy = store_->SubmitDelete(delete_row({b, b_id, now_}, b_user)); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    held.commit();
+    deleter.join();
+    ASSERT_TRUE(busy.record.ok()) << busy.record.status();
+    EXPECT_EQ(busy.record->state, InstanceState::kDeleted);
+    EXPECT_TRUE(busy.audited);
+    EXPECT_EQ(rows(absl::StrCat("method LIKE '%DeleteInstance' AND tenant_id = '", b, "'")), 1);
+    EXPECT_EQ(events(b_id), 1);
+  }
+  // The holder deletes the row itself before it lets go: the waiting batch
+  // sees the newest version, answers it as it is and writes nothing more.
+  const auto c_created = store_->CreateInstances({Request(c, "c3")});
+  ASSERT_TRUE(c_created[0].ok()) << c_created[0].status();
+  const std::string c_id = c_created[0]->record.id;
+  {
+    pqxx::connection holder(url_);
+    pqxx::work held(holder);
+    held.exec_params(
+        "UPDATE instances SET state = 'DELETED', state_reason = 'held and deleted' "
+        "WHERE id = $1",
+        c_id);
+    held.exec_params(
+        "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
+        "VALUES ($1, now(), 'PENDING', 'DELETED', 'held and deleted')",
+        c_id);
+    DeleteOutcome busy;
+    std::thread deleter(
+        [&] { busy = store_->SubmitDelete(delete_row({c, c_id, now_}, c_user)); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    held.commit();
+    deleter.join();
+    ASSERT_TRUE(busy.record.ok()) << busy.record.status();
+    EXPECT_EQ(busy.record->state, InstanceState::kDeleted);
+    EXPECT_EQ(busy.record->state_reason, "held and deleted");
+    EXPECT_EQ(events(c_id), 1);
+  }
 }
 
 // Many callers of several tenants at once through the batcher: each
