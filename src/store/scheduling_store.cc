@@ -103,7 +103,12 @@ std::string GrantText(const FleetView& view, const std::vector<GpuGrant>& grants
 // idle pass writes nothing. The rows are compared with what the pass read
 // (under the placement lock) first: a long queue whose tail only grew sends
 // its few new rows, not every row to be probed again. The statement still
-// compares, for a row another transaction changed since the read.
+// compares, for a row another transaction changed since the read. A row
+// another transaction holds is skipped, as in WritePlaced: the pass holds
+// the rows it placed, and a delete batch that waits for its rows in id order
+// (migration 0097) may hold this one while it waits for one of those. The
+// skipped row keeps its old reason and position until a later pass, which
+// reads them and writes them again.
 void WriteWaiting(pqxx::work& txn, const FleetView& view,
                   const std::vector<const QueueVerdict*>& waiting) {
   if (waiting.empty()) return;
@@ -127,7 +132,9 @@ void WriteWaiting(pqxx::work& txn, const FleetView& view,
       "UPDATE instances i SET state_reason = v.reason, queue_position = v.position "
       "FROM unnest($1::text[], $2::text[], $3::int[]) AS v(id, reason, position) "
       "WHERE i.id = v.id AND i.state = 'PENDING' "
-      "AND (i.state_reason <> v.reason OR i.queue_position <> v.position)",
+      "AND (i.state_reason <> v.reason OR i.queue_position <> v.position) "
+      "AND i.id IN (SELECT x.id FROM instances x WHERE x.id = ANY($1::text[]) "
+      "AND x.state = 'PENDING' FOR NO KEY UPDATE SKIP LOCKED)",
       TextArrayLiteral(ids), TextArrayLiteral(reasons), IntArrayLiteral(positions));
 }
 

@@ -441,6 +441,43 @@ TEST_F(CreateBatchTest, QueuePassSkipsAHeldRowAndPlacesItLater) {
   EXPECT_EQ(Scalar("SELECT count(*) FROM gpu_reservations"), 2);
 }
 
+// Nor does the pass wait for a waiting instance's row to write its new
+// reason: it holds the rows it placed, and a delete batch waiting for its
+// rows in id order may hold that one while it waits for one of those. The
+// row keeps its old reason until a pass finds it free.
+TEST_F(CreateBatchTest, QueuePassSkipsAHeldWaitingRow) {
+  auto [a, a_user] = NewTenant("alpha");
+  ASSERT_TRUE(sv::testing::AddSimulatedNodes(*store_, 1, 1, now_).ok());
+  std::vector<CreateRequest> requests = {Request(a, "a1"), Request(a, "a2")};
+  for (CreateRequest& r : requests) r.spec.gpu_count = 8;
+  auto created = store_->CreateInstances(requests);
+  ASSERT_TRUE(created[0].ok() && created[1].ok());
+  const std::string a1 = created[0]->record.id, a2 = created[1]->record.id;
+  auto reason_of = [&](const std::string& id) {
+    auto got = store_->GetInstance(a, id);
+    EXPECT_TRUE(got.ok()) << got.status();
+    return got.ok() ? got->state_reason : std::string();
+  };
+  const std::string accepted = reason_of(a2);
+  control::Scheduling scheduling(*db_, control::SchedulingOptions{});
+  {
+    pqxx::connection holder(url_);
+    pqxx::work held(holder);
+    held.exec_params("SELECT 1 FROM instances WHERE id = $1 FOR NO KEY UPDATE", a2);
+    auto pass = scheduling.RunPass(now_);
+    ASSERT_TRUE(pass.ok()) << pass.status();  // Waiting, it would fail on the lock timeout.
+    EXPECT_EQ(pass->placed, 1);
+    EXPECT_EQ(pass->waiting, 1);
+    held.abort();
+  }
+  EXPECT_EQ(reason_of(a2), accepted);
+  auto again = scheduling.RunPass(now_ + absl::Seconds(1));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_NE(reason_of(a2), accepted);
+  EXPECT_NE(reason_of(a2).find("waiting for capacity"), std::string::npos) << reason_of(a2);
+  (void)a1;
+}
+
 // Deletes of one batch: each its own answer, another tenant's instance is
 // NOT_FOUND, a repeated delete answers the DELETED row, and a row another
 // transaction holds is deleted alone once that one commits.
