@@ -1,5 +1,5 @@
 -- The delete batch's rows that another transaction held, deleted together
--- (issue 9, docs/reliability.md, "Busy deletes in one batch").
+-- (issue 9, docs/reliability.md, "Fewer signals, busy deletes in one batch").
 --
 -- sv_delete_instances (0086) locks the rows no other transaction holds
 -- (SKIP LOCKED) and answers BUSY for the rest; svd then deleted each of those
