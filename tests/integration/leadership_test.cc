@@ -99,18 +99,21 @@ TEST_F(LeadershipTest, TakeoverWaitsForTheOldLeadersTransactionInFlight) {
   ASSERT_TRUE(a.Step().ok());
   const int64_t epoch_a = *a.LeaderEpoch();
   std::atomic<bool> in_body{false};
-  std::atomic<int64_t> committed_at_ms{0};
+  // When the body ended: its COMMIT is sent after this, so a takeover that
+  // waited for it ends later. (The time Transact returned is no bound: b
+  // may be woken by the COMMIT and finish before this thread runs again.)
+  std::atomic<int64_t> body_done_ms{0};
   std::thread slow([&] {
     store::FenceScope fence(epoch_a);
     absl::Status s = db_->Transact([&](pqxx::work& txn) {
       txn.exec("INSERT INTO fenced_writes (who) VALUES ('a-slow')");
       in_body = true;
       std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      body_done_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::steady_clock::now().time_since_epoch())
+                         .count();
       return absl::OkStatus();
     });
-    committed_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::steady_clock::now().time_since_epoch())
-                          .count();
     EXPECT_TRUE(s.ok()) << s;
   });
   while (!in_body) std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -123,7 +126,7 @@ TEST_F(LeadershipTest, TakeoverWaitsForTheOldLeadersTransactionInFlight) {
                                 .count();
   slow.join();
   ASSERT_TRUE(b.is_leader());
-  EXPECT_GE(led_at_ms, committed_at_ms.load()) << "b led while a's fenced write was open";
+  EXPECT_GE(led_at_ms, body_done_ms.load()) << "b led while a's fenced write was open";
   EXPECT_EQ(Count("a-slow"), 1);
   EXPECT_FALSE(Write(epoch_a, "a-after").ok());
   EXPECT_EQ(Count("a-after"), 0);
