@@ -618,49 +618,42 @@ TEST_F(CreateBatchTest, AuditRowsCommitWithTheirElementsOnly) {
     return Scalar(absl::StrCat("SELECT count(*) FROM instance_events WHERE instance_id = '", id,
                                "' AND to_state = 'DELETED'"));
   };
-  {
+  // Deletes `id` while another transaction, which first runs `hold` ($1 is
+  // the id), holds its row; that one commits 200 ms later.
+  auto delete_held = [&](const std::string& tenant, const std::string& user,
+                         const std::string& id, const std::vector<std::string>& hold) {
     pqxx::connection holder(url_);
     pqxx::work held(holder);
-    held.exec_params("SELECT 1 FROM instances WHERE id = $1 FOR NO KEY UPDATE", b_id);
+    for (const std::string& sql : hold) held.exec_params(sql, id);
     DeleteOutcome busy;
     std::thread deleter(
-        [&] { busy = store_->SubmitDelete(delete_row({b, b_id, now_}, b_user)); });
+        [&] { busy = store_->SubmitDelete(delete_row({tenant, id, now_}, user)); });
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     held.commit();
     deleter.join();
-    ASSERT_TRUE(busy.record.ok()) << busy.record.status();
-    EXPECT_EQ(busy.record->state, InstanceState::kDeleted);
-    EXPECT_TRUE(busy.audited);
-    EXPECT_EQ(rows(absl::StrCat("method LIKE '%DeleteInstance' AND tenant_id = '", b, "'")), 1);
-    EXPECT_EQ(events(b_id), 1);
-  }
+    return busy;
+  };
+  DeleteOutcome busy =
+      delete_held(b, b_user, b_id, {"SELECT 1 FROM instances WHERE id = $1 FOR NO KEY UPDATE"});
+  ASSERT_TRUE(busy.record.ok()) << busy.record.status();
+  EXPECT_EQ(busy.record->state, InstanceState::kDeleted);
+  EXPECT_TRUE(busy.audited);
+  EXPECT_EQ(rows(absl::StrCat("method LIKE '%DeleteInstance' AND tenant_id = '", b, "'")), 1);
+  EXPECT_EQ(events(b_id), 1);
   // The holder deletes the row itself before it lets go: the waiting batch
   // sees the newest version, answers it as it is and writes nothing more.
   const auto c_created = store_->CreateInstances({Request(c, "c3")});
   ASSERT_TRUE(c_created[0].ok()) << c_created[0].status();
   const std::string c_id = c_created[0]->record.id;
-  {
-    pqxx::connection holder(url_);
-    pqxx::work held(holder);
-    held.exec_params(
-        "UPDATE instances SET state = 'DELETED', state_reason = 'held and deleted' "
-        "WHERE id = $1",
-        c_id);
-    held.exec_params(
-        "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
-        "VALUES ($1, now(), 'PENDING', 'DELETED', 'held and deleted')",
-        c_id);
-    DeleteOutcome busy;
-    std::thread deleter(
-        [&] { busy = store_->SubmitDelete(delete_row({c, c_id, now_}, c_user)); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    held.commit();
-    deleter.join();
-    ASSERT_TRUE(busy.record.ok()) << busy.record.status();
-    EXPECT_EQ(busy.record->state, InstanceState::kDeleted);
-    EXPECT_EQ(busy.record->state_reason, "held and deleted");
-    EXPECT_EQ(events(c_id), 1);
-  }
+  busy = delete_held(c, c_user, c_id,
+                     {"UPDATE instances SET state = 'DELETED', state_reason = 'held and deleted' "
+                      "WHERE id = $1",
+                      "INSERT INTO instance_events (instance_id, at, from_state, to_state, "
+                      "reason) VALUES ($1, now(), 'PENDING', 'DELETED', 'held and deleted')"});
+  ASSERT_TRUE(busy.record.ok()) << busy.record.status();
+  EXPECT_EQ(busy.record->state, InstanceState::kDeleted);
+  EXPECT_EQ(busy.record->state_reason, "held and deleted");
+  EXPECT_EQ(events(c_id), 1);
 }
 
 // Many callers of several tenants at once through the batcher: each

@@ -31,28 +31,24 @@ BEGIN
   IF coalesce(array_length(p_ids, 1), 0) = 0 THEN
     RETURN;
   END IF;
-  -- The rows asked for by their own tenant: locked unless held elsewhere,
-  -- or (p_wait) waiting for each, in id order as every batch locks
-  -- instances. A row locked after a wait is its newest version.
+  -- With p_wait, first wait for every row asked for, in id order as every
+  -- batch locks instances; the statement below then finds them all (SKIP
+  -- LOCKED never skips this transaction's own locks), each in its newest
+  -- version.
   IF p_wait THEN
-    SELECT coalesce(array_agg(l.tenant_id), '{}'), coalesce(array_agg(l.id), '{}'),
-           coalesce(array_agg(l.state), '{}')
-      INTO v_tenants, v_ids, v_states
-      FROM (SELECT x.tenant_id, x.id, x.state FROM instances x
-            WHERE x.id = ANY (p_ids)
-              AND (x.tenant_id, x.id) IN (SELECT u.t, u.i
-                                          FROM unnest(p_tenant_ids, p_ids) u(t, i))
-            ORDER BY x.id FOR NO KEY UPDATE OF x) l;
-  ELSE
-    SELECT coalesce(array_agg(l.tenant_id), '{}'), coalesce(array_agg(l.id), '{}'),
-           coalesce(array_agg(l.state), '{}')
-      INTO v_tenants, v_ids, v_states
-      FROM (SELECT x.tenant_id, x.id, x.state FROM instances x
-            WHERE x.id = ANY (p_ids)
-              AND (x.tenant_id, x.id) IN (SELECT u.t, u.i
-                                          FROM unnest(p_tenant_ids, p_ids) u(t, i))
-            FOR NO KEY UPDATE OF x SKIP LOCKED) l;
+    PERFORM 1 FROM instances x
+      WHERE x.id = ANY (p_ids)
+        AND (x.tenant_id, x.id) IN (SELECT u.t, u.i FROM unnest(p_tenant_ids, p_ids) u(t, i))
+      ORDER BY x.id FOR NO KEY UPDATE OF x;
   END IF;
+  -- The rows asked for by their own tenant, locked unless held elsewhere.
+  SELECT coalesce(array_agg(l.tenant_id), '{}'), coalesce(array_agg(l.id), '{}'),
+         coalesce(array_agg(l.state), '{}')
+    INTO v_tenants, v_ids, v_states
+    FROM (SELECT x.tenant_id, x.id, x.state FROM instances x
+          WHERE x.id = ANY (p_ids)
+            AND (x.tenant_id, x.id) IN (SELECT u.t, u.i FROM unnest(p_tenant_ids, p_ids) u(t, i))
+          FOR NO KEY UPDATE OF x SKIP LOCKED) l;
   RETURN QUERY
   WITH e AS (
     SELECT u.n::integer AS n, u.tenant_id, u.id, u.at
