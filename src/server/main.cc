@@ -33,8 +33,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(100, 600000))
       ->capture_default_str();
   app.add_option("--create-batch-lanes", o.create_batch_lanes,
-                 "Create transactions in flight at once; creates arriving together share "
-                 "one (0: one transaction per create)")
+                 "Most create (and delete) transactions in flight at once; creates arriving "
+                 "together share one, and a second starts only when 64 calls wait or the "
+                 "first has run 100 ms (0: one transaction per create)")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
   app.add_option("--sim-nodes", o.sim_nodes,

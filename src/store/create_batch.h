@@ -2,20 +2,34 @@
 #define SV_STORE_CREATE_BATCH_H_
 
 // Group commit of creates and deletes (docs/reliability.md, "Benchmark"):
-// the calls that arrive while a batch is being written wait, and the first
-// of them writes them all in one transaction (Store::CreateInstances,
+// the calls that arrive while a batch is being written wait, and one of
+// them writes them all in one transaction (Store::CreateInstances,
 // Store::DeleteInstances); every call returns its own answer once that
-// transaction has committed. A tenant's calls always go to the same lane, so
-// batches in flight at the same time never lock the same tenant's rows;
-// within a lane batches follow each other.
+// transaction has committed.
+//
+// One batch is in flight at a time as a rule. Fewer, larger batches cost
+// less per call than several small ones side by side, which also contend
+// for the same index pages (docs/reliability.md, "One batch in flight").
+// Another batch, up to `lanes` in all, starts only when `spread_calls`
+// calls wait, more than one batch can hold, or when the oldest batch in
+// flight has run `stall_after` (a lock wait, say), so that one stuck batch
+// does not hold up every tenant. A tenant is in at most one batch in
+// flight, so batches in flight never wait on each other's tenant rows and
+// a tenant's calls are written in the order they arrived.
 
+#include <algorithm>
 #include <cassert>
+#include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <deque>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sv::store {
@@ -25,69 +39,106 @@ class GroupCommitter {
  public:
   // At most this many calls per transaction; more wait for the next one.
   static constexpr size_t kBatchCallsMax = 128;
+  // Waiting calls that start another batch beside those in flight.
+  static constexpr size_t kSpreadCallsDefault = kBatchCallsMax / 2;
+  // How long the oldest batch in flight runs before another may start.
+  static constexpr std::chrono::milliseconds kStallAfterDefault{100};
   // Writes a batch and returns one result per request, in order.
   using Writer = std::function<std::vector<Result>(const std::vector<Request>&)>;
+  using Clock = std::chrono::steady_clock;
 
-  GroupCommitter(int lanes, Writer writer) : writer_(std::move(writer)) {
+  GroupCommitter(int lanes, Writer writer, size_t spread_calls = kSpreadCallsDefault,
+                 Clock::duration stall_after = kStallAfterDefault)
+      : lanes_(lanes),
+        spread_calls_(std::max<size_t>(1, spread_calls)),
+        stall_after_(stall_after),
+        writer_(std::move(writer)) {
     assert(lanes > 0);
-    for (int i = 0; i < lanes; ++i) lanes_.push_back(std::make_unique<Lane>());
   }
   GroupCommitter(const GroupCommitter&) = delete;
   GroupCommitter& operator=(const GroupCommitter&) = delete;
 
   // Returns once the batch holding `request` has been written.
   Result Submit(const std::string& tenant_id, Request request) {
-    Lane& lane = *lanes_[std::hash<std::string>{}(tenant_id) % lanes_.size()];
-    auto slot = std::make_shared<Slot>(std::move(request));
-    std::unique_lock<std::mutex> lock(lane.mutex);
-    lane.queue.push_back(slot);
-    if (lane.writing) {
-      // A batch of this lane is being written: wait until this call's own
-      // batch has been, or until the writer hands this call the next one.
-      // Each call waits on its own condition, so a commit wakes only the
-      // calls it answered and the next writer, not every call queued.
-      slot->woken.wait(lock, [&] { return slot->done || slot->writes; });
-      if (slot->done) return std::move(slot->result);
+    auto slot = std::make_shared<Slot>(tenant_id, std::move(request));
+    std::unique_lock<std::mutex> lock(mutex_);
+    queue_.push_back(slot);
+    FormBatchesLocked();
+    // Wait until another call has written this call's batch, or until this
+    // call is handed a batch to write. Each call waits on its own condition,
+    // so a commit wakes only the calls it answered and the writers of the
+    // next batches, not every call queued. A waiting call looks again after
+    // `stall_after_`, in case the batches in flight are stuck.
+    while (!slot->done && slot->batch.empty()) {
+      if (slot->woken.wait_for(lock, stall_after_) == std::cv_status::timeout) {
+        FormBatchesLocked();
+      }
     }
-    // This call writes what is queued, its own request first or among the
-    // first kBatchCallsMax (it is the queue's front, or the queue was empty).
-    lane.writing = true;
-    std::vector<std::shared_ptr<Slot>> batch;
-    while (!lane.queue.empty() && batch.size() < kBatchCallsMax) {
-      batch.push_back(std::move(lane.queue.front()));
-      lane.queue.pop_front();
-    }
+    if (slot->done) return std::move(slot->result);
+    std::vector<std::shared_ptr<Slot>> batch = std::move(slot->batch);
+    slot->batch.clear();
+    const auto started = slot->started;
     lock.unlock();
     Write(batch);
     lock.lock();
     for (auto& s : batch) {
       s->done = true;
+      busy_tenants_.erase(s->tenant_id);
       if (s != slot) s->woken.notify_one();
     }
-    if (lane.queue.empty()) {
-      lane.writing = false;
-    } else {
-      // The calls that arrived meanwhile: the first of them writes them.
-      lane.queue.front()->writes = true;
-      lane.queue.front()->woken.notify_one();
-    }
+    in_flight_.erase(started);
+    // The calls that arrived meanwhile, and the waiting calls of this
+    // batch's tenants.
+    FormBatchesLocked();
     return std::move(slot->result);
   }
 
  private:
   struct Slot {
-    explicit Slot(Request r) : request(std::move(r)) {}
+    Slot(std::string t, Request r) : tenant_id(std::move(t)), request(std::move(r)) {}
+    std::string tenant_id;
     Request request;
-    bool done = false;    // Written; `result` holds this call's answer.
-    bool writes = false;  // Handed the next batch by the last writer.
+    bool done = false;  // Written; `result` holds this call's answer.
+    // Handed to this call to write: its own request and those queued with
+    // it, and where its start is recorded in `in_flight_`.
+    std::vector<std::shared_ptr<Slot>> batch;
+    typename std::list<Clock::time_point>::iterator started;
     std::condition_variable woken;
     Result result;
   };
-  struct Lane {
-    std::mutex mutex;
-    std::deque<std::shared_ptr<Slot>> queue;
-    bool writing = false;  // A call of this lane writes a batch, or is handed one.
-  };
+
+  // Whether another batch may start now beside those in flight.
+  bool MayStartLocked() const {
+    if (in_flight_.empty()) return true;
+    if (static_cast<int>(in_flight_.size()) >= lanes_) return false;
+    return queue_.size() >= spread_calls_ || Clock::now() - in_flight_.front() >= stall_after_;
+  }
+
+  // Forms the next batches from the queue while MayStartLocked(): in
+  // arrival order, every waiting call whose tenant is in no batch in
+  // flight, up to kBatchCallsMax. The oldest call in a batch writes it.
+  void FormBatchesLocked() {
+    while (!queue_.empty() && MayStartLocked()) {
+      std::vector<std::shared_ptr<Slot>> batch;
+      std::set<std::string> taken;  // Tenants of this batch.
+      for (auto it = queue_.begin(); it != queue_.end() && batch.size() < kBatchCallsMax;) {
+        const std::string& tenant = (*it)->tenant_id;
+        if (busy_tenants_.count(tenant)) {
+          ++it;
+          continue;
+        }
+        taken.insert(tenant);
+        batch.push_back(std::move(*it));
+        it = queue_.erase(it);
+      }
+      if (batch.empty()) return;  // Every waiting call's tenant is in flight.
+      busy_tenants_.insert(taken.begin(), taken.end());
+      Slot& writer = *batch.front();
+      writer.started = in_flight_.insert(in_flight_.end(), Clock::now());
+      writer.batch = std::move(batch);
+      writer.woken.notify_one();
+    }
+  }
 
   void Write(const std::vector<std::shared_ptr<Slot>>& batch) {
     std::vector<Request> requests;
@@ -98,8 +149,14 @@ class GroupCommitter {
     for (size_t i = 0; i < batch.size(); ++i) batch[i]->result = std::move(results[i]);
   }
 
+  const int lanes_;
+  const size_t spread_calls_;
+  const Clock::duration stall_after_;
   Writer writer_;
-  std::vector<std::unique_ptr<Lane>> lanes_;
+  std::mutex mutex_;
+  std::deque<std::shared_ptr<Slot>> queue_;  // Waiting for a batch, oldest first.
+  std::set<std::string> busy_tenants_;       // Tenants of the batches in flight.
+  std::list<Clock::time_point> in_flight_;   // Start of each batch in flight, oldest first.
 };
 
 }  // namespace sv::store

@@ -258,13 +258,14 @@ class Store {
   // at the same moment when batching is on (store/create_batch.h), else
   // CreateInstances of just this one.
   absl::StatusOr<CreateOutcome> SubmitCreate(CreateRequest request);
-  // Turns on group commit of SubmitCreate with `lanes` batches in flight at
-  // most (a tenant's creates always share a lane); 0 turns it off. Call
-  // before serving.
+  // Turns on group commit of SubmitCreate with at most `lanes` batches in
+  // flight, one as a rule (store/create_batch.h: another starts only when
+  // many calls wait or the one in flight stalls; a tenant is in one batch
+  // in flight at most); 0 turns it off. Call before serving.
   void SetCreateBatchLanes(int lanes);
   // The pool the create and delete batches run on; the store's own pool
   // when not set (or null). With group commit on, the batches get a small
-  // pool of their own (server.cc: one connection per lane), so the heavy
+  // pool of their own (server.cc: 2 × lanes connections), so the heavy
   // batch functions are planned and cached in a few sessions rather than in
   // every connection a burst of other calls opened, and the batches never
   // queue for a connection behind other work. Call before serving.

@@ -1,13 +1,17 @@
 // The group committer behind create and delete batches (store/create_batch.h):
 // under concurrent callers every request is written exactly once and gets
-// its own answer, a lane never writes two batches at once, batches keep the
-// arrival order and their size limit, and a lone call writes at once.
+// its own answer, one batch is in flight unless many calls wait or it
+// stalls, never more than `lanes` and never two with the same tenant,
+// batches keep the arrival order and their size limit, and a lone call
+// writes at once.
 #include "store/create_batch.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <set>
 #include <map>
 #include <mutex>
 #include <string>
@@ -85,6 +89,166 @@ TEST(GroupCommitterTest, ConcurrentCallsAreEachWrittenOnceInOrder) {
   EXPECT_LE(largest, (GroupCommitter<Request, std::string>::kBatchCallsMax));
   // Calls did share transactions: fewer batches than calls.
   EXPECT_LT(sizes.size(), static_cast<size_t>(kCallers * kCallsEach));
+}
+
+// Blocks the writer of each batch until the test lets it go, and records
+// the tenants (callers) of each batch in the order they started.
+class HeldWriter {
+ public:
+  std::vector<int> operator()(const std::vector<Request>& rs) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    std::set<int> tenants;
+    for (const Request& r : rs) tenants.insert(r.caller);
+    started_.push_back(tenants);
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return released_; });
+    return std::vector<int>(rs.size(), 1);
+  }
+  // Waits (at most 10 s) until `n` batches have started; returns how many had.
+  int WaitStarted(int n) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait_for(lock, std::chrono::seconds(10),
+                      [&] { return static_cast<int>(started_.size()) >= n; });
+    return static_cast<int>(started_.size());
+  }
+  int Started() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<int>(started_.size());
+  }
+  std::set<int> Tenants(int batch) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return started_.at(batch);
+  }
+  void ReleaseAll() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    released_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<std::set<int>> started_;
+  bool released_ = false;
+};
+
+using Held = GroupCommitter<Request, int>;
+
+TEST(GroupCommitterTest, AnotherBatchWaitsForTheOneInFlightUntilItStalls) {
+  HeldWriter held;
+  // Two lanes; another batch only after the first has run 1 s.
+  Held committer(
+      2, [&](const std::vector<Request>& rs) { return held(rs); }, Held::kSpreadCallsDefault,
+      std::chrono::seconds(1));
+  std::vector<std::thread> calls;
+  calls.emplace_back([&] { committer.Submit("a", {1, 0}); });
+  ASSERT_EQ(held.WaitStarted(1), 1);
+  const auto second_submitted = std::chrono::steady_clock::now();
+  calls.emplace_back([&] { committer.Submit("b", {2, 0}); });
+  // Tenant b waits while a's batch runs...
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(held.Started(), 1);
+  // ...but not for ever: a batch stuck for 1 s lets b's start beside it.
+  ASSERT_EQ(held.WaitStarted(2), 2);
+  EXPECT_GE(std::chrono::steady_clock::now() - second_submitted, std::chrono::milliseconds(800));
+  EXPECT_EQ(held.Tenants(1), std::set<int>{2});
+  held.ReleaseAll();
+  for (auto& t : calls) t.join();
+}
+
+TEST(GroupCommitterTest, ManyWaitingCallsStartAnotherBatchButNotForATenantInFlight) {
+  HeldWriter held;
+  // Two lanes; another batch once 4 calls wait; no stall within the test.
+  Held committer(
+      2, [&](const std::vector<Request>& rs) { return held(rs); }, 4, std::chrono::hours(1));
+  std::vector<std::thread> calls;
+  calls.emplace_back([&] { committer.Submit("t1", {1, 0}); });
+  ASSERT_EQ(held.WaitStarted(1), 1);
+  // Tenant 1 again and tenant 2: too few waiting to start a batch.
+  calls.emplace_back([&] { committer.Submit("t1", {1, 1}); });
+  calls.emplace_back([&] { committer.Submit("t2", {2, 0}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(held.Started(), 1);
+  // Tenants 3 and 4 make four waiting: the second batch starts, with every
+  // waiting tenant but tenant 1, whose batch is in flight.
+  calls.emplace_back([&] { committer.Submit("t3", {3, 0}); });
+  calls.emplace_back([&] { committer.Submit("t4", {4, 0}); });
+  ASSERT_EQ(held.WaitStarted(2), 2);
+  EXPECT_EQ(held.Tenants(1), (std::set<int>{2, 3, 4}));
+  // Both lanes are taken: nothing else starts, however many wait.
+  for (int t = 5; t < 10; ++t) {
+    calls.emplace_back([&, t] { committer.Submit("t" + std::to_string(t), {t, 0}); });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(held.Started(), 2);
+  held.ReleaseAll();
+  for (auto& t : calls) t.join();
+  std::set<int> later;
+  for (int i = 2; i < held.Started(); ++i) {
+    for (int tenant : held.Tenants(i)) later.insert(tenant);
+  }
+  EXPECT_EQ(later, (std::set<int>{1, 5, 6, 7, 8, 9}));
+}
+
+TEST(GroupCommitterTest, ManyTenantsOnSeveralLanesAreEachWrittenOnceInTheirOrder) {
+  constexpr int kLanes = 4;
+  constexpr int kTenants = 8;
+  constexpr int kCallersPerTenant = 3;
+  constexpr int kCallsEach = 150;
+  std::mutex mutex;
+  std::multiset<int> tenants_in_flight;
+  int in_flight = 0;
+  int most_in_flight = 0;
+  int shared_tenant = 0;  // Batches that started while another held a tenant of theirs.
+  std::map<std::pair<int, int>, int> written;
+  std::map<int, int> last_seq;
+  int out_of_order = 0;
+  // Another batch as soon as two calls wait, so that several run at once.
+  GroupCommitter<Request, int> committer(
+      kLanes,
+      [&](const std::vector<Request>& rs) {
+        std::set<int> tenants;
+        for (const Request& r : rs) tenants.insert(r.caller / kCallersPerTenant);
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          for (int t : tenants) {
+            if (tenants_in_flight.count(t)) ++shared_tenant;
+          }
+          tenants_in_flight.insert(tenants.begin(), tenants.end());
+          most_in_flight = std::max(most_in_flight, ++in_flight);
+          for (const Request& r : rs) {
+            ++written[{r.caller, r.seq}];
+            auto it = last_seq.find(r.caller);
+            if (it != last_seq.end() && r.seq <= it->second) ++out_of_order;
+            last_seq[r.caller] = r.seq;
+          }
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(300));
+        std::lock_guard<std::mutex> lock(mutex);
+        for (int t : tenants) tenants_in_flight.erase(tenants_in_flight.find(t));
+        --in_flight;
+        std::vector<int> out;
+        for (const Request& r : rs) out.push_back(r.caller * 100000 + r.seq);
+        return out;
+      },
+      2);
+  std::atomic<int> wrong_answers{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kTenants * kCallersPerTenant; ++c) {
+    callers.emplace_back([&, c] {
+      const std::string tenant = "t" + std::to_string(c / kCallersPerTenant);
+      for (int n = 0; n < kCallsEach; ++n) {
+        if (committer.Submit(tenant, {c, n}) != c * 100000 + n) ++wrong_answers;
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(wrong_answers.load(), 0);
+  EXPECT_EQ(shared_tenant, 0);
+  EXPECT_EQ(out_of_order, 0);
+  EXPECT_LE(most_in_flight, kLanes);
+  ASSERT_EQ(written.size(), static_cast<size_t>(kTenants * kCallersPerTenant * kCallsEach));
+  for (const auto& [key, times] : written) EXPECT_EQ(times, 1);
 }
 
 TEST(GroupCommitterTest, BatchesAreCappedAndTheRestWrittenNext) {
