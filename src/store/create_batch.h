@@ -23,6 +23,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <list>
 #include <memory>
@@ -79,7 +80,15 @@ class GroupCommitter {
     slot->batch.clear();
     const auto started = slot->started;
     lock.unlock();
-    Write(batch);
+    // A writer that throws still frees its tenants, else their later calls
+    // would wait for ever: the others of its batch get a default-made
+    // Result (an UNKNOWN error for a StatusOr), this call the exception.
+    std::exception_ptr failed;
+    try {
+      Write(batch);
+    } catch (...) {
+      failed = std::current_exception();
+    }
     lock.lock();
     for (auto& s : batch) {
       s->done = true;
@@ -90,6 +99,7 @@ class GroupCommitter {
     // The calls that arrived meanwhile, and the waiting calls of this
     // batch's tenants.
     FormBatchesLocked();
+    if (failed) std::rethrow_exception(failed);
     return std::move(slot->result);
   }
 

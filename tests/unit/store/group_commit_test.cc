@@ -14,6 +14,7 @@
 #include <set>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -249,6 +250,31 @@ TEST(GroupCommitterTest, ManyTenantsOnSeveralLanesAreEachWrittenOnceInTheirOrder
   EXPECT_LE(most_in_flight, kLanes);
   ASSERT_EQ(written.size(), static_cast<size_t>(kTenants * kCallersPerTenant * kCallsEach));
   for (const auto& [key, times] : written) EXPECT_EQ(times, 1);
+}
+
+TEST(GroupCommitterTest, AWriterThatThrowsFreesItsTenants) {
+  HeldWriter held;
+  std::atomic<int> batches{0};
+  GroupCommitter<Request, std::string> committer(1, [&](const std::vector<Request>& rs) {
+    if (batches.fetch_add(1) == 0) {
+      held(rs);  // The first batch waits until the others have queued.
+      throw std::runtime_error("lost the connection");
+    }
+    return std::vector<std::string>(rs.size(), "written");
+  });
+  std::string second_answer = "not answered";
+  std::thread first([&] {
+    EXPECT_THROW(committer.Submit("a", {1, 0}), std::runtime_error);
+  });
+  ASSERT_EQ(held.WaitStarted(1), 1);
+  std::thread second([&] { second_answer = committer.Submit("a", {1, 1}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  held.ReleaseAll();
+  first.join();
+  second.join();
+  // Tenant a was freed: its later calls are written.
+  EXPECT_EQ(second_answer, "written");
+  EXPECT_EQ(committer.Submit("a", {1, 2}), "written");
 }
 
 TEST(GroupCommitterTest, BatchesAreCappedAndTheRestWrittenNext) {
