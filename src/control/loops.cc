@@ -90,7 +90,7 @@ absl::Status ControlLoops::RunPass(bool wait_for_lock, bool* ran) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     pacer_.Finished(steady_start, PassPacer::Clock::now(),
-                    outcome.ok() ? outcome->waiting : 0);
+                    outcome.ok() ? outcome->waiting : 0, outcome.ok() ? outcome->placed : 0);
   }
   auto& registry = metrics::Registry::Default();
   const double seconds = absl::ToDoubleSeconds(clock_.Now() - start);

@@ -18,6 +18,14 @@ namespace sv::control {
 // most once per `min_rest`. The requests that arrive meanwhile are served
 // by the one pass after the rest.
 //
+// A pass over a long queue that placed nothing (a full fleet, the usual
+// reason for a long queue) only ranked the waiting instances again: the
+// rest after it is `idle_factor` times as long as it took, and at least
+// `idle_rest`, so such passes use at most 1/(1 + idle_factor) of the loop's
+// time (docs/reliability.md, "Resting after a pass that placed nothing").
+// A new instance's position and reason then show within about `idle_rest`
+// plus a pass, and capacity freed meanwhile is used after the same wait.
+//
 // While the last pass left a long queue, a create does not run a pass of
 // its own: the loop's next pass ranks it (a create at the back of a long
 // queue is rarely placed at once anyway), and no create's answer waits for
@@ -30,15 +38,26 @@ class PassPacer {
   using Clock = std::chrono::steady_clock;
 
   explicit PassPacer(Clock::duration min_rest = std::chrono::milliseconds(20),
-                     int min_waiting = 64)
-      : min_rest_(min_rest), min_waiting_(min_waiting) {}
+                     int min_waiting = 64,
+                     Clock::duration idle_rest = std::chrono::milliseconds(100),
+                     int idle_factor = 3)
+      : min_rest_(min_rest),
+        min_waiting_(min_waiting),
+        idle_rest_(idle_rest),
+        idle_factor_(idle_factor) {}
 
-  // A pass that started at `start` has ended at `end`, leaving `waiting`
-  // instances in the queue.
-  void Finished(Clock::time_point start, Clock::time_point end, int waiting) {
+  // A pass that started at `start` has ended at `end`, placing `placed`
+  // instances and leaving `waiting` in the queue.
+  void Finished(Clock::time_point start, Clock::time_point end, int waiting, int placed) {
     const Clock::duration took = end - start;
     long_queue_ = waiting >= min_waiting_;
-    next_ = long_queue_ ? end + std::max(took, min_rest_) : end;
+    if (!long_queue_) {
+      next_ = end;
+    } else if (placed > 0) {
+      next_ = end + std::max(took, min_rest_);
+    } else {
+      next_ = end + std::max(took * idle_factor_, idle_rest_);
+    }
   }
 
   // Whether the last pass left a long queue: then passes are the loop's
@@ -53,6 +72,8 @@ class PassPacer {
  private:
   Clock::duration min_rest_;
   int min_waiting_;
+  Clock::duration idle_rest_;
+  int idle_factor_;
   Clock::time_point next_{};
   bool long_queue_ = false;
 };
