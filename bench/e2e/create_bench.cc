@@ -14,7 +14,10 @@
 // per client, so the fleet fills and later creates are accepted as PENDING
 // with a queue reason, which measures CreateInstance alone), SV_BENCH_SVD (the
 // svd binary to run instead of this build's, to compare two builds in
-// alternating runs).
+// alternating runs). The clients' channels connect before the clock
+// starts, as pgbench's tps leaves out its connections. Interrupted (or with
+// its output piped into a reader that quits), it still stops svd and
+// PostgreSQL.
 
 #include <dirent.h>
 #include <signal.h>
@@ -155,9 +158,27 @@ CpuSample SampleCpu(pid_t svd, pid_t postmaster) {
   return s;
 }
 
+// The children an interrupted bench must not leave running: svd, and the
+// postmaster, which shuts down at once on SIGQUIT (its data directory is
+// left in /tmp).
+std::atomic<pid_t> svd_child{0};
+std::atomic<pid_t> postmaster_child{0};
+
+void StopChildrenAndExit(int signo) {
+  if (pid_t p = svd_child.load(); p > 0) kill(p, SIGKILL);
+  if (pid_t p = postmaster_child.load(); p > 0) kill(p, SIGQUIT);
+  _exit(128 + signo);
+}
+
 }  // namespace
 
 int main() {
+  // Output piped into `head` must not kill the bench before it stops svd
+  // and PostgreSQL; an interrupt stops them too (see StopChildren).
+  signal(SIGPIPE, SIG_IGN);
+  signal(SIGINT, StopChildrenAndExit);
+  signal(SIGTERM, StopChildrenAndExit);
+  signal(SIGHUP, StopChildrenAndExit);
   const int clients = EnvInt("SV_BENCH_CLIENTS", 64);
   const int seconds = EnvInt("SV_BENCH_SECONDS", 10);
   const int nodes = EnvInt("SV_BENCH_NODES", 64);
@@ -191,7 +212,9 @@ int main() {
 
   const std::string port_file = dir + "/port";
   const std::string key_file = dir + "/admin.key";
+  postmaster_child = std::atoi(ReadFile(pg_options.data_dir + "/postmaster.pid").c_str());
   const pid_t svd = fork();
+  if (svd > 0) svd_child = svd;
   if (svd == 0) {
     const std::string log = dir + "/svd.log";
     FILE* f = freopen(log.c_str(), "w", stdout);
@@ -214,6 +237,7 @@ int main() {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
+    signal(SIGPIPE, SIG_DFL);  // svd sets its own.
     execv(svd_path, argv.data());
     _exit(127);
   }
@@ -284,7 +308,22 @@ int main() {
   std::vector<std::pair<int, double>> timeline_ms;
   std::atomic<int> errors{0};
   std::atomic<int> answered_pending{0};
-  const pid_t postmaster = std::atoi(ReadFile(pg_options.data_dir + "/postmaster.pid").c_str());
+  // A channel per 8 clients: like many client processes, not one. Each is
+  // connected before the clock starts, as pgbench's tps leaves out its
+  // initial connections.
+  std::vector<std::unique_ptr<sv::v1::InstanceService::Stub>> stubs;
+  for (int c = 0; c < clients; c += 8) {
+    grpc::ChannelArguments args;
+    args.SetInt("sv_bench_channel", c / 8);
+    auto channel = grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
+    if (!channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10))) {
+      std::fprintf(stderr, "bench: could not connect to svd at %s\n", endpoint.c_str());
+      kill(svd, SIGKILL);
+      return 1;
+    }
+    stubs.push_back(sv::v1::InstanceService::NewStub(channel));
+  }
+  const pid_t postmaster = postmaster_child.load();
   const int warmup_seconds = EnvInt("SV_BENCH_WARMUP_SECONDS", 0);
   CpuSample cpu_before = SampleCpu(svd, postmaster);
   auto started = Clock::now();
@@ -308,14 +347,6 @@ int main() {
   // time, and its next call starts from the last one's callback, on gRPC's
   // few threads. 64 blocking threads cost the shared 2 cores a tenth of
   // what a create costs, which pgbench, a lean C client, does not.
-  // A channel per 8 clients: like many client processes, not one.
-  std::vector<std::unique_ptr<sv::v1::InstanceService::Stub>> stubs;
-  for (int c = 0; c < clients; c += 8) {
-    grpc::ChannelArguments args;
-    args.SetInt("sv_bench_channel", c / 8);
-    stubs.push_back(sv::v1::InstanceService::NewStub(
-        grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args)));
-  }
   struct Client {
     int c = 0;
     int n = 0;
