@@ -1,12 +1,15 @@
 // Event-driven replay of GPU job traces against every placement policy, side
 // by side, with the same queue policy (priority then FIFO, backfill around
-// nodes held for the oldest blocked request). Prints one markdown table per
-// trace and fleet size.
+// nodes held for the oldest blocked request), then three rows that move
+// jobs at will: two with free migration between nodes and the fluid bound
+// without nodes. Prints one markdown table per trace and fleet size.
 //
 // Any CSV works: name the columns for submit time (s), duration (s) and GPU
 // count with flags. The fleet is sized as a multiple of the trace's peak
 // concurrent demand (every job started at its submit time), as in the
 // README of /work/shared/data/traces.
+#include <array>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -250,6 +253,98 @@ Outcome ReplayFluid(const std::vector<Job>& jobs, int node_count) {
   return outcome;
 }
 
+// Free migration with node boundaries: at every event the running jobs may
+// be moved between nodes, but a job of up to 8 GPUs stays on one node and
+// a gang takes gpus/8 whole nodes. Work-conserving in queue order, as the
+// fluid bound. Two tests of whether a running set fits the fleet:
+//  - kRelaxed (an upper bound): the nodes any packing needs at least, that
+//    is the gangs' nodes, plus one node per job of 5-8 GPUs (no two share
+//    one) or the small jobs' GPUs / 8, whichever is more;
+//  - kPacked (achievable): the small jobs, largest first, each onto the
+//    node with the least room that still holds it (best fit decreasing),
+//    on the nodes the gangs leave; a set it packs can really be placed.
+// Between the two lies what any policy could reach if it moved instances
+// freely; the gap from a real policy to kPacked is at most what migration
+// could win back, and the gap from kRelaxed to the fluid bound is what node
+// boundaries cost alone.
+enum class Repack { kRelaxed, kPacked };
+
+Outcome ReplayRepack(const std::vector<Job>& jobs, int node_count, Repack mode) {
+  Outcome outcome{mode == Repack::kRelaxed ? "free migration, node bound (relaxed)"
+                                           : "free migration, packed (best fit decreasing)",
+                  std::vector<int64_t>(jobs.size(), -1), std::vector<int>(jobs.size(), 0)};
+  Meter meter(jobs, node_count * kGpusPerNode);
+  EndQueue ends;
+  std::vector<int> pending;
+  size_t next = 0;
+  int used = 0, gangs_waiting = 0;
+  int gang_nodes = 0, half_plus = 0, small_gpus = 0;
+  std::array<int, kGpusPerNode + 1> small_count{};  // Running small jobs by size.
+  auto add = [&](int gpus, int sign) {
+    if (gpus > kGpusPerNode) {
+      gang_nodes += sign * gpus / kGpusPerNode;
+      return;
+    }
+    small_gpus += sign * gpus;
+    small_count[gpus] += sign;
+    if (2 * gpus > kGpusPerNode) half_plus += sign;
+  };
+  auto fits = [&] {
+    const int nodes = node_count - gang_nodes;
+    if (nodes < 0) return false;
+    const int relaxed = std::max(half_plus, (small_gpus + kGpusPerNode - 1) / kGpusPerNode);
+    if (relaxed > nodes) return false;
+    if (mode == Repack::kRelaxed) return true;
+    // Nodes by their free GPUs; all start empty.
+    std::array<int, kGpusPerNode + 1> by_free{};
+    by_free[kGpusPerNode] = nodes;
+    for (int size = kGpusPerNode; size >= 1; --size) {
+      for (int k = 0; k < small_count[size]; ++k) {
+        int room = size;
+        while (room <= kGpusPerNode && by_free[room] == 0) ++room;
+        if (room > kGpusPerNode) return false;
+        by_free[room]--;
+        by_free[room - size]++;
+      }
+    }
+    return true;
+  };
+  int64_t now = jobs.front().submit_s;
+  while (next < jobs.size() || !ends.empty()) {
+    int64_t at = next < jobs.size() ? jobs[next].submit_s : INT64_MAX;
+    if (!ends.empty()) at = std::min(at, ends.top().first);
+    meter.Advance(outcome, now, at, used, !pending.empty(), gangs_waiting > 0);
+    now = at;
+    while (!ends.empty() && ends.top().first == now) {
+      used -= jobs[ends.top().second].gpus;
+      add(jobs[ends.top().second].gpus, -1);
+      ends.pop();
+    }
+    while (next < jobs.size() && jobs[next].submit_s == now) {
+      if (jobs[next].gpus > kGpusPerNode) gangs_waiting++;
+      pending.push_back(static_cast<int>(next++));
+    }
+    // A job that did not fit this event: no larger one fits either (a
+    // larger job in its place is never easier to place), so skip them.
+    int smallest_refused = INT32_MAX;
+    std::erase_if(pending, [&](int job) {
+      if (jobs[job].gpus >= smallest_refused) return false;
+      add(jobs[job].gpus, +1);
+      if (!fits()) {
+        add(jobs[job].gpus, -1);
+        smallest_refused = jobs[job].gpus;
+        return false;
+      }
+      used += jobs[job].gpus;
+      outcome.start_s[job] = now;
+      ends.push({now + jobs[job].duration_s, job});
+      if (jobs[job].gpus > kGpusPerNode) gangs_waiting--;
+      return true;
+    });
+  }
+  return outcome;
+}
+
 int SizeClass(int gpus) {
   if (gpus == 1) return 0;
   if (gpus <= 4) return 1;
@@ -334,6 +429,8 @@ void ReplayTrace(const Trace& trace) {
       PrintRow(trace.jobs, ReplayPolicy(trace.jobs, node_count, policy), meter);
       std::fflush(stdout);
     }
+    PrintRow(trace.jobs, ReplayRepack(trace.jobs, node_count, Repack::kPacked), meter);
+    PrintRow(trace.jobs, ReplayRepack(trace.jobs, node_count, Repack::kRelaxed), meter);
     PrintRow(trace.jobs, ReplayFluid(trace.jobs, node_count), meter);
   }
 }
