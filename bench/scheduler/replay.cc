@@ -300,63 +300,29 @@ Outcome ReplayPolicy(const std::vector<Job>& jobs, int node_count,
   return outcome;
 }
 
-// GPUs pooled with no node or switch boundaries; work-conserving: any
-// waiting job that fits the pool starts, in queue order.
-Outcome ReplayFluid(const std::vector<Job>& jobs, int node_count) {
-  int capacity = node_count * kGpusPerNode;
-  Outcome outcome{"fluid bound", std::vector<int64_t>(jobs.size(), -1),
-                  std::vector<int>(jobs.size(), 0)};
-  Meter meter(jobs, capacity);
-  EndQueue ends;
-  std::vector<int> pending;
-  size_t next = 0;
-  int used = 0, gangs_waiting = 0;
-  int64_t now = jobs.front().submit_s;
-  while (next < jobs.size() || !ends.empty()) {
-    int64_t at = next < jobs.size() ? jobs[next].submit_s : INT64_MAX;
-    if (!ends.empty()) at = std::min(at, ends.top().first);
-    meter.Advance(outcome, now, at, used, !pending.empty(), gangs_waiting > 0);
-    now = at;
-    while (!ends.empty() && ends.top().first == now) {
-      used -= jobs[ends.top().second].gpus;
-      ends.pop();
-    }
-    while (next < jobs.size() && jobs[next].submit_s == now) {
-      if (jobs[next].gpus > kGpusPerNode) gangs_waiting++;
-      pending.push_back(static_cast<int>(next++));
-    }
-    std::erase_if(pending, [&](int job) {
-      if (used + jobs[job].gpus > capacity) return false;
-      used += jobs[job].gpus;
-      outcome.start_s[job] = now;
-      ends.push({now + jobs[job].duration_s, job});
-      if (jobs[job].gpus > kGpusPerNode) gangs_waiting--;
-      return true;
-    });
-  }
-  return outcome;
-}
+// Three ways of moving jobs at will, each work-conserving in queue order:
+// every waiting job that fits starts.
+//  - kFluid: GPUs pooled with no node or switch boundaries (the fluid bound).
+//  - kRelaxed and kPacked: free migration with node boundaries. At every
+//    event the running jobs may be moved between nodes, but a job of up to
+//    8 GPUs stays on one node and a gang takes gpus/8 whole nodes.
+//    kRelaxed (an upper bound) counts the nodes any packing needs at least:
+//    the gangs' nodes, plus one node per job of 5-8 GPUs (no two share one)
+//    or the small jobs' GPUs / 8, whichever is more. kPacked (achievable)
+//    puts the small jobs, largest first, each onto the node with the least
+//    room that still holds it (best fit decreasing), on the nodes the gangs
+//    leave; a set it packs can really be placed.
+// Between kPacked and kRelaxed lies what any policy could reach if it moved
+// instances freely; the gap from a real policy to kPacked is at most what
+// migration could win back, and the gap from kRelaxed to kFluid is what
+// node boundaries cost alone.
+enum class Pool { kFluid, kRelaxed, kPacked };
 
-// Free migration with node boundaries: at every event the running jobs may
-// be moved between nodes, but a job of up to 8 GPUs stays on one node and
-// a gang takes gpus/8 whole nodes. Work-conserving in queue order, as the
-// fluid bound. Two tests of whether a running set fits the fleet:
-//  - kRelaxed (an upper bound): the nodes any packing needs at least, that
-//    is the gangs' nodes, plus one node per job of 5-8 GPUs (no two share
-//    one) or the small jobs' GPUs / 8, whichever is more;
-//  - kPacked (achievable): the small jobs, largest first, each onto the
-//    node with the least room that still holds it (best fit decreasing),
-//    on the nodes the gangs leave; a set it packs can really be placed.
-// Between the two lies what any policy could reach if it moved instances
-// freely; the gap from a real policy to kPacked is at most what migration
-// could win back, and the gap from kRelaxed to the fluid bound is what node
-// boundaries cost alone.
-enum class Repack { kRelaxed, kPacked };
-
-Outcome ReplayRepack(const std::vector<Job>& jobs, int node_count, Repack mode) {
-  Outcome outcome{mode == Repack::kRelaxed ? "free migration, node bound (relaxed)"
-                                           : "free migration, packed (best fit decreasing)",
-                  std::vector<int64_t>(jobs.size(), -1), std::vector<int>(jobs.size(), 0)};
+Outcome ReplayPooled(const std::vector<Job>& jobs, int node_count, Pool mode) {
+  const char* name = mode == Pool::kFluid     ? "fluid bound"
+                     : mode == Pool::kRelaxed ? "free migration, node bound (relaxed)"
+                                              : "free migration, packed (best fit decreasing)";
+  Outcome outcome{name, std::vector<int64_t>(jobs.size(), -1), std::vector<int>(jobs.size(), 0)};
   Meter meter(jobs, node_count * kGpusPerNode);
   EndQueue ends;
   std::vector<int> pending;
@@ -365,6 +331,7 @@ Outcome ReplayRepack(const std::vector<Job>& jobs, int node_count, Repack mode) 
   int gang_nodes = 0, half_plus = 0, small_gpus = 0;
   std::array<int, kGpusPerNode + 1> small_count{};  // Running small jobs by size.
   auto add = [&](int gpus, int sign) {
+    used += sign * gpus;
     if (gpus > kGpusPerNode) {
       gang_nodes += sign * gpus / kGpusPerNode;
       return;
@@ -374,11 +341,12 @@ Outcome ReplayRepack(const std::vector<Job>& jobs, int node_count, Repack mode) 
     if (2 * gpus > kGpusPerNode) half_plus += sign;
   };
   auto fits = [&] {
+    if (mode == Pool::kFluid) return used <= node_count * kGpusPerNode;
     const int nodes = node_count - gang_nodes;
     if (nodes < 0) return false;
     const int relaxed = std::max(half_plus, (small_gpus + kGpusPerNode - 1) / kGpusPerNode);
     if (relaxed > nodes) return false;
-    if (mode == Repack::kRelaxed) return true;
+    if (mode == Pool::kRelaxed) return true;
     // Nodes by their free GPUs; all start empty.
     std::array<int, kGpusPerNode + 1> by_free{};
     by_free[kGpusPerNode] = nodes;
@@ -400,7 +368,6 @@ Outcome ReplayRepack(const std::vector<Job>& jobs, int node_count, Repack mode) 
     meter.Advance(outcome, now, at, used, !pending.empty(), gangs_waiting > 0);
     now = at;
     while (!ends.empty() && ends.top().first == now) {
-      used -= jobs[ends.top().second].gpus;
       add(jobs[ends.top().second].gpus, -1);
       ends.pop();
     }
@@ -419,7 +386,6 @@ Outcome ReplayRepack(const std::vector<Job>& jobs, int node_count, Repack mode) 
         smallest_refused = jobs[job].gpus;
         return false;
       }
-      used += jobs[job].gpus;
       outcome.start_s[job] = now;
       ends.push({now + jobs[job].duration_s, job});
       if (jobs[job].gpus > kGpusPerNode) gangs_waiting--;
@@ -516,9 +482,9 @@ void ReplayTrace(const Trace& trace) {
     Outcome moving = ReplayPolicy(trace.jobs, node_count, Policy::kDefault, true);
     moving.policy = absl::StrCat("ours, moving stragglers (", moving.moves, " moves)");
     PrintRow(trace.jobs, moving, meter);
-    PrintRow(trace.jobs, ReplayRepack(trace.jobs, node_count, Repack::kPacked), meter);
-    PrintRow(trace.jobs, ReplayRepack(trace.jobs, node_count, Repack::kRelaxed), meter);
-    PrintRow(trace.jobs, ReplayFluid(trace.jobs, node_count), meter);
+    for (Pool mode : {Pool::kPacked, Pool::kRelaxed, Pool::kFluid}) {
+      PrintRow(trace.jobs, ReplayPooled(trace.jobs, node_count, mode), meter);
+    }
   }
 }
 
