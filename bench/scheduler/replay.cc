@@ -11,7 +11,6 @@
 // README of /work/shared/data/traces.
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -163,67 +162,6 @@ using EndQueue = std::priority_queue<std::pair<int64_t, int>,
                                      std::vector<std::pair<int64_t, int>>,
                                      std::greater<>>;
 
-// Moves the small instances off the least used nodes until `nodes_wanted`
-// nodes are empty, each instance placed again by `scheduler` with the node
-// it leaves cordoned; a node whose instances cannot all move elsewhere is
-// left as it was. Returns the instances moved.
-int EmptyNodes(Scheduler& scheduler, Snapshot& snapshot, const std::vector<Job>& jobs,
-               int nodes_wanted) {
-  auto used = [&](NodeIndex n) {
-    return kGpusPerNode - std::popcount(static_cast<unsigned>(snapshot.node(n).free_gpus));
-  };
-  auto empty_nodes = [&] {
-    int count = 0;
-    for (NodeIndex n = 0; n < snapshot.node_count(); ++n) count += used(n) == 0;
-    return count;
-  };
-  int moved = 0;
-  std::vector<bool> tried(snapshot.node_count(), false);
-  while (empty_nodes() < nodes_wanted) {
-    // The least used node not tried yet that holds only small instances.
-    NodeIndex best = -1;
-    std::vector<InstanceId> best_holders;
-    for (NodeIndex n = 0; n < snapshot.node_count(); ++n) {
-      if (tried[n] || used(n) == 0) continue;
-      if (best >= 0 && used(n) >= used(best)) continue;
-      std::vector<InstanceId> holders;
-      bool small_only = true;
-      for (int g = 0; g < kGpusPerNode; ++g) {
-        InstanceId id = snapshot.gpu_holder(n, g);
-        if (id == kNoInstance) continue;
-        if (jobs[id - 1].gpus >= kGpusPerNode) small_only = false;
-        if (std::find(holders.begin(), holders.end(), id) == holders.end()) holders.push_back(id);
-      }
-      if (!small_only) continue;
-      best = n;
-      best_holders = std::move(holders);
-    }
-    if (best < 0) break;
-    tried[best] = true;
-    snapshot.SetNodeState(best, NodeState::kCordoned);
-    std::vector<Placement> before;
-    bool all_moved = true;
-    for (InstanceId id : best_holders) {
-      before.push_back(Placement{id, snapshot.InstanceNodes(id), 1});
-      snapshot.Release(id);
-      if (!scheduler.Place(snapshot, Request{id, jobs[id - 1].gpus, 0}).ok()) {
-        all_moved = false;
-        break;
-      }
-    }
-    if (!all_moved) {
-      // Undo: every instance tried goes back where it was.
-      for (const Placement& placement : before) snapshot.Release(placement.instance);
-      snapshot.SetNodeState(best, NodeState::kReady);
-      for (const Placement& placement : before) (void)snapshot.Reserve(placement);
-      continue;
-    }
-    snapshot.SetNodeState(best, NodeState::kReady);
-    moved += static_cast<int>(best_holders.size());
-  }
-  return moved;
-}
-
 Outcome ReplayPolicy(const std::vector<Job>& jobs, int node_count,
                      Policy policy, bool move_stragglers = false) {
   std::vector<NodeSpec> specs = MakeFleet(node_count, absl::GetFlag(FLAGS_nodes_per_leaf),
@@ -285,7 +223,12 @@ Outcome ReplayPolicy(const std::vector<Job>& jobs, int node_count,
     if (move_stragglers && !pending.empty()) {
       const int gpus = jobs[pending.front().request.instance - 1].gpus;
       if (gpus >= kGpusPerNode && snapshot.free_gpu_count() >= gpus) {
-        int moved = EmptyNodes(scheduler, snapshot, jobs, gpus / kGpusPerNode);
+        // Small instances move; 1 << 30 moves is no limit for a replay.
+        const std::vector<Move> moves = scheduler.EmptyNodes(
+            snapshot, {gpus / kGpusPerNode,
+                       [&](InstanceId id) { return jobs[id - 1].gpus < kGpusPerNode; },
+                       1 << 30});
+        const int moved = static_cast<int>(moves.size());
         if (!snapshot.CheckInvariants()) {
           std::fprintf(stderr, "replay: moving instances broke the snapshot\n");
           std::abort();

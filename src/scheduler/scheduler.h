@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -216,6 +217,26 @@ struct ResizeResult {
   std::vector<NodeAssignment> removed;
 };
 
+// One instance that Scheduler::EmptyNodes moved to make room: the GPUs it
+// held, and where it holds GPUs now (always one node, never the one it left).
+struct Move {
+  InstanceId instance = kNoInstance;
+  std::vector<NodeAssignment> from;
+  Placement to;
+};
+
+struct EmptyNodesOptions {
+  // Stop once the fleet has this many ready nodes with every GPU free.
+  int nodes_wanted = 0;
+  // Which instances may be moved. A node is emptied only when every
+  // instance on it may move and holds fewer than 8 GPUs; others are never
+  // touched. Empty: nothing moves.
+  std::function<bool(InstanceId)> movable;
+  // At most this many instances move in one call; a node whose instances
+  // would pass the limit is left as it was.
+  int moves_max = 64;
+};
+
 struct DrainReport {
   NodeIndex node = -1;
   std::vector<InstanceId> instances_to_move;
@@ -243,6 +264,14 @@ class Scheduler {
   absl::StatusOr<ResizeResult> Resize(Snapshot& snapshot, InstanceId instance,
                                       int new_gpu_count);
   void Cordon(Snapshot& snapshot, NodeIndex node);
+  // Empties ready nodes by moving movable small instances elsewhere, for a
+  // waiting request that needs whole nodes. Nodes are tried least used
+  // first (ties: lowest index), each at most once: its instances are placed
+  // again by this scheduler's policy with the node cordoned, and if any of
+  // them does not fit, every one goes back where it was and the node is
+  // left alone. The moves stay reserved in the snapshot and are returned
+  // in the order they were made; nothing else changes.
+  std::vector<Move> EmptyNodes(Snapshot& snapshot, const EmptyNodesOptions& options);
   DrainReport Drain(Snapshot& snapshot, NodeIndex node);
 
   // One pass of the queue: orders pending requests by priority then
