@@ -24,6 +24,7 @@ const std::vector<MethodRule>& MethodRules() {
       {"/sv.v1.InstanceService/StartInstance", P::kInstancesWrite, W},
       {"/sv.v1.InstanceService/ListInstanceEvents", P::kInstancesRead, R},
       {"/sv.v1.InstanceService/SetIdlePolicy", P::kInstancesWrite, W},
+      {"/sv.v1.InstanceService/SetInstanceMovable", P::kInstancesWrite, W},
       // billing.proto
       {"/sv.v1.BillingService/GetBalance", P::kBillingRead, R},
       {"/sv.v1.BillingService/ListTransfers", P::kBillingRead, R},

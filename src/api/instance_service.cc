@@ -163,6 +163,14 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
     return Finish("SetIdlePolicy", &*who, "", SetIdle(*who, *request, response));
   }
 
+  grpc::Status SetInstanceMovable(grpc::ServerContext* context,
+                                  const v1::SetInstanceMovableRequest* request,
+                                  v1::Instance* response) override {
+    auto who = auth_.Authenticate(*context);
+    if (!who.ok()) return Finish("SetInstanceMovable", nullptr, "", who.status());
+    return Finish("SetInstanceMovable", &*who, "", SetMovable(*who, *request, response));
+  }
+
  private:
   absl::Status ListEvents(const store::Principal& who,
                           const v1::ListInstanceEventsRequest& request,
@@ -216,6 +224,17 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
                                             request.idle_seconds() > 0 ? request.utilization_pct()
                                                                        : 0,
                                             deps_.clock->Now()));
+    SV_ASSIGN_OR_RETURN(auto record, deps_.store->GetInstance(who.tenant_id, request.id()));
+    ToProto(record, response);
+    return absl::OkStatus();
+  }
+
+  absl::Status SetMovable(const store::Principal& who,
+                          const v1::SetInstanceMovableRequest& request, v1::Instance* response) {
+    SV_RETURN_IF_ERROR(CheckInstanceId(request.id()));
+    store::AgentStore agents(deps_.store->database());
+    SV_RETURN_IF_ERROR(agents.SetInstanceMovable(who.tenant_id, request.id(), request.movable(),
+                                                 deps_.clock->Now()));
     SV_ASSIGN_OR_RETURN(auto record, deps_.store->GetInstance(who.tenant_id, request.id()));
     ToProto(record, response);
     return absl::OkStatus();

@@ -42,6 +42,24 @@ grpc::Status WaitForInstance(v1::InstanceService::Stub& stub, const Session& s, 
   return grpc::Status::OK;
 }
 
+// Retries a lost answer: setting the current value again changes nothing.
+grpc::Status SetMovable(v1::InstanceService::Stub& stub, const Session& s,
+                        const std::string& id, bool movable, v1::Instance* instance) {
+  v1::SetInstanceMovableRequest request;
+  request.set_id(id);
+  request.set_movable(movable);
+  grpc::Status status;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    status = stub.SetInstanceMovable(s.Context().get(), request, instance);
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500 << attempt));
+  }
+  return status;
+}
+
 struct CreateArgs {
   int gpus = 0;
   int max_leaves = 0;
@@ -50,6 +68,7 @@ struct CreateArgs {
   std::vector<int> ports;
   bool wait = false;
   int wait_s = 300;
+  bool movable = false;
 };
 
 int RunCreate(Session& s, const CreateArgs& a) {
@@ -76,6 +95,15 @@ int RunCreate(Session& s, const CreateArgs& a) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500 << attempt));
   }
   if (!status.ok()) return FailRpc(status, s);
+  if (a.movable) {
+    // A second call (CreateInstance does not take `movable`); the instance
+    // exists either way, so a failure here says so.
+    status = SetMovable(stub, s, instance.id(), true, &instance);
+    if (!status.ok()) {
+      std::cerr << "svctl: instance " << instance.id() << " was created but is not movable\n";
+      return FailRpc(status, s);
+    }
+  }
   if (a.wait) {
     status = WaitForInstance(stub, s, a.wait_s, &instance);
     if (!status.ok()) return FailRpc(status, s);
@@ -161,9 +189,34 @@ void AddInstanceCommands(CLI::App& app, Action* action) {
                      "Public library item to mount read-only at /public/<name> (repeatable)");
   create->add_option("--port", create_args->ports,
                      "Container port to publish, e.g. 7860 (repeatable); see its URL in get");
+  create->add_flag("--movable", create_args->movable,
+                   "Let svd restart it on another node to free whole nodes (1-7 GPUs; see "
+                   "svctl movable)");
   create->add_flag("--wait", create_args->wait, "Wait until the instance is RUNNING");
   create->add_option("--wait-timeout", create_args->wait_s, "How long --wait waits, seconds");
   create->callback([=] { *action = [=](Session& s) { return RunCreate(s, *create_args); }; });
+
+  auto movable_id = std::make_shared<std::string>();
+  auto movable_value = std::make_shared<std::string>();
+  auto* movable = app.add_subcommand(
+      "movable",
+      "Let svd restart a 1-7 GPU instance on another node (on) to free whole nodes, or not (off)");
+  movable->add_option("id", *movable_id, "Instance id")->required();
+  movable->add_option("value", *movable_value, "on or off")
+      ->required()
+      ->check(CLI::IsMember({"on", "off"}));
+  movable->callback([=] {
+    *action = [=](Session& s) {
+      std::string error;
+      if (!s.Connect(&error)) return Fail(error);
+      v1::InstanceService::Stub stub(s.channel);
+      v1::Instance instance;
+      grpc::Status status = SetMovable(stub, s, *movable_id, *movable_value == "on", &instance);
+      if (!status.ok()) return FailRpc(status, s);
+      Show(instance, s.format());
+      return kExitOk;
+    };
+  });
 
   auto get_id = std::make_shared<std::string>();
   auto get_wait = std::make_shared<bool>(false);

@@ -15,6 +15,7 @@ void PrintInstanceExtras(const v1::Instance& i, std::ostream& out) {
   for (const auto& m : i.library_mounts()) rows.push_back({"mount:", "/public/" + m + " (ro)"});
   if (i.volume_ids_size() > 0) rows.push_back({"volumes:", absl::StrJoin(i.volume_ids(), ", ")});
   if (!i.app_image_id().empty()) rows.push_back({"app:", i.app_image_id()});
+  if (i.movable()) rows.push_back({"movable:", "yes (svd may restart it on another node)"});
   if (rows.empty()) return;
   size_t width = 0;
   for (const auto& r : rows) width = std::max(width, r[0].size());

@@ -107,14 +107,18 @@ absl::Status ControlLoops::RunPass(bool wait_for_lock, bool* ran) {
   registry.IncrementCounter("sv_scheduler_decisions_total",
                             "Queue verdicts written, by decision.", {{"decision", "waiting"}},
                             outcome->waiting);
+  registry.IncrementCounter("sv_scheduler_moves_total",
+                            "Movable RUNNING instances moved to another node to free whole "
+                            "nodes for a waiting instance.",
+                            {}, outcome->moved);
   registry.SetGauge("sv_scheduler_last_pass_waiting",
                     "Instances left waiting by the last queue pass of this replica.", {},
                     outcome->waiting);
   if (outcome->placed > 0) {
     // The pass's wall time (read, decide, write, commit) is the figure an
     // operator needs when the queue or the fleet grows.
-    spdlog::info("control: placed {} instance(s); pass took {} ms", outcome->placed,
-                 absl::ToInt64Milliseconds(clock_.Now() - start));
+    spdlog::info("control: placed {} instance(s), moved {}; pass took {} ms", outcome->placed,
+                 outcome->moved, absl::ToInt64Milliseconds(clock_.Now() - start));
   }
   return absl::OkStatus();
 }

@@ -2,9 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cassert>
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -202,6 +205,75 @@ absl::Status ServeQueueFirst(const store::FleetView& view, IdMap& ids,
   return absl::OkStatus();
 }
 
+// After a pass: if the oldest waiting request needs whole nodes, waits for
+// capacity, and the fleet has its GPUs free but scattered, movable small
+// instances are moved (on a copy of the snapshot) until enough nodes are
+// empty, and the pass runs again for what still waits. The moves are kept
+// only if that second pass places the request they were made for;
+// otherwise nothing moves. `pass` becomes the pass's decisions in queue
+// order (the first pass's placements, then the second pass's decisions).
+std::vector<scheduler::Move> MoveForOldestWaiting(
+    const store::FleetView& view, IdMap& ids, const SchedulingOptions& options,
+    scheduler::Scheduler& scheduler, const std::vector<scheduler::PendingRequest>& pending,
+    const scheduler::QueueOptions& queue, scheduler::Snapshot& snapshot,
+    scheduler::QueuePassResult& pass, int& for_gpu_count) {
+  if (!options.move_instances || view.movable.empty()) return {};
+  const auto oldest = std::find_if(pass.decisions.begin(), pass.decisions.end(),
+                                   [](const scheduler::QueueDecision& d) { return !d.placed; });
+  if (oldest == pass.decisions.end() || oldest->cause != scheduler::WaitCause::kNoCapacity) {
+    return {};
+  }
+  const auto request = std::find_if(
+      pending.begin(), pending.end(),
+      [&](const scheduler::PendingRequest& p) { return p.request.instance == oldest->instance; });
+  assert(request != pending.end());
+  const int gpu_count = request->request.gpu_count;
+  if (gpu_count < scheduler::kGpusPerNode || request->request.pinned_node >= 0 ||
+      snapshot.free_gpu_count() < gpu_count) {
+    return {};
+  }
+  std::set<InstanceId> movable;
+  for (const std::string& id : view.movable) {
+    if (auto known = ids.Find(id); known.has_value()) movable.insert(*known);
+  }
+  scheduler::Snapshot moved = snapshot;
+  std::vector<scheduler::Move> moves = scheduler.EmptyNodes(
+      moved, {gpu_count / scheduler::kGpusPerNode,
+              [&](InstanceId id) { return movable.contains(id); }, options.moves_per_pass_max});
+  if (moves.empty()) return {};
+  // The second pass sees what the first placed: those requests are gone
+  // from the queue and their GPUs count against their tenants' quotas.
+  std::set<InstanceId> placed;
+  for (const scheduler::QueueDecision& d : pass.decisions) {
+    if (d.placed) placed.insert(d.instance);
+  }
+  std::vector<scheduler::PendingRequest> rest;
+  scheduler::QueueOptions after = queue;
+  for (const scheduler::PendingRequest& p : pending) {
+    if (!placed.contains(p.request.instance)) {
+      rest.push_back(p);
+    } else {
+      after.tenant_gpus_in_use[p.tenant] += p.request.gpu_count;
+    }
+  }
+  scheduler::QueuePassResult again = scheduler.RunQueuePass(moved, rest, after);
+  const bool oldest_placed =
+      std::any_of(again.decisions.begin(), again.decisions.end(),
+                  [&](const scheduler::QueueDecision& d) {
+                    return d.instance == oldest->instance && d.placed;
+                  });
+  if (!oldest_placed) return {};
+  for_gpu_count = gpu_count;
+  std::vector<scheduler::QueueDecision> decisions;
+  for (scheduler::QueueDecision& d : pass.decisions) {
+    if (d.placed) decisions.push_back(std::move(d));
+  }
+  for (scheduler::QueueDecision& d : again.decisions) decisions.push_back(std::move(d));
+  pass.decisions = std::move(decisions);
+  snapshot = std::move(moved);
+  return moves;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<store::QueueVerdict>> DecideQueue(const store::FleetView& view,
@@ -210,10 +282,38 @@ absl::StatusOr<std::vector<store::QueueVerdict>> DecideQueue(const store::FleetV
   SV_ASSIGN_OR_RETURN(scheduler::Snapshot snapshot, BuildSnapshot(view, ids));
   std::vector<scheduler::PendingRequest> pending = PendingOf(view, ids);
   scheduler::Scheduler scheduler(options.scheduler);
-  scheduler::QueuePassResult pass =
-      scheduler.RunQueuePass(snapshot, pending, QueueOptionsFor(view, options));
+  const scheduler::QueueOptions queue = QueueOptionsFor(view, options);
+  scheduler::QueuePassResult pass = scheduler.RunQueuePass(snapshot, pending, queue);
+  int waiting_gpus = 0;
+  const std::vector<scheduler::Move> moves = MoveForOldestWaiting(
+      view, ids, options, scheduler, pending, queue, snapshot, pass, waiting_gpus);
   std::vector<store::QueueVerdict> verdicts;
-  verdicts.reserve(pass.decisions.size());
+  verdicts.reserve(pass.decisions.size() + moves.size());
+  // An instance can move more than once in one call (A to B, then B on to
+  // C): the database sees one move, from where it was to where it ends. One
+  // that ends where it started does not move.
+  std::vector<InstanceId> order;
+  std::map<InstanceId, std::pair<std::vector<scheduler::NodeAssignment>,
+                                 std::vector<scheduler::NodeAssignment>>> net;
+  for (const scheduler::Move& move : moves) {
+    auto [it, first] = net.try_emplace(move.instance, move.from, move.to.nodes);
+    if (first) {
+      order.push_back(move.instance);
+    } else {
+      it->second.second = move.to.nodes;
+    }
+  }
+  for (InstanceId id : order) {
+    const auto& [from, to] = net.at(id);
+    if (from == to) continue;
+    store::QueueVerdict v;
+    v.instance_id = ids.Name(id);
+    v.grants = GrantsOf(view, to);
+    v.moved_from = GrantsOf(view, from);
+    // Another tenant's instance may be the one waiting: name only its size.
+    v.reason = absl::StrCat("to free whole nodes for a waiting ", waiting_gpus, "-GPU instance");
+    verdicts.push_back(std::move(v));
+  }
   for (const scheduler::QueueDecision& d : pass.decisions) {
     store::QueueVerdict v;
     v.instance_id = ids.Name(d.instance);
@@ -288,7 +388,8 @@ absl::StatusOr<store::PassOutcome> Scheduling::RunPass(absl::Time now, bool wait
   }
   auto outcome = store_.RunQueuePass(
       [this](const store::FleetView& view) { return DecideQueue(view, options_); },
-      options_.queue_max, now, hook, wait_for_lock);
+      options_.queue_max, now, hook, wait_for_lock,
+      options_.move_instances ? std::optional(options_.move_running_min) : std::nullopt);
   return outcome;
 }
 

@@ -24,6 +24,14 @@ struct SchedulingOptions {
   // only an operator's quota tightens it.
   scheduler::TenantQuota default_quota{1024, 1000};
   int queue_max = 1000;  // pending instances read per pass
+  // Moving instances (docs/scheduler.md, "Moving instances"): when the
+  // oldest waiting request needs whole nodes and the fleet has its GPUs
+  // free but scattered, a pass may move movable small instances that have
+  // run at least move_running_min, at most moves_per_pass_max of them, and
+  // only when the waiting request is placed by the same pass.
+  bool move_instances = true;
+  absl::Duration move_running_min = absl::Minutes(10);
+  int moves_per_pass_max = 64;
   // Test-only fault: _exit() after a pass has written its decisions and
   // before it commits. svd sets it from SV_FAULT_CRASH_AFTER_DECIDE=1.
   bool crash_after_decide = false;
@@ -35,7 +43,8 @@ inline constexpr int kCrashAfterDecideExitCode = 86;
 // ---- The adapter (pure; unit-tested without a database) ---------------------
 
 // The queue pass: every pending instance of the view gets a verdict, placed
-// (with its GPUs) or waiting (with its position and reason).
+// (with its GPUs) or waiting (with its position and reason). Instances of
+// view.movable that move get a verdict too (QueueVerdict::moved_from).
 absl::StatusOr<std::vector<store::QueueVerdict>> DecideQueue(
     const store::FleetView& view, const SchedulingOptions& options);
 

@@ -69,6 +69,14 @@ int main(int argc, char** argv) {
                  "With the signal up, read each node's desired set this often anyway")
       ->check(CLI::Range(500, 3600000))
       ->capture_default_str();
+  app.add_option("--move-instances", o.move_instances,
+                 "Move instances whose tenants allow it (svctl movable) to free whole nodes "
+                 "for a waiting instance of 8 GPUs or more")
+      ->capture_default_str();
+  app.add_option("--move-running-min-s", o.move_running_min_s,
+                 "An instance must have run this long since its last start before it may move")
+      ->check(CLI::Range(0, 7 * 24 * 3600))
+      ->capture_default_str();
   app.add_option("--admin-key-file", o.admin_key_file,
                  "Operator bootstrap key: read from this file, or generated into it");
   app.add_option("--svctl-config", o.svctl_config,

@@ -17,6 +17,8 @@ const std::vector<RestRoute>& RestRoutes() {
       {"POST", "/v1/instances/{id}:start", "sv.v1.InstanceService.StartInstance", "*"},
       {"GET", "/v1/instances/{id}/events", "sv.v1.InstanceService.ListInstanceEvents", ""},
       {"POST", "/v1/instances/{id}:setIdlePolicy", "sv.v1.InstanceService.SetIdlePolicy", "*"},
+      {"POST", "/v1/instances/{id}:setMovable", "sv.v1.InstanceService.SetInstanceMovable",
+       "*"},
       // The caller.
       {"GET", "/v1/account", "sv.v1.AccountService.GetCurrentAccount", ""},
       // Keys, users, audit and the spend cap (docs/security.md).

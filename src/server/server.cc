@@ -198,6 +198,8 @@ int RunServer(const ServerOptions& options) {
       leader_db, {options.replica_id, absl::Milliseconds(options.leader_lease_ms),
                   absl::Milliseconds(options.leader_renew_ms)});
   control::LoopOptions loop_options;
+  loop_options.scheduling.move_instances = options.move_instances;
+  loop_options.scheduling.move_running_min = absl::Seconds(options.move_running_min_s);
   control::ControlLoops loops(store, clock, loop_options);
   loops.SetLeaderGate(&leadership);
   api::AgentApiOptions agent_options;

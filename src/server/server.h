@@ -30,6 +30,11 @@ struct ServerOptions {
   // agent_desired_backstop_ms besides.
   bool agent_desired_signal = true;
   int agent_desired_backstop_ms = 30000;
+  // Moving movable instances to free whole nodes (docs/scheduler.md,
+  // "Moving instances"): on or off, and how long an instance must have run
+  // before it may move.
+  bool move_instances = true;
+  int move_running_min_s = 600;
   // Operator bootstrap key: read from this file, or generated into it.
   std::string admin_key_file;
   // Where svd --dev writes svctl's config; empty means ~/.config/svctl.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <pqxx/pqxx>
 
@@ -596,6 +597,33 @@ absl::Status AgentStore::SetIdlePolicy(const std::string& tenant_id,
     return absl::OkStatus();
   }));
   if (!found) return InstanceNotFound(instance_id);
+  return absl::OkStatus();
+}
+
+absl::Status AgentStore::SetInstanceMovable(const std::string& tenant_id,
+                                            const std::string& instance_id, bool movable,
+                                            absl::Time now) {
+  std::optional<std::string> state;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    state.reset();
+    auto rows = txn.exec_params(
+        "SELECT state FROM instances WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE",
+        tenant_id, instance_id);
+    if (rows.empty()) return absl::OkStatus();
+    state = rows[0][0].as<std::string>();
+    if (*state == "DELETED" || *state == "FAILED") return absl::OkStatus();
+    txn.exec_params(
+        "UPDATE instances SET movable = $2, updated_at = $3::timestamptz "
+        "WHERE id = $1 AND movable IS DISTINCT FROM $2",
+        instance_id, movable, SqlTime(now));
+    return absl::OkStatus();
+  }));
+  if (!state.has_value()) return InstanceNotFound(instance_id);
+  if (*state == "DELETED" || *state == "FAILED") {
+    return Error(absl::StatusCode::kFailedPrecondition, "INSTANCE_FINISHED",
+                 absl::StrCat("instance ", instance_id, " is ", *state,
+                              " and can no longer be moved or pinned"));
+  }
   return absl::OkStatus();
 }
 

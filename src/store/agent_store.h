@@ -141,6 +141,11 @@ class AgentStore {
       int limit);
   absl::Status SetIdlePolicy(const std::string& tenant_id, const std::string& instance_id,
                              int idle_seconds, int utilization_pct, absl::Time now);
+  // Lets svd move the instance or not (instances.movable, migration 0098).
+  // NOT_FOUND for another tenant's or an unknown instance;
+  // FAILED_PRECONDITION / INSTANCE_FINISHED for a DELETED or FAILED one.
+  absl::Status SetInstanceMovable(const std::string& tenant_id, const std::string& instance_id,
+                                  bool movable, absl::Time now);
 
  private:
   Database& db_;

@@ -1,7 +1,9 @@
 #include "store/scheduling_store.h"
 
+#include <algorithm>
 #include <cassert>
 #include <pqxx/pqxx>
+#include <set>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -89,6 +91,23 @@ void LoadFleet(pqxx::work& txn, FleetView& view) {
   }
 }
 
+// The instances a pass may move (FleetView::movable). Bounded: a pass
+// moves at most a few dozen, and it picks them from the least used nodes.
+constexpr int kMovableRowsMax = 10000;
+
+void LoadMovable(pqxx::work& txn, absl::Time running_before, FleetView& view) {
+  for (const auto& row : txn.exec_params(
+           "SELECT i.id FROM instances i "
+           "WHERE i.movable AND i.state = 'RUNNING' AND i.gpu_count < 8 "
+           "  AND i.running_since <= $1::timestamptz "
+           "  AND NOT EXISTS (SELECT 1 FROM volume_attachments a WHERE a.instance_id = i.id) "
+           "  AND NOT EXISTS (SELECT 1 FROM instance_ports p WHERE p.instance_id = i.id) "
+           "ORDER BY i.running_since, i.id LIMIT $2",
+           SqlTime(running_before), kMovableRowsMax)) {
+    view.movable.push_back(row[0].as<std::string>());
+  }
+}
+
 std::string GrantText(const FleetView& view, const std::vector<GpuGrant>& grants) {
   std::map<std::string, std::string> names;
   for (const auto& n : view.nodes) names[n.id] = n.name;
@@ -138,6 +157,72 @@ void WriteWaiting(pqxx::work& txn, const FleetView& view,
       TextArrayLiteral(ids), TextArrayLiteral(reasons), IntArrayLiteral(positions));
 }
 
+int GrantedGpus(const std::vector<GpuGrant>& grants) {
+  int count = 0;
+  for (const GpuGrant& g : grants) count += static_cast<int>(g.gpu_indices.size());
+  return count;
+}
+
+// Moved instances: their rows locked and checked (still RUNNING and
+// movable), their reservations moved, RUNNING -> SCHEDULED with the reason.
+// From there the nodes' desired sets take them through STARTING to RUNNING
+// on the new node, as any placement. Aborted (the pass is retried from its
+// read) when a row changed or another transaction holds it: the view the
+// moves were decided on is stale.
+absl::Status WriteMoved(pqxx::work& txn, const FleetView& view,
+                        const std::vector<const QueueVerdict*>& moved, absl::Time now) {
+  if (moved.empty()) return absl::OkStatus();
+  std::vector<std::string> ids, reasons, nodes, holders;
+  std::vector<int> gpus;
+  int from_total = 0;
+  for (const QueueVerdict* v : moved) {
+    ids.push_back(v->instance_id);
+    reasons.push_back(absl::StrCat("moved from ", GrantText(view, v->moved_from), " to ",
+                                   GrantText(view, v->grants), " ", v->reason));
+    from_total += GrantedGpus(v->moved_from);
+    // A move keeps the instance's size; anything else is a bug.
+    assert(GrantedGpus(v->moved_from) == GrantedGpus(v->grants));
+    for (const GpuGrant& g : v->grants) {
+      for (int gpu : g.gpu_indices) {
+        nodes.push_back(g.node_id);
+        gpus.push_back(gpu);
+        holders.push_back(v->instance_id);
+      }
+    }
+  }
+  const auto locked = txn.exec_params(
+      "SELECT id FROM instances WHERE id = ANY($1::text[]) AND state = 'RUNNING' AND movable "
+      "FOR NO KEY UPDATE SKIP LOCKED",
+      TextArrayLiteral(ids));
+  if (locked.size() != ids.size()) {
+    return Error(absl::StatusCode::kAborted, "MOVE_RACED",
+                 "an instance to move changed after the pass read it");
+  }
+  const auto released = txn.exec_params(
+      "DELETE FROM gpu_reservations WHERE instance_id = ANY($1::text[]) RETURNING instance_id",
+      TextArrayLiteral(ids));
+  if (static_cast<int>(released.size()) != from_total) {
+    return Error(absl::StatusCode::kAborted, "MOVE_RACED",
+                 "an instance to move holds other GPUs than the pass read");
+  }
+  txn.exec_params(
+      "INSERT INTO gpu_reservations (node_id, gpu_index, instance_id, reserved_at) "
+      "SELECT n, g, h, $4::timestamptz FROM unnest($1::text[], $2::int[], $3::text[]) "
+      "AS t(n, g, h)",
+      TextArrayLiteral(nodes), IntArrayLiteral(gpus), TextArrayLiteral(holders), SqlTime(now));
+  txn.exec_params(
+      "UPDATE instances i SET state = 'SCHEDULED', state_reason = v.reason, "
+      "updated_at = $3::timestamptz, running_since = NULL, idle_since = NULL "
+      "FROM unnest($1::text[], $2::text[]) AS v(id, reason) WHERE i.id = v.id",
+      TextArrayLiteral(ids), TextArrayLiteral(reasons), SqlTime(now));
+  txn.exec_params(
+      "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
+      "SELECT id, $3::timestamptz, 'RUNNING', 'SCHEDULED', reason "
+      "FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(id, reason, n) ORDER BY n",
+      TextArrayLiteral(ids), TextArrayLiteral(reasons), SqlTime(now));
+  return absl::OkStatus();
+}
+
 // Placed instances: SCHEDULED, their reservations and their events. Returns
 // how many were placed. An instance deleted meanwhile is skipped, and so is
 // one whose row another transaction holds (a delete batch about to commit):
@@ -146,7 +231,8 @@ void WriteWaiting(pqxx::work& txn, const FleetView& view,
 // transaction leaves it PENDING, a later pass places it.
 int WritePlaced(pqxx::work& txn, const FleetView& view,
                 const std::vector<const QueueVerdict*>& placed,
-                const std::map<std::string, int>& gpu_counts, absl::Time now) {
+                const std::map<std::string, int>& gpu_counts, absl::Time now,
+                std::set<std::string>& written) {
   if (placed.empty()) return 0;
   std::vector<std::string> ids, reasons;
   std::map<std::string, const QueueVerdict*> by_id;
@@ -167,6 +253,7 @@ int WritePlaced(pqxx::work& txn, const FleetView& view,
   std::vector<int> gpus;
   for (const auto& row : updated) {
     const std::string id = row[0].as<std::string>();
+    written.insert(id);
     int gpu_total = 0;
     for (const GpuGrant& g : by_id.at(id)->grants) {
       for (int gpu : g.gpu_indices) {
@@ -245,7 +332,9 @@ absl::StatusOr<NodeState> NextNodeState(const std::string& name, NodeState from,
 absl::StatusOr<PassOutcome> SchedulingStore::RunQueuePass(const QueueDecider& decide,
                                                           int queue_max, absl::Time now,
                                                           const BeforeCommitHook& before_commit,
-                                                          bool wait_for_lock) {
+                                                          bool wait_for_lock,
+                                                          std::optional<absl::Duration>
+                                                              movable_running_min) {
   PassOutcome outcome;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
     outcome = {};
@@ -267,10 +356,34 @@ absl::StatusOr<PassOutcome> SchedulingStore::RunQueuePass(const QueueDecider& de
     std::map<std::string, int> gpu_counts;
     for (const PendingRow& p : view.pending) gpu_counts[p.id] = p.gpu_count;
     LoadFleet(txn, view);
+    if (movable_running_min.has_value() &&
+        std::any_of(view.pending.begin(), view.pending.end(),
+                    [](const PendingRow& p) { return p.gpu_count >= 8; })) {
+      LoadMovable(txn, now - *movable_running_min, view);
+    }
     SV_ASSIGN_OR_RETURN(std::vector<QueueVerdict> verdicts, decide(view));
-    std::vector<const QueueVerdict*> placed, waiting;
-    for (const QueueVerdict& v : verdicts) (v.grants.empty() ? waiting : placed).push_back(&v);
-    outcome.placed = WritePlaced(txn, view, placed, gpu_counts, now);
+    std::vector<const QueueVerdict*> placed, waiting, moved;
+    for (const QueueVerdict& v : verdicts) {
+      if (!v.moved_from.empty()) {
+        moved.push_back(&v);
+      } else {
+        (v.grants.empty() ? waiting : placed).push_back(&v);
+      }
+    }
+    // Moves first: the GPUs they free may be granted to a placement below.
+    SV_RETURN_IF_ERROR(WriteMoved(txn, view, moved, now));
+    std::set<std::string> written;
+    outcome.placed = WritePlaced(txn, view, placed, gpu_counts, now, written);
+    // A move is made for a placement of this pass; if that instance was
+    // skipped (its row held, or deleted meanwhile), no instance restarts
+    // for nothing: the whole pass is retried from its read.
+    if (!moved.empty() &&
+        std::any_of(placed.begin(), placed.end(),
+                    [&](const QueueVerdict* v) { return !written.contains(v->instance_id); })) {
+      return Error(absl::StatusCode::kAborted, "MOVE_RACED",
+                   "an instance the moves made room for changed after the pass read it");
+    }
+    outcome.moved = static_cast<int>(moved.size());
     WriteWaiting(txn, view, waiting);
     outcome.waiting = static_cast<int>(waiting.size());
     if (before_commit) before_commit();

@@ -71,6 +71,12 @@ struct FleetView {
   std::vector<ReservationRow> reservations;
   std::vector<PendingRow> pending;
   std::map<std::string, TenantQuotaRow> quotas;
+  // RUNNING instances that may be moved now (docs/scheduler.md, "Moving
+  // instances"): movable, fewer than 8 GPUs, RUNNING for at least the
+  // pass's settle time, no volume attached, no port bound. Read only by
+  // queue passes that may move instances and whose queue holds a request
+  // of 8 GPUs or more; empty otherwise.
+  std::vector<std::string> movable;
 };
 
 // ---- What a pass decides ------------------------------------------------------
@@ -80,12 +86,16 @@ struct GpuGrant {
   std::vector<int> gpu_indices;
 };
 
-// A placed instance has grants; a waiting one has none and a position.
+// A placed instance has grants; a waiting one has none and a position. A
+// moved instance (a RUNNING one of view.movable) has grants and the GPUs it
+// leaves in moved_from; its reason says why it moved ("to free ...", after
+// "moved from X to Y ").
 struct QueueVerdict {
   std::string instance_id;
   std::vector<GpuGrant> grants;
   int queue_position = 0;
   std::string reason;
+  std::vector<GpuGrant> moved_from;
 };
 
 struct ResizeVerdict {
@@ -105,6 +115,7 @@ using BeforeCommitHook = std::function<void()>;
 struct PassOutcome {
   int placed = 0;
   int waiting = 0;
+  int moved = 0;  // RUNNING instances moved to make room
   // Another pass held the placement lock and this one did not wait
   // (RunQueuePass with wait_for_lock = false); nothing was read or written.
   bool lock_busy = false;
@@ -147,10 +158,15 @@ class SchedulingStore {
   // and at most `queue_max` pending instances, asks `decide`, and writes
   // every verdict in the same transaction. A GPU reserved twice violates
   // the gpu_reservations primary key and rolls the whole pass back.
-  absl::StatusOr<PassOutcome> RunQueuePass(const QueueDecider& decide, int queue_max,
-                                           absl::Time now,
-                                           const BeforeCommitHook& before_commit = {},
-                                           bool wait_for_lock = true);
+  // With `movable_running_min` set, a queue that holds a request of 8 GPUs
+  // or more also reads view.movable (instances RUNNING for at least that
+  // long). Moves are written first; a moved instance that is no longer
+  // RUNNING and movable, or whose row another transaction holds, aborts the
+  // pass (retried from its read), so a move never acts on a stale view.
+  absl::StatusOr<PassOutcome> RunQueuePass(
+      const QueueDecider& decide, int queue_max, absl::Time now,
+      const BeforeCommitHook& before_commit = {}, bool wait_for_lock = true,
+      std::optional<absl::Duration> movable_running_min = std::nullopt);
 
   // Resizes a RUNNING instance of the tenant in place (same id, same
   // running_since), under the placement lock. `decide` sees the queue too

@@ -54,8 +54,12 @@ const std::string kInstanceColumns = absl::StrCat(
     "id, tenant_id, name, gpu_count, gpu_model, image, state, state_reason, "
     "request_id, ", MicrosOf("created_at"), ", ", MicrosOf("updated_at"),
     ", request_fingerprint, max_leaves");
+// Reads of the instances table add the columns the delete functions do not
+// return (a deleted instance is never moved).
+const std::string kInstanceTableColumns = kInstanceColumns + ", movable";
 
-// The record from kInstanceColumns, starting at column `first` of the row.
+// The record from kInstanceColumns (or kInstanceTableColumns), starting at
+// column `first` of the row.
 InstanceRecord InstanceFromRow(const pqxx::row& row, int first = 0) {
   InstanceRecord r;
   r.id = row[first + 0].as<std::string>();
@@ -70,6 +74,7 @@ InstanceRecord InstanceFromRow(const pqxx::row& row, int first = 0) {
   r.created_at = TimeFromMicros(row[first + 9].as<int64_t>());
   r.updated_at = TimeFromMicros(row[first + 10].as<int64_t>());
   r.spec.max_leaves = row[first + 12].as<int>();
+  if (static_cast<int>(row.size()) > first + 13) r.movable = row[first + 13].as<bool>();
   return r;
 }
 
@@ -618,7 +623,7 @@ absl::Status Store::CreateBatchInTransaction(pqxx::work& txn,
   std::vector<std::string> existing_ids;
   for (const auto& [id, elements] : existing) existing_ids.push_back(id);
   std::vector<InstanceRecord> records;
-  for (const auto& row : txn.exec_params("SELECT " + kInstanceColumns +
+  for (const auto& row : txn.exec_params("SELECT " + kInstanceTableColumns +
                                              " FROM instances WHERE id = ANY($1::text[])",
                                          TextArrayLiteral(existing_ids))) {
     records.push_back(InstanceFromRow(row));
@@ -640,7 +645,7 @@ absl::StatusOr<InstanceRecord> Store::GetInstance(const std::string& tenant_id,
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
     records.clear();
     for (const auto& row :
-         txn.exec_params("SELECT " + kInstanceColumns +
+         txn.exec_params("SELECT " + kInstanceTableColumns +
                              " FROM instances WHERE tenant_id = $1 AND id = $2",
                          tenant_id, id)) {
       records.push_back(InstanceFromRow(row));
@@ -663,7 +668,7 @@ absl::StatusOr<std::vector<InstanceRecord>> Store::ListInstances(
         SqlTime(TimeFromMicros(after ? after->created_at_micros : 0));
     const std::string after_id = after ? after->id : "";
     auto rows = txn.exec_params(
-        "SELECT " + kInstanceColumns +
+        "SELECT " + kInstanceTableColumns +
             " FROM instances WHERE tenant_id = $1 AND ($2 OR state <> 'DELETED') "
             "AND ($3 OR (created_at, id) > ($4::timestamptz, $5)) "
             "ORDER BY created_at, id LIMIT $6",

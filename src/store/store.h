@@ -127,6 +127,7 @@ struct InstanceRecord {
   std::vector<NodePlacement> placement;
   absl::Time created_at;
   absl::Time updated_at;
+  bool movable = false;  // svd may move it (migration 0098)
 };
 
 // Keyset position in a tenant's instance list, ordered by (created_at, id).

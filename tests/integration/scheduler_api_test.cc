@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <pqxx/pqxx>
 #include <set>
 #include <thread>
@@ -21,9 +22,10 @@ using v1::Instance;
 
 class SchedulerApiTest : public ::testing::Test {
  protected:
-  void StartSvd(int nodes, int leaves) {
+  void StartSvd(int nodes, int leaves, std::vector<std::string> extra_args = {}) {
     database_url_ = CreateTestDatabase();
-    svd_ = std::make_unique<SvdProcess>(SvdOptions{database_url_, nodes, leaves, {}});
+    svd_ = std::make_unique<SvdProcess>(
+        SvdOptions{database_url_, nodes, leaves, std::move(extra_args)});
     ASSERT_TRUE(svd_->Start());
     token_ = CreateTenant(*svd_, "sched");
     ASSERT_FALSE(token_.empty());
@@ -376,6 +378,108 @@ TEST_F(SchedulerApiTest, OperatorPriorityReordersTheQueue) {
   Delete(blocker.id());
   EXPECT_EQ(WaitFor(newer.id(), v1::RUNNING).state(), v1::RUNNING);
   EXPECT_EQ(Get(older.id()).state(), v1::PENDING);
+}
+
+// Two nodes half used by 1-GPU instances and an 8-GPU instance waiting:
+// nothing moves until the tenant makes the instances of one node movable;
+// then one pass moves them to the other node, the waiting instance gets the
+// emptied node, and the moved instances run again, each start and move in
+// their events. No GPU is ever held twice.
+TEST_F(SchedulerApiTest, MovableInstancesMakeRoomForAWaitingWholeNode) {
+  StartSvd(2, 1, {"--move-running-min-s=0"});
+  std::vector<Instance> small;
+  for (int i = 0; i < 16; ++i) small.push_back(CreateRunning(1));
+  // Free GPUs 4-7 of each node: 8 free GPUs, no whole node.
+  std::map<std::string, std::vector<std::string>> kept;  // node -> instances
+  std::string deleted;
+  for (const Instance& i : small) {
+    ASSERT_EQ(i.placement_size(), 1);
+    if (i.placement(0).gpu_indices(0) >= 4) {
+      Delete(i.id());
+      deleted = i.id();
+    } else {
+      kept[i.placement(0).node_name()].push_back(i.id());
+    }
+  }
+  ASSERT_EQ(kept.size(), 2u);
+  ASSERT_EQ(kept["sim-node-001"].size(), 4u);
+
+  Instance big;
+  ASSERT_TRUE(Create(8, &big).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // passes run each second
+  big = Get(big.id());
+  EXPECT_EQ(big.state(), v1::PENDING);
+  EXPECT_NE(big.state_reason().find("waiting for capacity"), std::string::npos)
+      << big.state_reason();
+
+  // One by svctl (and its output), the rest by the API; setting it twice
+  // changes nothing.
+  const std::vector<std::string>& movers = kept["sim-node-001"];
+  RunResult cli = Svctl({"movable", movers[0], "on"});
+  ASSERT_EQ(cli.exit_code, 0) << cli.err;
+  EXPECT_NE(cli.out.find("movable:"), std::string::npos) << cli.out;
+  for (const std::string& id : movers) {
+    v1::SetInstanceMovableRequest request;
+    request.set_id(id);
+    request.set_movable(true);
+    Instance out;
+    grpc::Status status = stub_->SetInstanceMovable(Context(token_).get(), request, &out);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_TRUE(out.movable());
+  }
+
+  big = WaitFor(big.id(), v1::RUNNING);
+  ASSERT_EQ(big.state(), v1::RUNNING) << big.state_reason();
+  EXPECT_EQ(NodesOf(big), std::set<std::string>{"sim-node-001"});
+  std::set<std::pair<std::string, int>> held;
+  for (int gpu : big.placement(0).gpu_indices()) held.insert({"sim-node-001", gpu});
+  for (const auto& [node, ids] : kept) {
+    for (const std::string& id : ids) {
+      Instance i = WaitFor(id, v1::RUNNING);
+      ASSERT_EQ(i.state(), v1::RUNNING) << id << ": " << i.state_reason();
+      EXPECT_EQ(NodesOf(i), std::set<std::string>{"sim-node-000"}) << id;
+      for (int gpu : i.placement(0).gpu_indices()) {
+        EXPECT_TRUE(held.insert({i.placement(0).node_name(), gpu}).second)
+            << "GPU " << gpu << " held twice";
+      }
+    }
+  }
+  EXPECT_EQ(held.size(), 16u);
+
+  RunResult events = Svctl({"events", movers[1]});
+  ASSERT_EQ(events.exit_code, 0) << events.err;
+  const size_t moved = events.out.find("moved from sim-node-001[");
+  ASSERT_NE(moved, std::string::npos) << events.out;
+  EXPECT_NE(events.out.find("to sim-node-000[", moved), std::string::npos) << events.out;
+  EXPECT_NE(events.out.find("waiting 8-GPU instance"), std::string::npos) << events.out;
+  EXPECT_EQ(events.out.find(big.id()), std::string::npos) << "names the waiting instance";
+  // RUNNING -> SCHEDULED (the move), then STARTING -> RUNNING on the new node.
+  EXPECT_NE(events.out.find("RUNNING", moved), std::string::npos) << events.out;
+
+  pqxx::connection db(database_url_);
+  pqxx::work txn(db);
+  EXPECT_EQ(txn.exec1("SELECT count(*) FROM instance_events WHERE from_state = 'RUNNING' "
+                      "AND to_state = 'SCHEDULED'")[0]
+                .as<int>(),
+            4);
+  EXPECT_EQ(txn.exec1("SELECT count(*) FROM gpu_reservations")[0].as<int>(), 16);
+
+  // Errors: an unknown id, another tenant's instance, a deleted one.
+  v1::SetInstanceMovableRequest request;
+  request.set_id("ins-doesnotexist00");
+  request.set_movable(true);
+  Instance out;
+  grpc::Status unknown = stub_->SetInstanceMovable(Context(token_).get(), request, &out);
+  EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(api::ReasonOf(unknown), "INSTANCE_NOT_FOUND");
+  const std::string other = CreateTenant(*svd_, "other");
+  request.set_id(movers[0]);
+  grpc::Status foreign = stub_->SetInstanceMovable(Context(other).get(), request, &out);
+  EXPECT_EQ(foreign.error_code(), grpc::StatusCode::NOT_FOUND);
+  request.set_id(deleted);
+  grpc::Status finished = stub_->SetInstanceMovable(Context(token_).get(), request, &out);
+  EXPECT_EQ(finished.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(api::ReasonOf(finished), "INSTANCE_FINISHED");
 }
 
 }  // namespace

@@ -23,6 +23,7 @@ void ToProto(const store::InstanceRecord& r, v1::Instance* out) {
   out->set_gpu_model(r.spec.gpu_model);
   out->set_image(r.spec.image);
   out->set_max_leaves(r.spec.max_leaves);
+  out->set_movable(r.movable);
   out->set_state(static_cast<v1::InstanceState>(static_cast<int>(r.state) + 1));
   out->set_state_reason(r.state_reason);
   out->set_request_id(r.request_id);

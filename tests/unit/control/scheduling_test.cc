@@ -218,6 +218,118 @@ TEST(DecideQueueTest, MalformedTopologyIsAnErrorNotACrash) {
   EXPECT_EQ(ReasonOf(verdicts.status()), "INVALID_TOPOLOGY");
 }
 
+// Two half-used nodes and a waiting 8-GPU instance: the movable
+// instances of one node move to the other, and the waiting instance gets the
+// emptied node in the same pass.
+FleetView HalfUsedPair() {
+  FleetView view = Fleet(2, 2);
+  Reserve(view, 0, "ins-a", "t1", {0, 1});
+  Reserve(view, 0, "ins-b", "t1", {2, 3});
+  Reserve(view, 1, "ins-c", "t2", {0, 1, 2});
+  Reserve(view, 1, "ins-d", "t2", {3});
+  Queue(view, "ins-big", 8, 1, "t3");
+  return view;
+}
+
+TEST(DecideQueueTest, MovableInstancesMakeRoomForAWaitingWholeNode) {
+  FleetView view = HalfUsedPair();
+  view.movable = {"ins-c", "ins-d"};
+  auto verdicts = DecideQueue(view, {});
+  ASSERT_TRUE(verdicts.ok()) << verdicts.status();
+  auto by_id = ById(*verdicts);
+  ASSERT_EQ(by_id.count("ins-big"), 1u);
+  ASSERT_EQ(by_id["ins-big"].grants.size(), 1u);
+  EXPECT_EQ(by_id["ins-big"].grants[0].node_id, "id-n01");
+  EXPECT_TRUE(by_id["ins-big"].moved_from.empty());
+  std::set<std::pair<std::string, int>> taken;
+  for (const char* id : {"ins-c", "ins-d"}) {
+    const store::QueueVerdict& v = by_id[id];
+    ASSERT_EQ(v.moved_from.size(), 1u) << id;
+    EXPECT_EQ(v.moved_from[0].node_id, "id-n01");
+    ASSERT_EQ(v.grants.size(), 1u) << id;
+    EXPECT_EQ(v.grants[0].node_id, "id-n00");
+    EXPECT_EQ(v.grants[0].gpu_indices.size(), v.moved_from[0].gpu_indices.size());
+    for (int gpu : v.grants[0].gpu_indices) {
+      EXPECT_GE(gpu, 4) << id << " landed on a GPU ins-a or ins-b holds";
+      EXPECT_TRUE(taken.insert({v.grants[0].node_id, gpu}).second);
+    }
+    // Names the size waited for, never the other tenant's id (the store
+    // puts the nodes before it).
+    EXPECT_EQ(v.reason, "to free whole nodes for a waiting 8-GPU instance");
+    EXPECT_EQ(v.reason.find("ins-big"), std::string::npos) << v.reason;
+  }
+  EXPECT_EQ(by_id.count("ins-a"), 0u);
+  EXPECT_EQ(by_id.count("ins-b"), 0u);
+}
+
+TEST(DecideQueueTest, NothingMovesWithoutConsentOrWhenMovesAreOff) {
+  FleetView view = HalfUsedPair();
+  view.movable = {"ins-c"};  // ins-d's tenant did not agree: its node stays.
+  auto verdicts = DecideQueue(view, {});
+  ASSERT_TRUE(verdicts.ok()) << verdicts.status();
+  ASSERT_EQ(verdicts->size(), 1u);
+  EXPECT_TRUE((*verdicts)[0].grants.empty());
+  EXPECT_EQ((*verdicts)[0].queue_position, 1);
+
+  view.movable = {"ins-c", "ins-d"};
+  SchedulingOptions off;
+  off.move_instances = false;
+  verdicts = DecideQueue(view, off);
+  ASSERT_TRUE(verdicts.ok()) << verdicts.status();
+  ASSERT_EQ(verdicts->size(), 1u);
+  EXPECT_TRUE((*verdicts)[0].grants.empty());
+}
+
+// Moves are kept only if the instance they are for is then placed: a
+// 16-GPU gang needs two whole nodes; moving ins-d empties n02, but ins-a
+// and ins-b cannot move, so no second node empties and nothing moves.
+TEST(DecideQueueTest, NoMoveUnlessTheWaitingInstanceIsPlaced) {
+  FleetView view = Fleet(3, 3);
+  Reserve(view, 0, "ins-a", "t1", {0});
+  Reserve(view, 1, "ins-b", "t1", {0});
+  Reserve(view, 2, "ins-d", "t2", {0, 1});
+  Queue(view, "ins-gang", 16, 1, "t3");
+  view.movable = {"ins-d"};
+  auto verdicts = DecideQueue(view, {});
+  ASSERT_TRUE(verdicts.ok()) << verdicts.status();
+  ASSERT_EQ(verdicts->size(), 1u);
+  EXPECT_EQ((*verdicts)[0].instance_id, "ins-gang");
+  EXPECT_TRUE((*verdicts)[0].grants.empty());
+
+  // A request waiting for its quota, not for capacity, moves nothing.
+  FleetView quota = HalfUsedPair();
+  quota.movable = {"ins-c", "ins-d"};
+  quota.quotas["t3"] = {"t3", 4, 10};
+  verdicts = DecideQueue(quota, {});
+  ASSERT_TRUE(verdicts.ok()) << verdicts.status();
+  ASSERT_EQ(verdicts->size(), 1u);
+  EXPECT_TRUE((*verdicts)[0].grants.empty());
+  EXPECT_TRUE((*verdicts)[0].moved_from.empty());
+}
+
+// The per-pass limit: three movable instances on the node to empty and a
+// limit of two leave everything where it is.
+TEST(DecideQueueTest, MovesPerPassAreBounded) {
+  FleetView view = Fleet(2, 2);
+  Reserve(view, 0, "ins-a", "t1", {0, 1, 2, 3});
+  Reserve(view, 1, "ins-c", "t2", {0});
+  Reserve(view, 1, "ins-d", "t2", {1});
+  Reserve(view, 1, "ins-e", "t2", {2});
+  Queue(view, "ins-big", 8, 1, "t3");
+  view.movable = {"ins-c", "ins-d", "ins-e"};
+  SchedulingOptions options;
+  options.moves_per_pass_max = 2;
+  auto verdicts = DecideQueue(view, options);
+  ASSERT_TRUE(verdicts.ok()) << verdicts.status();
+  ASSERT_EQ(verdicts->size(), 1u);
+  EXPECT_TRUE((*verdicts)[0].grants.empty());
+  options.moves_per_pass_max = 3;
+  verdicts = DecideQueue(view, options);
+  ASSERT_TRUE(verdicts.ok()) << verdicts.status();
+  EXPECT_EQ(verdicts->size(), 4u);
+  EXPECT_EQ(ById(*verdicts)["ins-big"].grants.size(), 1u);
+}
+
 // Random fleets, reservations and queues: an independent check of every
 // verdict against the view.
 TEST(DecideQueueTest, RandomFleetsNeverDoubleBookOrSplitGangs) {
