@@ -41,7 +41,8 @@ def parse(path):
                 continue
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
             queued_util, hours_queued = float(cells[2]), float(cells[3])
-            table["rows"][cells[0]] = {
+            # "ours, svd's move rule (52 moves)" -> "ours, svd's move rule"
+            table["rows"][re.sub(r" \(\d+ moves\)$", "", cells[0])] = {
                 "q": queued_util if (queued_util > 0 or hours_queued > 0) else 100.0,
                 "waits": [[float(v) for v in cells[4 + k].split(" / ")] for k in range(4)],
                 "jct": float(cells[8]),
@@ -63,15 +64,15 @@ def held_out(path, reported_path):
     return kept
 
 
-def summary(tables):
+def summary(tables, ours_row="ours"):
     n = len(tables)
     if n == 0:
         sys.exit("no held-out tables")
-    ours = [t["rows"]["ours"] for t in tables]
-    best = sum(all(t["rows"]["ours"]["q"] >= t["rows"][p]["q"] for p in REAL) for t in tables)
-    gang = sum(all(t["rows"]["ours"]["waits"][3][1] <= t["rows"][p]["waits"][3][1] for p in REAL)
+    ours = [t["rows"][ours_row] for t in tables]
+    best = sum(all(t["rows"][ours_row]["q"] >= t["rows"][p]["q"] for p in REAL) for t in tables)
+    gang = sum(all(t["rows"][ours_row]["waits"][3][1] <= t["rows"][p]["waits"][3][1] for p in REAL)
                for t in tables)
-    gaps = [t["rows"]["fluid bound"]["q"] - t["rows"]["ours"]["q"] for t in tables]
+    gaps = [t["rows"]["fluid bound"]["q"] - t["rows"][ours_row]["q"] for t in tables]
     line = (f"{n} tables: mean util while queued {sum(o['q'] for o in ours) / n:.2f}, "
             f"ours best {best} / gang best {gang} / within 3 of fluid {sum(g <= 3 for g in gaps)}, "
             f"largest gap {max(gaps):.1f}, mean JCT {sum(o['jct'] for o in ours) / n:.2f} h")
@@ -80,7 +81,7 @@ def summary(tables):
     for key in QUOTED_TAILS:
         if key in by_key:
             tails.append(f"{key[0].removesuffix('.csv')} {key[1]} nodes "
-                         f"{by_key[key]['rows']['ours']['waits'][1][2]:.0f}")
+                         f"{by_key[key]['rows'][ours_row]['waits'][1][2]:.0f}")
     return line + ("; 2-4 GPU p99 min: " + ", ".join(tails) if tails else "")
 
 
@@ -110,13 +111,15 @@ def main():
     parser.add_argument("heldout", help="scheduler_replay output at the held-out scales")
     parser.add_argument("reported", help="scheduler_replay output at --scales=0.6,0.8")
     parser.add_argument("--base", help="held-out output of a baseline run to compare with")
+    parser.add_argument("--ours", default="ours",
+                        help="the row to summarize as ours, e.g. \"ours, svd's move rule\"")
     args = parser.parse_args()
     try:
         tables = held_out(args.heldout, args.reported)
         base = held_out(args.base, args.reported) if args.base else None
     except (OSError, ValueError, IndexError, KeyError) as error:
         sys.exit(f"heldout_summary: cannot read the replay output: {error!r}")
-    print(summary(tables))
+    print(summary(tables, args.ours))
     if base is not None:
         compare(base, tables)
 

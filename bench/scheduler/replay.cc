@@ -1,7 +1,8 @@
 // Event-driven replay of GPU job traces against every placement policy, side
 // by side, with the same queue policy (priority then FIFO, backfill around
 // nodes held for the oldest blocked request), then ours again moving a few
-// small instances when the oldest waiting job needs whole nodes, then three
+// small instances when the oldest waiting job needs whole nodes (freely, and
+// by svd's move rule), then three
 // rows that move jobs at will: two with free migration between nodes and
 // the fluid bound without nodes. Prints one markdown table per trace and fleet size.
 //
@@ -15,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <queue>
 #include <string>
 #include <vector>
@@ -40,6 +42,10 @@ ABSL_FLAG(std::vector<std::string>, scales, std::vector<std::string>({"0.6", "0.
 ABSL_FLAG(int, nodes_per_leaf, 16, "nodes under one leaf switch");
 ABSL_FLAG(int, leaves_per_pod, 4, "leaf switches in one pod");
 ABSL_FLAG(uint64_t, seed, 1, "seed for the random policy");
+ABSL_FLAG(int64_t, move_running_min_s, 600,
+          "svd's move rule: a job must have run this long since it started or last moved "
+          "(svd --move-running-min-s)");
+ABSL_FLAG(int, moves_per_pass_max, 64, "svd's move rule: moves per pass at most");
 
 namespace sv::scheduler::bench {
 namespace {
@@ -162,8 +168,16 @@ using EndQueue = std::priority_queue<std::pair<int64_t, int>,
                                      std::vector<std::pair<int64_t, int>>,
                                      std::greater<>>;
 
+// How ours may move running jobs. kStragglers: after each pass, every small
+// job may move, with no limit, and the moves stay whether or not the oldest
+// waiting job then starts. kSvd: svd's rule (docs/scheduler.md, "Moving
+// instances"): only small jobs that have run move_running_min_s since they
+// started or last moved, at most moves_per_pass_max per pass, and only when
+// the oldest waiting job waits for capacity and then starts in the same pass.
+enum class MoveRule { kNone, kStragglers, kSvd };
+
 Outcome ReplayPolicy(const std::vector<Job>& jobs, int node_count,
-                     Policy policy, bool move_stragglers = false) {
+                     Policy policy, MoveRule move_rule = MoveRule::kNone) {
   std::vector<NodeSpec> specs = MakeFleet(node_count, absl::GetFlag(FLAGS_nodes_per_leaf),
                                           absl::GetFlag(FLAGS_leaves_per_pod));
   Snapshot snapshot = *Snapshot::Build(specs);
@@ -178,6 +192,8 @@ Outcome ReplayPolicy(const std::vector<Job>& jobs, int node_count,
                   std::vector<int>(jobs.size(), 0)};
   Meter meter(jobs, node_count * kGpusPerNode);
   EndQueue ends;
+  // When each job started or last moved (svd's running_since).
+  std::vector<int64_t> settled_s(jobs.size(), 0);
   std::vector<PendingRequest> pending;
   size_t next = 0;
   int used = 0, gangs_waiting = 0;
@@ -201,14 +217,14 @@ Outcome ReplayPolicy(const std::vector<Job>& jobs, int node_count,
       next++;
     }
     if (pending.empty()) continue;
-    auto pass_once = [&] {
-      QueuePassResult pass = scheduler.RunQueuePass(snapshot, pending, options);
+    auto record = [&](const QueuePassResult& pass) {
       if (pass.placed_count == 0) return;
       for (const QueueDecision& decision : pass.decisions) {
         if (!decision.placed) continue;
         int job = static_cast<int>(decision.instance - 1);
         outcome.start_s[job] = now;
         outcome.leaves[job] = decision.placement.leaf_count;
+        settled_s[job] = now;
         ends.push({now + jobs[job].duration_s, job});
         used += jobs[job].gpus;
         if (jobs[job].gpus > kGpusPerNode) gangs_waiting--;
@@ -217,10 +233,48 @@ Outcome ReplayPolicy(const std::vector<Job>& jobs, int node_count,
         return outcome.start_s[item.request.instance - 1] >= 0;
       });
     };
+    auto pass_once = [&] { record(scheduler.RunQueuePass(snapshot, pending, options)); };
     pass_once();
+    if (move_rule == MoveRule::kSvd && !pending.empty()) {
+      const InstanceId oldest = pending.front().request.instance;
+      const int gpus = jobs[oldest - 1].gpus;
+      if (gpus >= kGpusPerNode && snapshot.free_gpu_count() >= gpus) {
+        Snapshot moved = snapshot;
+        const std::vector<Move> moves = scheduler.EmptyNodes(
+            moved, {gpus / kGpusPerNode,
+                    [&](InstanceId id) {
+                      return jobs[id - 1].gpus < kGpusPerNode &&
+                             now - settled_s[id - 1] >= absl::GetFlag(FLAGS_move_running_min_s);
+                    },
+                    absl::GetFlag(FLAGS_moves_per_pass_max)});
+        if (!moves.empty()) {
+          QueuePassResult again = scheduler.RunQueuePass(moved, pending, options);
+          const bool placed = std::any_of(
+              again.decisions.begin(), again.decisions.end(),
+              [&](const QueueDecision& d) { return d.instance == oldest && d.placed; });
+          if (placed) {
+            if (!moved.CheckInvariants()) {
+              std::fprintf(stderr, "replay: moving instances broke the snapshot\n");
+              std::abort();
+            }
+            // As svd writes them: one move per job, from where it was to
+            // where it ends; one that ends where it started does not move.
+            std::map<InstanceId, std::vector<NodeAssignment>> first_from;
+            for (const Move& move : moves) first_from.try_emplace(move.instance, move.from);
+            for (const auto& [id, from] : first_from) {
+              if (moved.InstanceNodes(id) == from) continue;
+              settled_s[id - 1] = now;
+              outcome.moves++;
+            }
+            snapshot = std::move(moved);
+            record(again);
+          }
+        }
+      }
+    }
     // The oldest waiting job takes whole nodes and the fleet has its GPUs
     // free, scattered: move small instances to empty the nodes it needs.
-    if (move_stragglers && !pending.empty()) {
+    if (move_rule == MoveRule::kStragglers && !pending.empty()) {
       const int gpus = jobs[pending.front().request.instance - 1].gpus;
       if (gpus >= kGpusPerNode && snapshot.free_gpu_count() >= gpus) {
         // Small instances move; 1 << 30 moves is no limit for a replay.
@@ -422,9 +476,13 @@ void ReplayTrace(const Trace& trace) {
       PrintRow(trace.jobs, ReplayPolicy(trace.jobs, node_count, policy), meter);
       std::fflush(stdout);
     }
-    Outcome moving = ReplayPolicy(trace.jobs, node_count, Policy::kDefault, true);
+    Outcome moving = ReplayPolicy(trace.jobs, node_count, Policy::kDefault,
+                                  MoveRule::kStragglers);
     moving.policy = absl::StrCat("ours, moving stragglers (", moving.moves, " moves)");
     PrintRow(trace.jobs, moving, meter);
+    Outcome svd_moves = ReplayPolicy(trace.jobs, node_count, Policy::kDefault, MoveRule::kSvd);
+    svd_moves.policy = absl::StrCat("ours, svd's move rule (", svd_moves.moves, " moves)");
+    PrintRow(trace.jobs, svd_moves, meter);
     for (Pool mode : {Pool::kPacked, Pool::kRelaxed, Pool::kFluid}) {
       PrintRow(trace.jobs, ReplayPooled(trace.jobs, node_count, mode), meter);
     }
