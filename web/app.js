@@ -15,13 +15,13 @@ function stateBadge(instance) {
 
 function actionButtons(instance) {
   const box = el('div', { class: 'actions' });
-  const act = async (verb, label) => {
+  const act = async (verb, label, body = {}) => {
     try {
       if (verb === 'delete') {
         if (!confirm(`Delete ${instance.name || instance.id}? This releases its GPUs.`)) return;
         await api('DELETE', `/v1/instances/${encodeURIComponent(instance.id)}`);
       } else {
-        await api('POST', `/v1/instances/${encodeURIComponent(instance.id)}:${verb}`, {});
+        await api('POST', `/v1/instances/${encodeURIComponent(instance.id)}:${verb}`, body);
       }
       setStatus(`${label}: ${instance.name || instance.id}`);
       await refreshInstances();
@@ -36,6 +36,17 @@ function actionButtons(instance) {
   }
   if (instance.state === 'STOPPED') {
     box.append(el('button', { type: 'button', 'aria-label': `Start ${name}`, onclick: () => act('start', 'Start') }, 'Start'));
+  }
+  // A 1-7 GPU instance may let svd restart it on another node to free whole
+  // nodes (docs/scheduler.md, "Moving instances"); off by default.
+  if (ACTIVE.has(instance.state) && instance.gpuCount < 8) {
+    box.append(instance.movable
+      ? el('button', { type: 'button', 'aria-label': `Keep ${name} in place`,
+        title: 'svd will not move it', onclick: () => act('setMovable', 'Kept in place', { movable: false }) },
+      'Keep in place')
+      : el('button', { type: 'button', 'aria-label': `Allow moves of ${name}`,
+        title: 'svd may restart it on another node to free whole nodes; the minutes of a move are not charged',
+        onclick: () => act('setMovable', 'Moves allowed', { movable: true }) }, 'Allow moves'));
   }
   if (instance.state !== 'DELETED') {
     box.append(el('button', { type: 'button', class: 'danger', 'aria-label': `Delete ${name}`,

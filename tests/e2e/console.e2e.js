@@ -151,6 +151,22 @@ async function availableMicros(page) {
       await shot(page, '04-stopped');
     });
 
+    await step('let a 1-GPU instance move, then keep it in place', async () => {
+      await page.getByLabel('Name').fill('e2e-small');
+      await page.getByLabel('GPUs').selectOption('1');
+      await page.getByRole('button', { name: 'Create instance' }).click();
+      const row = page.locator('#instances-table tbody tr', { hasText: 'e2e-small' });
+      await row.locator('[data-state="RUNNING"]').waitFor({ timeout: 30000 });
+      await page.getByRole('button', { name: 'Allow moves of e2e-small' }).click();
+      await page.getByRole('button', { name: 'Keep e2e-small in place' }).waitFor({ timeout: 10000 });
+      const shown = await page.evaluate(async () => (await apiAll('/v1/instances?pageSize=500', 'instances'))
+        .items.find((i) => i.name === 'e2e-small').movable);
+      if (shown !== true) throw new Error('movable not set: ' + shown);
+      await shot(page, '04b-movable');
+      await page.getByRole('button', { name: 'Keep e2e-small in place' }).click();
+      await page.getByRole('button', { name: 'Allow moves of e2e-small' }).waitFor({ timeout: 10000 });
+    });
+
     await step('open the admin dashboard and see the revenue', async () => {
       const admin = await context.newPage();
       await admin.goto(opts.base + '/admin');
