@@ -157,6 +157,47 @@ void WriteWaiting(pqxx::work& txn, const FleetView& view,
       TextArrayLiteral(ids), TextArrayLiteral(reasons), IntArrayLiteral(positions));
 }
 
+// The reservation rows of a pass's grants, as columns for one INSERT.
+struct ReservationColumns {
+  std::vector<std::string> nodes, holders;
+  std::vector<int> gpus;
+
+  // Returns how many GPUs `grants` hold.
+  int Add(const std::string& instance_id, const std::vector<GpuGrant>& grants) {
+    int count = 0;
+    for (const GpuGrant& g : grants) {
+      for (int gpu : g.gpu_indices) {
+        nodes.push_back(g.node_id);
+        gpus.push_back(gpu);
+        holders.push_back(instance_id);
+        ++count;
+      }
+    }
+    return count;
+  }
+
+  // The primary key rejects a second reservation of any GPU and aborts the
+  // whole pass, so no scheduler bug can double-book.
+  void Insert(pqxx::work& txn, absl::Time now) const {
+    txn.exec_params(
+        "INSERT INTO gpu_reservations (node_id, gpu_index, instance_id, reserved_at) "
+        "SELECT n, g, h, $4::timestamptz FROM unnest($1::text[], $2::int[], $3::text[]) "
+        "AS t(n, g, h)",
+        TextArrayLiteral(nodes), IntArrayLiteral(gpus), TextArrayLiteral(holders), SqlTime(now));
+  }
+};
+
+// One `from` -> SCHEDULED event per instance, in the order given.
+void InsertScheduledEvents(pqxx::work& txn, const std::vector<std::string>& ids,
+                           const std::vector<std::string>& reasons, const char* from,
+                           absl::Time now) {
+  txn.exec_params(
+      "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
+      "SELECT id, $3::timestamptz, $4, 'SCHEDULED', reason "
+      "FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(id, reason, n) ORDER BY n",
+      TextArrayLiteral(ids), TextArrayLiteral(reasons), SqlTime(now), from);
+}
+
 int GrantedGpus(const std::vector<GpuGrant>& grants) {
   int count = 0;
   for (const GpuGrant& g : grants) count += static_cast<int>(g.gpu_indices.size());
@@ -172,8 +213,8 @@ int GrantedGpus(const std::vector<GpuGrant>& grants) {
 absl::Status WriteMoved(pqxx::work& txn, const FleetView& view,
                         const std::vector<const QueueVerdict*>& moved, absl::Time now) {
   if (moved.empty()) return absl::OkStatus();
-  std::vector<std::string> ids, reasons, nodes, holders;
-  std::vector<int> gpus;
+  std::vector<std::string> ids, reasons;
+  ReservationColumns reservations;
   int from_total = 0;
   for (const QueueVerdict* v : moved) {
     ids.push_back(v->instance_id);
@@ -181,14 +222,8 @@ absl::Status WriteMoved(pqxx::work& txn, const FleetView& view,
                                    GrantText(view, v->grants), " ", v->reason));
     from_total += GrantedGpus(v->moved_from);
     // A move keeps the instance's size; anything else is a bug.
-    assert(GrantedGpus(v->moved_from) == GrantedGpus(v->grants));
-    for (const GpuGrant& g : v->grants) {
-      for (int gpu : g.gpu_indices) {
-        nodes.push_back(g.node_id);
-        gpus.push_back(gpu);
-        holders.push_back(v->instance_id);
-      }
-    }
+    [[maybe_unused]] const int to_total = reservations.Add(v->instance_id, v->grants);
+    assert(GrantedGpus(v->moved_from) == to_total);
   }
   const auto locked = txn.exec_params(
       "SELECT id FROM instances WHERE id = ANY($1::text[]) AND state = 'RUNNING' AND movable "
@@ -205,21 +240,13 @@ absl::Status WriteMoved(pqxx::work& txn, const FleetView& view,
     return Error(absl::StatusCode::kAborted, "MOVE_RACED",
                  "an instance to move holds other GPUs than the pass read");
   }
-  txn.exec_params(
-      "INSERT INTO gpu_reservations (node_id, gpu_index, instance_id, reserved_at) "
-      "SELECT n, g, h, $4::timestamptz FROM unnest($1::text[], $2::int[], $3::text[]) "
-      "AS t(n, g, h)",
-      TextArrayLiteral(nodes), IntArrayLiteral(gpus), TextArrayLiteral(holders), SqlTime(now));
+  reservations.Insert(txn, now);
   txn.exec_params(
       "UPDATE instances i SET state = 'SCHEDULED', state_reason = v.reason, "
       "updated_at = $3::timestamptz, running_since = NULL, idle_since = NULL "
       "FROM unnest($1::text[], $2::text[]) AS v(id, reason) WHERE i.id = v.id",
       TextArrayLiteral(ids), TextArrayLiteral(reasons), SqlTime(now));
-  txn.exec_params(
-      "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
-      "SELECT id, $3::timestamptz, 'RUNNING', 'SCHEDULED', reason "
-      "FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(id, reason, n) ORDER BY n",
-      TextArrayLiteral(ids), TextArrayLiteral(reasons), SqlTime(now));
+  InsertScheduledEvents(txn, ids, reasons, "RUNNING", now);
   return absl::OkStatus();
 }
 
@@ -249,40 +276,21 @@ int WritePlaced(pqxx::work& txn, const FleetView& view,
       "WHERE x.id = ANY($1::text[]) AND x.state = 'PENDING' FOR NO KEY UPDATE SKIP LOCKED) "
       "RETURNING i.id, v.reason",
       TextArrayLiteral(ids), TextArrayLiteral(reasons), SqlTime(now));
-  std::vector<std::string> nodes, holders, event_ids, event_reasons;
-  std::vector<int> gpus;
+  ReservationColumns reservations;
+  std::vector<std::string> event_ids, event_reasons;
   for (const auto& row : updated) {
     const std::string id = row[0].as<std::string>();
     written.insert(id);
-    int gpu_total = 0;
-    for (const GpuGrant& g : by_id.at(id)->grants) {
-      for (int gpu : g.gpu_indices) {
-        nodes.push_back(g.node_id);
-        gpus.push_back(gpu);
-        holders.push_back(id);
-        ++gpu_total;
-      }
-    }
     // The decider grants exactly what was asked; anything else is a bug.
+    [[maybe_unused]] const int gpu_total = reservations.Add(id, by_id.at(id)->grants);
     assert(gpu_total == gpu_counts.at(id));
-    (void)gpu_total;
     event_ids.push_back(id);
     event_reasons.push_back(row[1].as<std::string>());
   }
   (void)gpu_counts;
   if (updated.empty()) return 0;
-  // The primary key rejects a second reservation of any GPU and aborts the
-  // whole pass, so no scheduler bug can double-book.
-  txn.exec_params(
-      "INSERT INTO gpu_reservations (node_id, gpu_index, instance_id, reserved_at) "
-      "SELECT n, g, h, $4::timestamptz FROM unnest($1::text[], $2::int[], $3::text[]) "
-      "AS t(n, g, h)",
-      TextArrayLiteral(nodes), IntArrayLiteral(gpus), TextArrayLiteral(holders), SqlTime(now));
-  txn.exec_params(
-      "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
-      "SELECT id, $3::timestamptz, 'PENDING', 'SCHEDULED', reason "
-      "FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(id, reason, n) ORDER BY n",
-      TextArrayLiteral(event_ids), TextArrayLiteral(event_reasons), SqlTime(now));
+  reservations.Insert(txn, now);
+  InsertScheduledEvents(txn, event_ids, event_reasons, "PENDING", now);
   return static_cast<int>(updated.size());
 }
 
