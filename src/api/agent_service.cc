@@ -56,7 +56,9 @@ bool SameDesired(const std::vector<store::AgentAssignment>& a,
 struct AgentApi::Impl {
   Impl(store::Store& s, const Clock& c, control::ControlLoops* l, AgentApiOptions o)
       : store(s), agents(s.database()), clock(c), loops(l), options(o), auth(s, c),
-        revocations(*this) {}
+        revocations(*this) {
+    agents.SetConfirmBatchLanes(o.confirm_batch_lanes);
+  }
 
   // The revocation signal (migration 0070): a revoked node credential ends
   // its agent streams on this replica too.

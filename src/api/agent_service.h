@@ -29,6 +29,10 @@ struct AgentApiOptions {
   absl::Duration desired_poll_interval = absl::Milliseconds(500);
   absl::Duration desired_backstop_interval = absl::Seconds(30);
   absl::Duration monitor_interval = absl::Seconds(1);
+  // Start confirmations of different nodes written in one transaction, at
+  // most this many in flight (store::AgentStore::SetConfirmBatchLanes; 0:
+  // one transaction per node report).
+  int confirm_batch_lanes = 0;
 };
 
 class AgentApi {

@@ -69,6 +69,12 @@ int main(int argc, char** argv) {
                  "With the signal up, read each node's desired set this often anyway")
       ->check(CLI::Range(500, 3600000))
       ->capture_default_str();
+  app.add_option("--agent-confirm-batch-lanes", o.agent_confirm_batch_lanes,
+                 "Most start-confirmation transactions in flight at once; the reports of "
+                 "nodes arriving together share one, and a second starts only when 64 "
+                 "wait or the first has run 100 ms (0: one transaction per node report)")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
   app.add_option("--move-instances", o.move_instances,
                  "Move instances whose tenants allow it (svctl movable) to free whole nodes "
                  "for a waiting instance of 8 GPUs or more")

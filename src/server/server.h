@@ -30,6 +30,9 @@ struct ServerOptions {
   // agent_desired_backstop_ms besides.
   bool agent_desired_signal = true;
   int agent_desired_backstop_ms = 30000;
+  // Start confirmations of many nodes in one transaction (docs/agent.md):
+  // at most this many such transactions in flight; 0, one per node report.
+  int agent_confirm_batch_lanes = 4;
   // Moving movable instances to free whole nodes (docs/scheduler.md,
   // "Moving instances"): on or off, and how long an instance must have run
   // before it may move.

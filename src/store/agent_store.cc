@@ -311,110 +311,198 @@ absl::StatusOr<bool> AgentStore::ConfirmStarted(const std::string& node_id,
   return std::move(results->front());
 }
 
-absl::StatusOr<std::vector<absl::StatusOr<bool>>> AgentStore::ConfirmStartedMany(
+void AgentStore::SetConfirmBatchLanes(int lanes) {
+  if (lanes <= 0) {
+    confirms_.reset();
+    return;
+  }
+  confirms_ = std::make_unique<GroupCommitter<StartConfirmation, StartConfirmationResult>>(
+      lanes, [this](const std::vector<StartConfirmation>& batch) {
+        return ConfirmStartedBatch(batch);
+      });
+}
+
+StartConfirmationResult AgentStore::ConfirmStartedMany(
     const std::string& node_id, const std::vector<std::string>& instance_ids, absl::Time now) {
-  std::vector<absl::StatusOr<bool>> results;
-  if (instance_ids.empty()) return results;
-  const std::string ids = TextArrayLiteral(instance_ids);
-  const std::string at = SqlTime(now);
+  if (instance_ids.empty()) return std::vector<absl::StatusOr<bool>>{};
+  StartConfirmation confirmation{node_id, instance_ids, now};
+  // Keyed by node: a node is in at most one batch in flight, and its
+  // reports are written in the order they came.
+  if (confirms_ != nullptr) return confirms_->Submit(node_id, std::move(confirmation));
+  return std::move(ConfirmStartedBatch({std::move(confirmation)}).front());
+}
+
+std::vector<StartConfirmationResult> AgentStore::ConfirmStartedBatch(
+    const std::vector<StartConfirmation>& confirmations) {
+  using Pair = std::pair<std::string, std::string>;  // (instance id, node id)
+  // Each (instance, node) once, at the latest time it was reported.
+  std::map<Pair, absl::Time> reported;
+  for (const auto& c : confirmations) {
+    for (const auto& id : c.instance_ids) {
+      auto [it, fresh] = reported.emplace(Pair{id, c.node_id}, c.now);
+      if (!fresh) it->second = std::max(it->second, c.now);
+    }
+  }
+  std::map<Pair, std::string> held;              // State under the lock, or RUNNING read.
+  std::set<std::string> running;                 // RUNNING once the batch is written.
+  std::map<std::string, std::string> released;   // Held nowhere: id -> state.
   absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
-    results.clear();
+    held.clear();
+    running.clear();
+    released.clear();
+    std::vector<std::string> ids, nodes;
+    for (const auto& [pair, at] : reported) {
+      ids.push_back(pair.first);
+      nodes.push_back(pair.second);
+    }
     // Running here and confirmed by this node: nothing to write (the usual
     // case of a heartbeat's list). Everything else held here is locked, in
     // id order as every batch locks instances, and read again under the lock.
-    std::map<std::string, std::string> held;  // id -> state under the lock
-    std::vector<std::string> pending;
-    for (const auto& row : ExecPrepared(txn, "sv_agent_confirm_read",
-             absl::StrCat("SELECT i.id, i.state = 'RUNNING' AND EXISTS (SELECT 1 FROM "
-                          "instance_node_starts s WHERE s.instance_id = i.id AND s.node_id = $2) "
-                          "FROM instances i WHERE i.id = ANY ($1::text[]) AND i.state IN ",
+    std::vector<std::string> pending_ids, pending_nodes;
+    for (const auto& row : ExecPrepared(txn, "sv_agent_confirm_read_pairs",
+             absl::StrCat("SELECT u.id, u.node, i.state = 'RUNNING' AND EXISTS (SELECT 1 FROM "
+                          "instance_node_starts s WHERE s.instance_id = i.id AND s.node_id = "
+                          "u.node) FROM unnest($1::text[], $2::text[]) AS u(id, node) JOIN "
+                          "instances i ON i.id = u.id WHERE i.state IN ",
                           kHoldingStates,
                           " AND EXISTS (SELECT 1 FROM gpu_reservations r WHERE r.instance_id = "
-                          "i.id AND r.node_id = $2)"),
-             ids, node_id)) {
-      if (row[1].as<bool>()) {
-        held[row[0].as<std::string>()] = "RUNNING";
+                          "i.id AND r.node_id = u.node)"),
+             TextArrayLiteral(ids), TextArrayLiteral(nodes))) {
+      Pair pair{row[0].as<std::string>(), row[1].as<std::string>()};
+      if (row[2].as<bool>()) {
+        held[pair] = "RUNNING";
+        running.insert(pair.first);
       } else {
-        pending.push_back(row[0].as<std::string>());
+        pending_ids.push_back(pair.first);
+        pending_nodes.push_back(pair.second);
       }
     }
-    std::vector<std::string> locked;
-    std::vector<std::string> starting;  // Locked and waiting for confirmations.
-    std::vector<std::string> starting_from;
-    if (!pending.empty()) {
-      for (const auto& row : ExecPrepared(txn, "sv_agent_confirm_lock",
-               absl::StrCat("SELECT i.id, i.state FROM instances i WHERE i.id = ANY "
-                            "($1::text[]) AND i.state IN ",
+    std::vector<std::string> locked_ids, locked_nodes, locked_at;
+    // Locked and waiting for confirmations: id -> (state, latest report here).
+    std::map<std::string, std::pair<std::string, absl::Time>> starting;
+    if (!pending_ids.empty()) {
+      for (const auto& row : ExecPrepared(txn, "sv_agent_confirm_lock_pairs",
+               absl::StrCat("SELECT u.id, u.node, i.state FROM unnest($1::text[], $2::text[]) "
+                            "AS u(id, node) JOIN instances i ON i.id = u.id WHERE i.state IN ",
                             kHoldingStates,
                             " AND EXISTS (SELECT 1 FROM gpu_reservations r WHERE "
-                            "r.instance_id = i.id AND r.node_id = $2) ORDER BY i.id FOR UPDATE"),
-               TextArrayLiteral(pending), node_id)) {
-        const std::string id = row[0].as<std::string>();
-        const std::string state = row[1].as<std::string>();
-        held[id] = state;
-        locked.push_back(id);
+                            "r.instance_id = i.id AND r.node_id = u.node) ORDER BY i.id "
+                            "FOR UPDATE OF i"),
+               TextArrayLiteral(pending_ids), TextArrayLiteral(pending_nodes))) {
+        Pair pair{row[0].as<std::string>(), row[1].as<std::string>()};
+        const std::string state = row[2].as<std::string>();
+        const absl::Time at = reported.at(pair);
+        held[pair] = state;
+        if (state == "RUNNING") running.insert(pair.first);
+        locked_ids.push_back(pair.first);
+        locked_nodes.push_back(pair.second);
+        locked_at.push_back(SqlTime(at));
         if (state == "STARTING" || state == "SCHEDULED") {
-          starting.push_back(id);
-          starting_from.push_back(state);
+          auto [it, fresh] = starting.emplace(pair.first, std::make_pair(state, at));
+          if (!fresh) it->second.second = std::max(it->second.second, at);
         }
       }
     }
-    if (!locked.empty()) {
-      const std::string locked_ids = TextArrayLiteral(locked);
-      ExecPrepared(txn, "sv_agent_start_confirm_many",
+    if (!locked_ids.empty()) {
+      ExecPrepared(txn, "sv_agent_start_confirm_pairs",
           "INSERT INTO instance_node_starts (instance_id, node_id, confirmed_at) "
-          "SELECT u.id, $2, $3::timestamptz FROM unnest($1::text[]) AS u(id) "
-          "ON CONFLICT DO NOTHING",
-          locked_ids, node_id, at);
+          "SELECT u.id, u.node, u.at FROM unnest($1::text[], $2::text[], "
+          "$3::timestamptz[]) AS u(id, node, at) ON CONFLICT DO NOTHING",
+          TextArrayLiteral(locked_ids), TextArrayLiteral(locked_nodes),
+          TextArrayLiteral(locked_at));
       // A confirmation is a sign of life too, so a node that dies right
       // after it never ends a RUNNING interval before it began.
-      ExecPrepared(txn, "sv_agent_node_alive",
-          "UPDATE nodes SET last_heartbeat_at = GREATEST(last_heartbeat_at, $2::timestamptz) "
-          "WHERE id = $1 AND state <> 'down'",
-          node_id, at);
+      std::map<std::string, absl::Time> alive;  // Node -> its latest report here.
+      for (size_t i = 0; i < locked_nodes.size(); ++i) {
+        const absl::Time at = reported.at(Pair{locked_ids[i], locked_nodes[i]});
+        auto [it, fresh] = alive.emplace(locked_nodes[i], at);
+        if (!fresh) it->second = std::max(it->second, at);
+      }
+      std::vector<std::string> alive_nodes, alive_at;
+      for (const auto& [node, at] : alive) {
+        alive_nodes.push_back(node);
+        alive_at.push_back(SqlTime(at));
+      }
+      ExecPrepared(txn, "sv_agent_nodes_alive",
+          "UPDATE nodes n SET last_heartbeat_at = GREATEST(n.last_heartbeat_at, u.at) "
+          "FROM unnest($1::text[], $2::timestamptz[]) AS u(node, at) "
+          "WHERE n.id = u.node AND n.state <> 'down'",
+          TextArrayLiteral(alive_nodes), TextArrayLiteral(alive_at));
     }
     if (!starting.empty()) {
-      // Those every node of which has now confirmed run, as of `now`.
+      // Those every node of which has now confirmed run, as of the latest
+      // of their confirmations in this batch.
+      std::vector<std::string> start_ids, start_from, start_at;
+      for (const auto& [id, state_at] : starting) {
+        start_ids.push_back(id);
+        start_from.push_back(state_at.first);
+        start_at.push_back(SqlTime(state_at.second));
+      }
       const std::string reason = "every node confirmed the start";
-      for (const auto& row : ExecPrepared(txn, "sv_agent_running_many",
-               "WITH done AS (SELECT u.id, u.from_state FROM unnest($1::text[], $2::text[]) "
-               "AS u(id, from_state) WHERE NOT EXISTS (SELECT 1 FROM gpu_reservations r "
-               "WHERE r.instance_id = u.id AND NOT EXISTS (SELECT 1 FROM instance_node_starts "
-               "s WHERE s.instance_id = u.id AND s.node_id = r.node_id))), "
-               "moved AS (UPDATE instances i SET state = 'RUNNING', state_reason = $3, "
-               "running_since = $4::timestamptz, updated_at = $4::timestamptz, idle_since = NULL "
-               "FROM done WHERE i.id = done.id RETURNING i.id, done.from_state), "
+      for (const auto& row : ExecPrepared(txn, "sv_agent_running_pairs",
+               "WITH done AS (SELECT u.id, u.from_state, u.at FROM unnest($1::text[], "
+               "$2::text[], $3::timestamptz[]) AS u(id, from_state, at) WHERE NOT EXISTS "
+               "(SELECT 1 FROM gpu_reservations r WHERE r.instance_id = u.id AND NOT EXISTS "
+               "(SELECT 1 FROM instance_node_starts s WHERE s.instance_id = u.id AND "
+               "s.node_id = r.node_id))), "
+               "moved AS (UPDATE instances i SET state = 'RUNNING', state_reason = $4, "
+               "running_since = done.at, updated_at = done.at, idle_since = NULL "
+               "FROM done WHERE i.id = done.id RETURNING i.id, done.from_state, done.at), "
                "events AS (INSERT INTO instance_events (instance_id, at, from_state, to_state, "
-               "reason) SELECT id, $4::timestamptz, from_state, 'RUNNING', $3 FROM moved) "
+               "reason) SELECT id, at, from_state, 'RUNNING', $4 FROM moved) "
                "SELECT id FROM moved",
-               TextArrayLiteral(starting), TextArrayLiteral(starting_from), reason, at)) {
-        held[row[0].as<std::string>()] = "RUNNING";
+               TextArrayLiteral(start_ids), TextArrayLiteral(start_from),
+               TextArrayLiteral(start_at), reason)) {
+        running.insert(row[0].as<std::string>());
       }
     }
-    // The ids that hold no GPU here: late reports, or ones this node cannot
-    // know (NotHeldError).
-    std::map<std::string, std::string> released;  // id -> state
-    if (held.size() < instance_ids.size()) {
+    // The ids that hold no GPU on the node that named them: late reports,
+    // or ones that node cannot know (NotHeldError).
+    std::vector<std::string> unheld;
+    for (const auto& [pair, at] : reported) {
+      if (!held.count(pair)) unheld.push_back(pair.first);
+    }
+    if (!unheld.empty()) {
       for (const auto& row : ExecPrepared(txn, "sv_agent_instance_states",
                absl::StrCat("SELECT id, state FROM instances WHERE id = ANY ($1::text[]) "
                             "AND state NOT IN ",
                             kHoldingStates),
-               ids)) {
+               TextArrayLiteral(unheld))) {
         released[row[0].as<std::string>()] = row[1].as<std::string>();
-      }
-    }
-    for (const std::string& id : instance_ids) {
-      if (auto h = held.find(id); h != held.end()) {
-        results.emplace_back(h->second == "RUNNING");
-      } else if (auto r = released.find(id); r != released.end()) {
-        results.emplace_back(NotHeldError(node_id, id, r->second));
-      } else {
-        results.emplace_back(NotHeldError(node_id, id, std::nullopt));
       }
     }
     return absl::OkStatus();
   });
-  if (!status.ok()) return status;
+  std::vector<StartConfirmationResult> results;
+  results.reserve(confirmations.size());
+  if (!status.ok() && confirmations.size() > 1 &&
+      status.code() != absl::StatusCode::kUnavailable) {
+    // As the create and delete batches: a batch that failed for any reason
+    // but an unreachable database is written node by node, so one node's
+    // trouble costs the others nothing.
+    for (const auto& c : confirmations) {
+      results.push_back(std::move(ConfirmStartedBatch({c}).front()));
+    }
+    return results;
+  }
+  for (const auto& c : confirmations) {
+    if (!status.ok()) {
+      results.emplace_back(status);
+      continue;
+    }
+    std::vector<absl::StatusOr<bool>> answers;
+    answers.reserve(c.instance_ids.size());
+    for (const std::string& id : c.instance_ids) {
+      if (held.count(Pair{id, c.node_id})) {
+        answers.emplace_back(running.count(id) > 0);
+      } else if (auto r = released.find(id); r != released.end()) {
+        answers.emplace_back(NotHeldError(c.node_id, id, r->second));
+      } else {
+        answers.emplace_back(NotHeldError(c.node_id, id, std::nullopt));
+      }
+    }
+    results.emplace_back(std::move(answers));
+  }
   return results;
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "store/create_batch.h"
 #include "store/database.h"
 #include "store/node_resources.h"
 #include "store/store.h"
@@ -72,9 +74,27 @@ struct DownedNode {
   std::vector<std::string> stopped_instance_ids;
 };
 
+// One node's report that instances run (AgentStore::ConfirmStartedMany's
+// arguments), and its answer: one result per id, in order.
+struct StartConfirmation {
+  std::string node_id;
+  std::vector<std::string> instance_ids;
+  absl::Time now;
+};
+using StartConfirmationResult = absl::StatusOr<std::vector<absl::StatusOr<bool>>>;
+
 class AgentStore {
  public:
   explicit AgentStore(Database& db) : db_(db) {}
+  AgentStore(const AgentStore&) = delete;
+  AgentStore& operator=(const AgentStore&) = delete;
+
+  // Group commit of start confirmations (docs/reliability.md, "Start
+  // confirmations of many nodes in one transaction"): with lanes > 0,
+  // ConfirmStartedMany calls of different nodes that arrive while a batch
+  // is written are written together by ConfirmStartedBatch, a node in at
+  // most one batch in flight. 0 (the default): one transaction per call.
+  void SetConfirmBatchLanes(int lanes);
 
   // Credentials.
   absl::Status CreateNodeCredential(const std::string& id, const std::string& node_name,
@@ -111,9 +131,17 @@ class AgentStore {
   // id, in order (an id may repeat). An instance already RUNNING with this
   // node's confirmation is only read, so a heartbeat that lists what runs
   // writes nothing. The outer status fails only when the transaction does.
-  absl::StatusOr<std::vector<absl::StatusOr<bool>>> ConfirmStartedMany(
-      const std::string& node_id, const std::vector<std::string>& instance_ids,
-      absl::Time now);
+  StartConfirmationResult ConfirmStartedMany(const std::string& node_id,
+                                             const std::vector<std::string>& instance_ids,
+                                             absl::Time now);
+  // Several nodes' ConfirmStartedMany in one transaction: one result per
+  // confirmation, as ConfirmStartedMany's, where true means RUNNING once the
+  // whole batch is written (so every node of a gang confirmed in the batch
+  // reads true). An instance whose last node confirms here becomes RUNNING
+  // as of the latest `now` among its confirmations in the batch. A failed
+  // transaction fails every element.
+  std::vector<StartConfirmationResult> ConfirmStartedBatch(
+      const std::vector<StartConfirmation>& confirmations);
   // The instance ended on the node by itself, or failed to start: it leaves
   // its state as of `now` (STOPPED for a clean exit, else FAILED) and
   // releases its GPUs. STALE_REPORT and UNKNOWN_INSTANCE as above.
@@ -149,6 +177,7 @@ class AgentStore {
 
  private:
   Database& db_;
+  std::unique_ptr<GroupCommitter<StartConfirmation, StartConfirmationResult>> confirms_;
 };
 
 }  // namespace sv::store

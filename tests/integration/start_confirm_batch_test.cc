@@ -1,0 +1,252 @@
+// Start confirmations of many nodes in one transaction
+// (store::AgentStore::ConfirmStartedBatch) on a real PostgreSQL: each node's
+// answer is its own, a gang confirmed by all its nodes in one batch becomes
+// RUNNING once, as of its last node's report, and confirmations sent by
+// many nodes at once through the group commit start every instance exactly
+// once.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <mutex>
+#include <pqxx/pqxx>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "control/scheduling.h"
+#include "store/agent_store.h"
+#include "store/database.h"
+#include "store/migrations.h"
+#include "store/store.h"
+#include "tests/integration/harness.h"
+
+namespace sv::store {
+namespace {
+
+class StartConfirmBatchTest : public ::testing::Test {
+ protected:
+  void Open(int nodes) {
+    url_ = sv::testing::CreateTestDatabase();
+    DatabaseOptions options;
+    options.url = url_;
+    options.connections_max = 16;
+    db_ = std::make_unique<Database>(options);
+    ASSERT_TRUE(ApplyMigrations(*db_).ok());
+    store_ = std::make_unique<Store>(*db_);
+    ASSERT_TRUE(sv::testing::AddSimulatedNodes(*store_, nodes, 1, now_).ok());
+    auto tenant = store_->CreateTenant(
+        {"acme", "ops@acme.example", Role::kMember, "key-acme", "salt-acme",
+         std::string(64, 'a')},
+        now_);
+    ASSERT_TRUE(tenant.ok()) << tenant.status();
+    tenant_ = tenant->tenant.id;
+  }
+
+  std::string Create(const std::string& name, int gpus) {
+    auto created = store_->CreateInstance(tenant_, {name, gpus, "RTX 4090", "ubuntu"},
+                                          "r-" + name, "f-" + name, now_);
+    EXPECT_TRUE(created.ok()) << created.status();
+    return created.ok() ? created->id : "";
+  }
+
+  // Places what waits and tells every node (SCHEDULED -> STARTING).
+  void PlaceAndTell(AgentStore& agents, int nodes) {
+    control::Scheduling scheduling(*db_, control::SchedulingOptions{});
+    ASSERT_TRUE(scheduling.RunPass(now_).ok());
+    for (int n = 0; n < nodes; ++n) {
+      ASSERT_TRUE(agents.DesiredForNode(absl::StrCat("node-", n), now_).ok());
+    }
+  }
+
+  // The nodes an instance holds GPUs on, in id order.
+  std::vector<std::string> NodesOf(const std::string& id) {
+    std::vector<std::string> nodes;
+    for (const auto& row : Query(absl::StrCat(
+             "SELECT DISTINCT node_id FROM gpu_reservations WHERE instance_id = '", id,
+             "' ORDER BY node_id"))) {
+      nodes.push_back(row[0].as<std::string>());
+    }
+    return nodes;
+  }
+
+  pqxx::result Query(const std::string& sql) {
+    pqxx::connection c(url_);
+    pqxx::nontransaction n(c);
+    return n.exec(sql);
+  }
+
+  std::string State(const std::string& id) {
+    return Query(absl::StrCat("SELECT state FROM instances WHERE id = '", id, "'"))[0][0]
+        .as<std::string>();
+  }
+
+  int64_t RunningEvents(const std::string& id) {
+    return Query(absl::StrCat("SELECT count(*) FROM instance_events WHERE instance_id = '", id,
+                              "' AND to_state = 'RUNNING'"))[0][0]
+        .as<int64_t>();
+  }
+
+  // running_since and the RUNNING event's time, in Unix seconds.
+  std::pair<int64_t, int64_t> RunningTimes(const std::string& id) {
+    auto row = Query(absl::StrCat(
+        "SELECT extract(epoch FROM i.running_since)::bigint, "
+        "extract(epoch FROM e.at)::bigint FROM instances i JOIN instance_events e "
+        "ON e.instance_id = i.id AND e.to_state = 'RUNNING' WHERE i.id = '",
+        id, "'"))[0];
+    return {row[0].as<int64_t>(), row[1].as<int64_t>()};
+  }
+
+  std::string url_;
+  absl::Time now_ = absl::FromUnixSeconds(1'800'000'000);
+  std::unique_ptr<Database> db_;
+  std::unique_ptr<Store> store_;
+  std::string tenant_;
+};
+
+TEST_F(StartConfirmBatchTest, ABatchOfNodesAnswersEachNodeAndStartsAGangOnce) {
+  Open(3);
+  AgentStore agents(*db_);
+  const std::string gang = Create("gang", 16);
+  const std::string small = Create("small", 1);
+  const std::string gone = Create("gone", 1);
+  PlaceAndTell(agents, 3);
+  const std::vector<std::string> gang_nodes = NodesOf(gang);
+  const std::vector<std::string> small_nodes = NodesOf(small);
+  ASSERT_EQ(gang_nodes.size(), 2u);
+  ASSERT_EQ(small_nodes.size(), 1u);
+  ASSERT_EQ(NodesOf(gone), small_nodes);  // Both 1-GPU instances share the third node.
+  const std::string third = small_nodes[0];
+  ASSERT_EQ(State(gang), "STARTING");
+  ASSERT_TRUE(store_->DeleteInstance(tenant_, gone, now_).ok());
+
+  // The gang's two nodes report 1 s and 3 s from now, the third node 2 s;
+  // the third node also names the gang (not its own), an unknown id and the
+  // deleted instance.
+  std::vector<StartConfirmation> batch = {
+      {gang_nodes[0], {gang}, now_ + absl::Seconds(1)},
+      {gang_nodes[1], {gang, "ins-nosuchinstance"}, now_ + absl::Seconds(3)},
+      {third, {small, gang, gone, small}, now_ + absl::Seconds(2)},
+  };
+  auto results = agents.ConfirmStartedBatch(batch);
+  ASSERT_EQ(results.size(), 3u);
+  for (const auto& r : results) ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(results[0]->size(), 1u);
+  EXPECT_TRUE(*(*results[0])[0]);  // RUNNING once the batch is written.
+  ASSERT_EQ(results[1]->size(), 2u);
+  EXPECT_TRUE(*(*results[1])[0]);
+  EXPECT_EQ(sv::ReasonOf((*results[1])[1].status()), "UNKNOWN_INSTANCE");
+  EXPECT_EQ((*results[1])[1].status().code(), absl::StatusCode::kNotFound);
+  ASSERT_EQ(results[2]->size(), 4u);
+  EXPECT_TRUE(*(*results[2])[0]);
+  EXPECT_EQ(sv::ReasonOf((*results[2])[1].status()), "UNKNOWN_INSTANCE");
+  EXPECT_EQ(sv::ReasonOf((*results[2])[2].status()), "STALE_REPORT");
+  EXPECT_EQ((*results[2])[2].status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(*(*results[2])[3]);  // An id named twice gets two answers.
+
+  // One RUNNING event each, as of the last of its nodes' reports.
+  const int64_t t0 = absl::ToUnixSeconds(now_);
+  EXPECT_EQ(State(gang), "RUNNING");
+  EXPECT_EQ(RunningEvents(gang), 1);
+  EXPECT_EQ(RunningTimes(gang), std::make_pair(t0 + 3, t0 + 3));
+  EXPECT_EQ(State(small), "RUNNING");
+  EXPECT_EQ(RunningEvents(small), 1);
+  EXPECT_EQ(RunningTimes(small), std::make_pair(t0 + 2, t0 + 2));
+  EXPECT_EQ(State(gone), "DELETED");
+  // Each confirming node's heartbeat moved up to its own report.
+  for (const auto& [node, at] : std::vector<std::pair<std::string, int64_t>>{
+           {gang_nodes[0], t0 + 1}, {gang_nodes[1], t0 + 3}, {third, t0 + 2}}) {
+    EXPECT_EQ(Query(absl::StrCat("SELECT extract(epoch FROM last_heartbeat_at)::bigint FROM "
+                                 "nodes WHERE id = '",
+                                 node, "'"))[0][0]
+                  .as<int64_t>(),
+              at)
+        << node;
+  }
+
+  // The same reports again, later: read, not written.
+  for (auto& c : batch) c.now += absl::Minutes(1);
+  const int64_t starts =
+      Query("SELECT count(*) FROM instance_node_starts")[0][0].as<int64_t>();
+  results = agents.ConfirmStartedBatch(batch);
+  ASSERT_TRUE(results[0].ok() && results[1].ok() && results[2].ok());
+  EXPECT_TRUE(*(*results[0])[0]);
+  EXPECT_TRUE(*(*results[2])[0]);
+  EXPECT_EQ(RunningEvents(gang), 1);
+  EXPECT_EQ(RunningTimes(gang), std::make_pair(t0 + 3, t0 + 3));
+  EXPECT_EQ(Query("SELECT count(*) FROM instance_node_starts")[0][0].as<int64_t>(), starts);
+}
+
+TEST_F(StartConfirmBatchTest, OneNodeOfAGangLeavesItStartingUntilTheOther) {
+  Open(2);
+  AgentStore agents(*db_);
+  const std::string gang = Create("gang", 16);
+  PlaceAndTell(agents, 2);
+  const std::vector<std::string> nodes = NodesOf(gang);
+  ASSERT_EQ(nodes.size(), 2u);
+  auto first = agents.ConfirmStartedBatch({{nodes[0], {gang}, now_ + absl::Seconds(5)}});
+  ASSERT_TRUE(first[0].ok()) << first[0].status();
+  EXPECT_FALSE(*(*first[0])[0]);
+  EXPECT_EQ(State(gang), "STARTING");
+  // The second node's report comes first in time but last to arrive: the
+  // instance runs as of that report, the later of the two writes.
+  auto second = agents.ConfirmStartedMany(nodes[1], {gang}, now_ + absl::Seconds(7));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_TRUE(*(*second)[0]);
+  const int64_t t0 = absl::ToUnixSeconds(now_);
+  EXPECT_EQ(RunningTimes(gang), std::make_pair(t0 + 7, t0 + 7));
+  EXPECT_EQ(RunningEvents(gang), 1);
+}
+
+// 16 nodes report at once, twice each, through the group commit: 8 gangs of
+// two nodes and 64 1-GPU instances. Every instance runs, with one RUNNING
+// event, and every answer says so.
+TEST_F(StartConfirmBatchTest, ManyNodesAtOnceThroughTheGroupCommit) {
+  constexpr int kNodes = 24;
+  Open(kNodes);
+  AgentStore agents(*db_);
+  agents.SetConfirmBatchLanes(4);
+  std::vector<std::string> ids;
+  for (int g = 0; g < 8; ++g) ids.push_back(Create(absl::StrCat("gang-", g), 16));
+  for (int s = 0; s < 64; ++s) ids.push_back(Create(absl::StrCat("small-", s), 1));
+  PlaceAndTell(agents, kNodes);
+  std::map<std::string, std::vector<std::string>> by_node;
+  for (const auto& row : Query("SELECT DISTINCT node_id, instance_id FROM gpu_reservations")) {
+    by_node[row[0].as<std::string>()].push_back(row[1].as<std::string>());
+  }
+  ASSERT_EQ(by_node.size(), static_cast<size_t>(kNodes));
+  std::mutex mutex;
+  int answers = 0, running_answers = 0, failures = 0;
+  std::vector<std::thread> threads;
+  for (const auto& [node, held] : by_node) {
+    threads.emplace_back([&, node = node, held = held] {
+      for (int round = 0; round < 2; ++round) {
+        auto results = agents.ConfirmStartedMany(node, held, now_ + absl::Seconds(1 + round));
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!results.ok()) {
+          ++failures;
+          continue;
+        }
+        for (const auto& r : *results) {
+          ++answers;
+          if (r.ok() && *r) ++running_answers;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures, 0);
+  // Each round: 16 gang nodes with one gang each, 8 nodes with 8 smalls.
+  EXPECT_EQ(answers, 2 * (16 + 64));
+  // A gang node's first report may come before its partner's: false then.
+  EXPECT_GE(running_answers, 2 * (16 + 64) - 8);
+  for (const auto& id : ids) {
+    EXPECT_EQ(State(id), "RUNNING") << id;
+    EXPECT_EQ(RunningEvents(id), 1) << id;
+  }
+}
+
+}  // namespace
+}  // namespace sv::store
