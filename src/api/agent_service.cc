@@ -58,6 +58,7 @@ struct AgentApi::Impl {
       : store(s), agents(s.database()), clock(c), loops(l), options(o), auth(s, c),
         revocations(*this) {
     agents.SetConfirmBatchLanes(o.confirm_batch_lanes);
+    agents.SetDesiredBatchLanes(o.desired_batch_lanes);
   }
 
   // The revocation signal (migration 0070): a revoked node credential ends

@@ -33,6 +33,8 @@ struct AgentApiOptions {
   // most this many in flight (store::AgentStore::SetConfirmBatchLanes; 0:
   // one transaction per node report).
   int confirm_batch_lanes = 0;
+  // The same for the desired-set reads (SetDesiredBatchLanes).
+  int desired_batch_lanes = 0;
 };
 
 class AgentApi {

@@ -75,6 +75,12 @@ int main(int argc, char** argv) {
                  "wait or the first has run 100 ms (0: one transaction per node report)")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
+  app.add_option("--agent-desired-batch-lanes", o.agent_desired_batch_lanes,
+                 "Most desired-set read transactions in flight at once; the reads of nodes "
+                 "arriving together share one, as the start confirmations do (0: one "
+                 "transaction per read)")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
   app.add_option("--move-instances", o.move_instances,
                  "Move instances whose tenants allow it (svctl movable) to free whole nodes "
                  "for a waiting instance of 8 GPUs or more")

@@ -209,6 +209,7 @@ int RunServer(const ServerOptions& options) {
   agent_options.desired_backstop_interval =
       absl::Milliseconds(options.agent_desired_backstop_ms);
   agent_options.confirm_batch_lanes = options.agent_confirm_batch_lanes;
+  agent_options.desired_batch_lanes = options.agent_desired_batch_lanes;
   api::AgentApi agent_api(store, clock, &loops, agent_options);
   billing::BillingOptions billing_options;
   billing_options.create_credit_minutes = options.billing_create_credit_minutes;

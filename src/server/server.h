@@ -33,6 +33,8 @@ struct ServerOptions {
   // Start confirmations of many nodes in one transaction (docs/agent.md):
   // at most this many such transactions in flight; 0, one per node report.
   int agent_confirm_batch_lanes = 4;
+  // The same for the desired-set reads that tell nodes of new instances.
+  int agent_desired_batch_lanes = 4;
   // Moving movable instances to free whole nodes (docs/scheduler.md,
   // "Moving instances"): on or off, and how long an instance must have run
   // before it may move.

@@ -206,45 +206,80 @@ absl::StatusOr<bool> AgentStore::Heartbeat(const std::string& node_id, absl::Tim
 
 // ---- Lifecycle ---------------------------------------------------------------
 
+void AgentStore::SetDesiredBatchLanes(int lanes) {
+  if (lanes <= 0) {
+    desired_.reset();
+    return;
+  }
+  desired_ = std::make_unique<GroupCommitter<DesiredSetRequest, DesiredSetResult>>(
+      lanes, [this](const std::vector<DesiredSetRequest>& batch) {
+        return DesiredForNodes(batch);
+      });
+}
+
 absl::StatusOr<std::vector<AgentAssignment>> AgentStore::DesiredForNode(
     const std::string& node_id, absl::Time now) {
-  std::vector<AgentAssignment> desired;
-  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
-    desired.clear();
-    // Every agent polls these about twice a second: prepared statements,
+  // Keyed by node, as the confirmations: a node is in at most one batch in
+  // flight.
+  if (desired_ != nullptr) return desired_->Submit(node_id, DesiredSetRequest{node_id, now});
+  return std::move(DesiredForNodes({DesiredSetRequest{node_id, now}}).front());
+}
+
+std::vector<DesiredSetResult> AgentStore::DesiredForNodes(
+    const std::vector<DesiredSetRequest>& requests) {
+  std::map<std::string, absl::Time> asked;  // Node -> its latest request.
+  absl::Time told_at = absl::InfinitePast();
+  for (const auto& r : requests) {
+    auto [it, fresh] = asked.emplace(r.node_id, r.now);
+    if (!fresh) it->second = std::max(it->second, r.now);
+    told_at = std::max(told_at, r.now);
+  }
+  std::map<std::string, std::vector<AgentAssignment>> sets;  // Of the nodes not down.
+  absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    sets.clear();
+    std::vector<std::string> nodes;
+    for (const auto& [node, now] : asked) nodes.push_back(node);
+    // Agents read these whenever their set changes: prepared statements,
     // parsed and planned once per connection (docs/reliability.md).
-    auto node = ExecPrepared(txn, "sv_agent_node_state", "SELECT state FROM nodes WHERE id = $1",
-                             node_id);
-    if (node.empty() || node[0][0].as<std::string>() == "down") {
-      return Error(absl::StatusCode::kFailedPrecondition, "NODE_DOWN",
-                   absl::StrCat("node ", node_id, " is down; its agent must register again"));
+    for (const auto& row : ExecPrepared(txn, "sv_agent_nodes_up",
+             "SELECT id FROM nodes WHERE id = ANY ($1::text[]) AND state <> 'down'",
+             TextArrayLiteral(nodes))) {
+      sets[row[0].as<std::string>()];
     }
+    if (sets.empty()) return absl::OkStatus();
+    std::vector<std::string> up;
+    for (const auto& [node, set] : sets) up.push_back(node);
     auto rows = ExecPrepared(
-        txn, "sv_agent_desired",
-        absl::StrCat("SELECT i.id, i.image, i.state, array_agg(r.gpu_index ORDER BY "
-                     "r.gpu_index)::text, i.queue_seq FROM gpu_reservations r JOIN instances i ON "
-                     "i.id = r.instance_id JOIN nodes n ON n.id = r.node_id "
-                     "WHERE r.node_id = $1 AND n.state <> 'down' AND i.state IN ",
-                     kHoldingStates, " GROUP BY i.id, i.image, i.state, i.queue_seq ORDER BY i.id"),
-        node_id);
-    std::vector<std::string> scheduled;
+        txn, "sv_agent_desired_nodes",
+        absl::StrCat("SELECT r.node_id, i.id, i.image, i.state, array_agg(r.gpu_index ORDER BY "
+                     "r.gpu_index)::text, i.queue_seq FROM gpu_reservations r JOIN instances i "
+                     "ON i.id = r.instance_id JOIN nodes n ON n.id = r.node_id "
+                     "WHERE r.node_id = ANY ($1::text[]) AND n.state <> 'down' AND i.state IN ",
+                     kHoldingStates,
+                     " GROUP BY r.node_id, i.id, i.image, i.state, i.queue_seq "
+                     "ORDER BY r.node_id, i.id"),
+        TextArrayLiteral(up));
+    std::set<std::string> scheduled;  // Each once, though a gang is on several nodes.
+    std::vector<std::string> all_ids;
     for (const auto& row : rows) {
-      AgentAssignment a{row[0].as<std::string>(), {}, row[1].as<std::string>(),
-                        row[2].as<std::string>() != "RUNNING", row[4].as<int64_t>(), {}, {}};
-      std::string gpus = row[3].as<std::string>();  // "{0,1,2}"
+      AgentAssignment a{row[1].as<std::string>(), {}, row[2].as<std::string>(),
+                        row[3].as<std::string>() != "RUNNING", row[5].as<int64_t>(), {}, {}};
+      std::string gpus = row[4].as<std::string>();  // "{0,1,2}"
       for (const auto& part : absl::StrSplit(gpus.substr(1, gpus.size() - 2), ',')) {
         int gpu = 0;
         if (absl::SimpleAtoi(part, &gpu)) a.gpu_indices.push_back(gpu);
       }
-      if (row[2].as<std::string>() == "SCHEDULED") scheduled.push_back(a.instance_id);
-      desired.push_back(std::move(a));
+      if (row[3].as<std::string>() == "SCHEDULED") scheduled.insert(a.instance_id);
+      all_ids.push_back(a.instance_id);
+      sets[row[0].as<std::string>()].push_back(std::move(a));
     }
     if (!scheduled.empty()) {
-      // In one statement for the node's whole set (a node handed eight
+      // In one statement for every node's set (a node handed eight
       // instances used to take 24 round trips here), locking in id order as
       // every batch does. Confirmations from an earlier run of an instance
       // do not count. `told` (migration 0095): its end must signal the
       // nodes from now on.
+      const std::vector<std::string> scheduled_ids(scheduled.begin(), scheduled.end());
       std::set<std::string> moved;
       for (const auto& row : ExecPrepared(txn, "sv_agent_starting_many",
                "WITH moved AS (UPDATE instances SET state = 'STARTING', state_reason = $2, "
@@ -255,8 +290,8 @@ absl::StatusOr<std::vector<AgentAssignment>> AgentStore::DesiredForNode(
                "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
                "SELECT id, $3::timestamptz, 'SCHEDULED', 'STARTING', $2 FROM moved "
                "RETURNING instance_id",
-               TextArrayLiteral(scheduled), "the node agents were told to start it",
-               SqlTime(now))) {
+               TextArrayLiteral(scheduled_ids), "the node agents were told to start it",
+               SqlTime(told_at))) {
         moved.insert(row[0].as<std::string>());
       }
       // One not moved here changed since the read above. Another node's
@@ -264,25 +299,69 @@ absl::StatusOr<std::vector<AgentAssignment>> AgentStore::DesiredForNode(
       // (deleted, say) is not: its end sent no signal, so a set naming it
       // would not be corrected, and it is left out.
       std::vector<std::string> unmoved;
-      for (const auto& id : scheduled) {
+      for (const auto& id : scheduled_ids) {
         if (!moved.count(id)) unmoved.push_back(id);
       }
       if (!unmoved.empty()) {
         for (const auto& row : ExecPrepared(txn, "sv_agent_told",
                  absl::StrCat("SELECT id FROM instances WHERE id = ANY ($1::text[]) AND told "
-                              "AND state IN ", kHoldingStates),
+                              "AND state IN ",
+                              kHoldingStates),
                  TextArrayLiteral(unmoved))) {
           moved.insert(row[0].as<std::string>());
         }
-        std::erase_if(desired, [&](const AgentAssignment& a) {
-          return std::find(unmoved.begin(), unmoved.end(), a.instance_id) != unmoved.end() &&
-                 !moved.count(a.instance_id);
-        });
+        for (auto& [node, set] : sets) {
+          std::erase_if(set, [&](const AgentAssignment& a) {
+            return std::find(unmoved.begin(), unmoved.end(), a.instance_id) != unmoved.end() &&
+                   !moved.count(a.instance_id);
+          });
+        }
       }
     }
-    return LoadAssignmentResources(txn, node_id, now, desired);
-  }));
-  return desired;
+    if (all_ids.empty()) return absl::OkStatus();
+    // Ports, volumes and library mounts, for the nodes that run an
+    // instance with any: most sets have none, and one probe of all the
+    // batch's instances spares their nodes five statements each.
+    std::set<std::string> with_resources;
+    for (const auto& row : ExecPrepared(txn, "sv_agent_resources_probe",
+             "SELECT u.id FROM unnest($1::text[]) AS u(id) WHERE "
+             "EXISTS (SELECT 1 FROM instance_ports p WHERE p.instance_id = u.id) OR "
+             "EXISTS (SELECT 1 FROM volume_attachments a WHERE a.instance_id = u.id) OR "
+             "EXISTS (SELECT 1 FROM instance_library_mounts m WHERE m.instance_id = u.id)",
+             TextArrayLiteral(all_ids))) {
+      with_resources.insert(row[0].as<std::string>());
+    }
+    if (with_resources.empty()) return absl::OkStatus();
+    for (auto& [node, set] : sets) {
+      const bool needs = std::any_of(set.begin(), set.end(), [&](const AgentAssignment& a) {
+        return with_resources.count(a.instance_id) > 0;
+      });
+      if (!needs) continue;
+      SV_RETURN_IF_ERROR(LoadAssignmentResources(txn, node, asked.at(node), set));
+    }
+    return absl::OkStatus();
+  });
+  std::vector<DesiredSetResult> results;
+  results.reserve(requests.size());
+  if (!status.ok() && requests.size() > 1 &&
+      status.code() != absl::StatusCode::kUnavailable) {
+    // As the confirmations: a batch that failed for any reason but an
+    // unreachable database is read again node by node.
+    for (const auto& r : requests) results.push_back(std::move(DesiredForNodes({r}).front()));
+    return results;
+  }
+  for (const auto& r : requests) {
+    if (!status.ok()) {
+      results.emplace_back(status);
+    } else if (auto it = sets.find(r.node_id); it == sets.end()) {
+      results.emplace_back(Error(absl::StatusCode::kFailedPrecondition, "NODE_DOWN",
+                                 absl::StrCat("node ", r.node_id,
+                                              " is down; its agent must register again")));
+    } else {
+      results.emplace_back(it->second);
+    }
+  }
+  return results;
 }
 
 namespace {

@@ -83,6 +83,14 @@ struct StartConfirmation {
 };
 using StartConfirmationResult = absl::StatusOr<std::vector<absl::StatusOr<bool>>>;
 
+// A read of one node's desired set (AgentStore::DesiredForNode's
+// arguments), and its answer.
+struct DesiredSetRequest {
+  std::string node_id;
+  absl::Time now;
+};
+using DesiredSetResult = absl::StatusOr<std::vector<AgentAssignment>>;
+
 class AgentStore {
  public:
   explicit AgentStore(Database& db) : db_(db) {}
@@ -95,6 +103,10 @@ class AgentStore {
   // is written are written together by ConfirmStartedBatch, a node in at
   // most one batch in flight. 0 (the default): one transaction per call.
   void SetConfirmBatchLanes(int lanes);
+  // The same for the desired-set reads (DesiredForNode), which move the
+  // instances a node is told of to STARTING: reads of different nodes that
+  // arrive together share one transaction (DesiredForNodes).
+  void SetDesiredBatchLanes(int lanes);
 
   // Credentials.
   absl::Status CreateNodeCredential(const std::string& id, const std::string& node_name,
@@ -120,6 +132,12 @@ class AgentStore {
   // FAILED_PRECONDITION (NODE_DOWN) once the node was declared down.
   absl::StatusOr<std::vector<AgentAssignment>> DesiredForNode(const std::string& node_id,
                                                               absl::Time now);
+  // Several nodes' DesiredForNode in one transaction: one result per
+  // request, each the set DesiredForNode would answer for its node. The
+  // instances moved to STARTING are moved as of the latest `now` of the
+  // batch. A failed transaction is redone node by node (an unreachable
+  // database fails every element).
+  std::vector<DesiredSetResult> DesiredForNodes(const std::vector<DesiredSetRequest>& requests);
   // The node says the instance runs. When every node of the instance has
   // said so, it becomes RUNNING as of `now`. When the instance holds no GPU
   // on this node: FAILED_PRECONDITION (STALE_REPORT) if it holds none at all
@@ -178,6 +196,7 @@ class AgentStore {
  private:
   Database& db_;
   std::unique_ptr<GroupCommitter<StartConfirmation, StartConfirmationResult>> confirms_;
+  std::unique_ptr<GroupCommitter<DesiredSetRequest, DesiredSetResult>> desired_;
 };
 
 }  // namespace sv::store

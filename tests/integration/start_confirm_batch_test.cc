@@ -200,24 +200,121 @@ TEST_F(StartConfirmBatchTest, OneNodeOfAGangLeavesItStartingUntilTheOther) {
   EXPECT_EQ(RunningEvents(gang), 1);
 }
 
-// 16 nodes report at once, twice each, through the group commit: 8 gangs of
-// two nodes and 64 1-GPU instances. Every instance runs, with one RUNNING
-// event, and every answer says so.
+// Desired-set reads of several nodes in one transaction
+// (AgentStore::DesiredForNodes): each node gets its own set, a gang told on
+// both its nodes moves to STARTING once, a node that is not there is
+// NODE_DOWN, and the one instance with a library mount gets it.
+TEST_F(StartConfirmBatchTest, DesiredSetsOfSeveralNodesInOneTransaction) {
+  Open(3);
+  AgentStore agents(*db_);
+  const std::string gang = Create("gang", 16);
+  const std::string plain = Create("plain", 1);
+  const std::string mounted = Create("mounted", 2);
+  Query("INSERT INTO library_items (name, kind, size_bytes, source, created_at) VALUES "
+        "('weights-test', 'model', 1, 'test', now())");
+  Query(absl::StrCat("INSERT INTO instance_library_mounts (instance_id, name) VALUES ('",
+                     mounted, "', 'weights-test')"));
+  control::Scheduling scheduling(*db_, control::SchedulingOptions{});
+  ASSERT_TRUE(scheduling.RunPass(now_).ok());
+  const std::vector<std::string> gang_nodes = NodesOf(gang);
+  ASSERT_EQ(gang_nodes.size(), 2u);
+  ASSERT_EQ(NodesOf(plain), NodesOf(mounted));
+  const std::string third = NodesOf(plain)[0];
+
+  auto sets = agents.DesiredForNodes({{gang_nodes[0], now_ + absl::Seconds(1)},
+                                      {"node-nosuch", now_ + absl::Seconds(1)},
+                                      {third, now_ + absl::Seconds(2)},
+                                      {gang_nodes[1], now_ + absl::Seconds(1)}});
+  ASSERT_EQ(sets.size(), 4u);
+  ASSERT_FALSE(sets[1].ok());
+  EXPECT_EQ(sv::ReasonOf(sets[1].status()), "NODE_DOWN");
+  EXPECT_EQ(sets[1].status().code(), absl::StatusCode::kFailedPrecondition);
+  for (int i : {0, 3}) {
+    ASSERT_TRUE(sets[i].ok()) << sets[i].status();
+    ASSERT_EQ(sets[i]->size(), 1u);
+    EXPECT_EQ((*sets[i])[0].instance_id, gang);
+    EXPECT_EQ((*sets[i])[0].gpu_indices, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+    EXPECT_TRUE((*sets[i])[0].starting);
+    EXPECT_TRUE((*sets[i])[0].mounts.empty());
+  }
+  ASSERT_TRUE(sets[2].ok()) << sets[2].status();
+  ASSERT_EQ(sets[2]->size(), 2u);
+  std::map<std::string, AgentAssignment> on_third;
+  for (const auto& a : *sets[2]) on_third[a.instance_id] = a;
+  ASSERT_EQ(on_third.count(plain), 1u);
+  ASSERT_EQ(on_third.count(mounted), 1u);
+  EXPECT_TRUE(on_third[plain].mounts.empty());
+  ASSERT_EQ(on_third[mounted].mounts.size(), 1u);
+  EXPECT_EQ(on_third[mounted].mounts[0].target, "/public/weights-test");
+  EXPECT_EQ(on_third[mounted].gpu_indices.size(), 2u);
+  // One STARTING event each, as of the batch's latest request.
+  for (const auto& id : {gang, plain, mounted}) {
+    EXPECT_EQ(State(id), "STARTING") << id;
+    auto events = Query(absl::StrCat(
+        "SELECT extract(epoch FROM at)::bigint FROM instance_events WHERE instance_id = '", id,
+        "' AND to_state = 'STARTING'"));
+    ASSERT_EQ(events.size(), 1u) << id;
+    EXPECT_EQ(events[0][0].as<int64_t>(), absl::ToUnixSeconds(now_) + 2) << id;
+  }
+  // Read again alone, later: the same set, nothing written.
+  auto again = agents.DesiredForNode(gang_nodes[0], now_ + absl::Seconds(9));
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_EQ(again->size(), 1u);
+  EXPECT_EQ((*again)[0].instance_id, gang);
+  EXPECT_EQ(Query(absl::StrCat("SELECT count(*) FROM instance_events WHERE instance_id = '",
+                               gang, "' AND to_state = 'STARTING'"))[0][0]
+                .as<int64_t>(),
+            1);
+}
+
+// 24 nodes read their sets at once, then report at once, twice each,
+// through the group commits: 8 gangs of two nodes and 64 1-GPU instances.
+// Each node is told exactly its instances, and every instance starts and
+// runs with one event each; every answer says so.
 TEST_F(StartConfirmBatchTest, ManyNodesAtOnceThroughTheGroupCommit) {
   constexpr int kNodes = 24;
   Open(kNodes);
   AgentStore agents(*db_);
   agents.SetConfirmBatchLanes(4);
+  agents.SetDesiredBatchLanes(4);
   std::vector<std::string> ids;
   for (int g = 0; g < 8; ++g) ids.push_back(Create(absl::StrCat("gang-", g), 16));
   for (int s = 0; s < 64; ++s) ids.push_back(Create(absl::StrCat("small-", s), 1));
-  PlaceAndTell(agents, kNodes);
+  control::Scheduling scheduling(*db_, control::SchedulingOptions{});
+  ASSERT_TRUE(scheduling.RunPass(now_).ok());
   std::map<std::string, std::vector<std::string>> by_node;
-  for (const auto& row : Query("SELECT DISTINCT node_id, instance_id FROM gpu_reservations")) {
+  for (const auto& row : Query("SELECT DISTINCT node_id, instance_id FROM gpu_reservations "
+                               "ORDER BY instance_id")) {
     by_node[row[0].as<std::string>()].push_back(row[1].as<std::string>());
   }
   ASSERT_EQ(by_node.size(), static_cast<size_t>(kNodes));
   std::mutex mutex;
+  // Every node reads its set at once: each gets exactly its instances.
+  std::map<std::string, std::vector<std::string>> told;
+  {
+    std::vector<std::thread> readers;
+    for (const auto& [node, held] : by_node) {
+      readers.emplace_back([&, node = node] {
+        auto set = agents.DesiredForNode(node, now_);
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!set.ok()) {
+          ADD_FAILURE() << node << ": " << set.status();
+          return;
+        }
+        for (const auto& a : *set) told[node].push_back(a.instance_id);
+      });
+    }
+    for (auto& t : readers) t.join();
+  }
+  EXPECT_EQ(told, by_node);
+  for (const auto& id : ids) {
+    EXPECT_EQ(State(id), "STARTING") << id;
+    EXPECT_EQ(Query(absl::StrCat("SELECT count(*) FROM instance_events WHERE instance_id = '",
+                                 id, "' AND to_state = 'STARTING'"))[0][0]
+                  .as<int64_t>(),
+              1)
+        << id;
+  }
   int answers = 0, running_answers = 0, failures = 0;
   std::vector<std::thread> threads;
   for (const auto& [node, held] : by_node) {
