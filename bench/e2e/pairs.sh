@@ -5,13 +5,13 @@
 # to do better (docs/reliability.md, "Start confirmations of many nodes in
 # one transaction"); alternating A B A B credits that to B.
 #
-#   bench/e2e/pairs.sh [--sets N] [--bench PATH] --a 'VAR=value ...' --b 'VAR=value ...'
+#   bench/e2e/pairs.sh [--sets N] [--bench PATH] --a 'VAR=value;...' --b 'VAR=value;...'
 #
-# --a and --b are environment assignments for that side's runs, e.g.
-#   --a 'SV_BENCH_SVD_ARGS=--agent-confirm-batch-lanes=0' --b ''
-#   --a 'SV_BENCH_SVD=/tmp/old/svd' --b ''
-# Values are split on spaces, so a flag and its value go as one word with
-# `=`. Anything set in the caller's environment (SV_BENCH_DELETE=0,
+# --a and --b are environment assignments for that side's runs, separated
+# by `;` (so a value may hold spaces), e.g.
+#   --a 'SV_BENCH_SVD_ARGS=--agent-confirm-batch-lanes 0' --b ''
+#   --a 'SV_BENCH_SVD=/tmp/old/svd;SV_BENCH_NODES=256' --b 'SV_BENCH_NODES=256'
+# Anything set in the caller's environment (SV_BENCH_DELETE=0,
 # SV_BENCH_NODES, SV_BENCH_PROFILE, ...) applies to both sides. Prints one
 # line per run and, at the end, the range of each figure per side.
 set -euo pipefail
@@ -28,7 +28,7 @@ while (($#)); do
     --bench) BENCH="$2"; shift 2 ;;
     --a) A_ENV="$2"; A_SET=1; shift 2 ;;
     --b) B_ENV="$2"; B_SET=1; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "pairs.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -50,13 +50,19 @@ trap 'rm -f "$RESULTS"' EXIT
 
 # One run of side $1 (A or B); appends "side creates/s p50 p99 ratio cpu others".
 run() {
-  local side="$1" assignments="$2" out
-  # shellcheck disable=SC2086 # the assignments are words on purpose
-  out="$(env $assignments "$BENCH" 2>/dev/null | grep -v '^\[')" || {
+  local side="$1" out
+  local -a assignments=()
+  if [[ -n "$2" ]]; then IFS=';' read -ra assignments <<<"$2"; fi
+  out="$(env "${assignments[@]}" "$BENCH" 2>/dev/null | grep -v '^\[')" || {
     echo "pairs.sh: run of $side failed" >&2
     return 1
   }
   awk -v side="$side" -v at="$(date -u +%H:%M:%S)" '
+    # With SV_BENCH_PROFILE=1: the creates over 100 ms, from the table by
+    # the second.
+    /creates by the second/ { t = 1; slow = 0; next }
+    t && NF == 6 && $1 ~ /^[0-9]+$/ { slow += $6; next }
+    t { t = 0 }
     /creates\/s/ && !c { c = $2 }
     /p50 latency/ { p50 = $3 }
     /p99 latency/ { p99 = $3 }
@@ -69,8 +75,10 @@ run() {
       sub(/;$/, "", cpu)
     }
     END {
-      printf "%s %s creates/s %s p50_ms %s p99_ms %s ratio %s cpu_ms %s others %s\n",
-             side, at, c, p50, p99, r, cpu, o
+      printf "%s %s creates/s %s p50_ms %s p99_ms %s ratio %s cpu_ms %s others %s", side, at,
+             c, p50, p99, r, cpu, o
+      if (slow != "") printf " over_100ms %s", slow
+      printf "\n"
     }' <<<"$out" | tee -a "$RESULTS"
 }
 
