@@ -77,6 +77,23 @@ void EndInstance(pqxx::work& txn, const std::string& instance_id, const std::str
   RecordEvent(txn, instance_id, at, from, to, reason);
 }
 
+// The group commit of a kind of agent write (docs/agent.md), writing each
+// batch with `write`; none with lanes <= 0.
+template <typename Request, typename Result>
+std::unique_ptr<GroupCommitter<Request, Result>> MakeCommitter(
+    int lanes, typename GroupCommitter<Request, Result>::Writer write) {
+  if (lanes <= 0) return nullptr;
+  return std::make_unique<GroupCommitter<Request, Result>>(lanes, std::move(write));
+}
+
+// Whether a batch of `size` nodes whose transaction ended with `status` is
+// done again node by node. As the create and delete batches: after any
+// failure but an unreachable database, so one node's trouble costs the
+// others nothing.
+bool RedoAlone(const absl::Status& status, size_t size) {
+  return !status.ok() && size > 1 && status.code() != absl::StatusCode::kUnavailable;
+}
+
 InstanceState ParseInstanceState(const std::string& s) {
   for (int i = 0; i <= static_cast<int>(InstanceState::kFailed); ++i) {
     auto state = static_cast<InstanceState>(i);
@@ -207,14 +224,8 @@ absl::StatusOr<bool> AgentStore::Heartbeat(const std::string& node_id, absl::Tim
 // ---- Lifecycle ---------------------------------------------------------------
 
 void AgentStore::SetDesiredBatchLanes(int lanes) {
-  if (lanes <= 0) {
-    desired_.reset();
-    return;
-  }
-  desired_ = std::make_unique<GroupCommitter<DesiredSetRequest, DesiredSetResult>>(
-      lanes, [this](const std::vector<DesiredSetRequest>& batch) {
-        return DesiredForNodes(batch);
-      });
+  desired_ = MakeCommitter<DesiredSetRequest, DesiredSetResult>(
+      lanes, [this](const auto& batch) { return DesiredForNodes(batch); });
 }
 
 absl::StatusOr<std::vector<AgentAssignment>> AgentStore::DesiredForNode(
@@ -343,10 +354,7 @@ std::vector<DesiredSetResult> AgentStore::DesiredForNodes(
   });
   std::vector<DesiredSetResult> results;
   results.reserve(requests.size());
-  if (!status.ok() && requests.size() > 1 &&
-      status.code() != absl::StatusCode::kUnavailable) {
-    // As the confirmations: a batch that failed for any reason but an
-    // unreachable database is read again node by node.
+  if (RedoAlone(status, requests.size())) {
     for (const auto& r : requests) results.push_back(std::move(DesiredForNodes({r}).front()));
     return results;
   }
@@ -391,14 +399,8 @@ absl::StatusOr<bool> AgentStore::ConfirmStarted(const std::string& node_id,
 }
 
 void AgentStore::SetConfirmBatchLanes(int lanes) {
-  if (lanes <= 0) {
-    confirms_.reset();
-    return;
-  }
-  confirms_ = std::make_unique<GroupCommitter<StartConfirmation, StartConfirmationResult>>(
-      lanes, [this](const std::vector<StartConfirmation>& batch) {
-        return ConfirmStartedBatch(batch);
-      });
+  confirms_ = MakeCommitter<StartConfirmation, StartConfirmationResult>(
+      lanes, [this](const auto& batch) { return ConfirmStartedBatch(batch); });
 }
 
 StartConfirmationResult AgentStore::ConfirmStartedMany(
@@ -554,11 +556,7 @@ std::vector<StartConfirmationResult> AgentStore::ConfirmStartedBatch(
   });
   std::vector<StartConfirmationResult> results;
   results.reserve(confirmations.size());
-  if (!status.ok() && confirmations.size() > 1 &&
-      status.code() != absl::StatusCode::kUnavailable) {
-    // As the create and delete batches: a batch that failed for any reason
-    // but an unreachable database is written node by node, so one node's
-    // trouble costs the others nothing.
+  if (RedoAlone(status, confirmations.size())) {
     for (const auto& c : confirmations) {
       results.push_back(std::move(ConfirmStartedBatch({c}).front()));
     }

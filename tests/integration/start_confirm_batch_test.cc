@@ -83,9 +83,10 @@ class StartConfirmBatchTest : public ::testing::Test {
         .as<std::string>();
   }
 
-  int64_t RunningEvents(const std::string& id) {
+  // How many events moved the instance to `state`.
+  int64_t Events(const std::string& id, const std::string& state) {
     return Query(absl::StrCat("SELECT count(*) FROM instance_events WHERE instance_id = '", id,
-                              "' AND to_state = 'RUNNING'"))[0][0]
+                              "' AND to_state = '", state, "'"))[0][0]
         .as<int64_t>();
   }
 
@@ -149,10 +150,10 @@ TEST_F(StartConfirmBatchTest, ABatchOfNodesAnswersEachNodeAndStartsAGangOnce) {
   // One RUNNING event each, as of the last of its nodes' reports.
   const int64_t t0 = absl::ToUnixSeconds(now_);
   EXPECT_EQ(State(gang), "RUNNING");
-  EXPECT_EQ(RunningEvents(gang), 1);
+  EXPECT_EQ(Events(gang, "RUNNING"), 1);
   EXPECT_EQ(RunningTimes(gang), std::make_pair(t0 + 3, t0 + 3));
   EXPECT_EQ(State(small), "RUNNING");
-  EXPECT_EQ(RunningEvents(small), 1);
+  EXPECT_EQ(Events(small, "RUNNING"), 1);
   EXPECT_EQ(RunningTimes(small), std::make_pair(t0 + 2, t0 + 2));
   EXPECT_EQ(State(gone), "DELETED");
   // Each confirming node's heartbeat moved up to its own report.
@@ -174,7 +175,7 @@ TEST_F(StartConfirmBatchTest, ABatchOfNodesAnswersEachNodeAndStartsAGangOnce) {
   ASSERT_TRUE(results[0].ok() && results[1].ok() && results[2].ok());
   EXPECT_TRUE(*(*results[0])[0]);
   EXPECT_TRUE(*(*results[2])[0]);
-  EXPECT_EQ(RunningEvents(gang), 1);
+  EXPECT_EQ(Events(gang, "RUNNING"), 1);
   EXPECT_EQ(RunningTimes(gang), std::make_pair(t0 + 3, t0 + 3));
   EXPECT_EQ(Query("SELECT count(*) FROM instance_node_starts")[0][0].as<int64_t>(), starts);
 }
@@ -197,7 +198,7 @@ TEST_F(StartConfirmBatchTest, OneNodeOfAGangLeavesItStartingUntilTheOther) {
   EXPECT_TRUE(*(*second)[0]);
   const int64_t t0 = absl::ToUnixSeconds(now_);
   EXPECT_EQ(RunningTimes(gang), std::make_pair(t0 + 7, t0 + 7));
-  EXPECT_EQ(RunningEvents(gang), 1);
+  EXPECT_EQ(Events(gang, "RUNNING"), 1);
 }
 
 // Desired-set reads of several nodes in one transaction
@@ -261,10 +262,7 @@ TEST_F(StartConfirmBatchTest, DesiredSetsOfSeveralNodesInOneTransaction) {
   ASSERT_TRUE(again.ok()) << again.status();
   ASSERT_EQ(again->size(), 1u);
   EXPECT_EQ((*again)[0].instance_id, gang);
-  EXPECT_EQ(Query(absl::StrCat("SELECT count(*) FROM instance_events WHERE instance_id = '",
-                               gang, "' AND to_state = 'STARTING'"))[0][0]
-                .as<int64_t>(),
-            1);
+  EXPECT_EQ(Events(gang, "STARTING"), 1);
 }
 
 // 24 nodes read their sets at once, then report at once, twice each,
@@ -309,11 +307,7 @@ TEST_F(StartConfirmBatchTest, ManyNodesAtOnceThroughTheGroupCommit) {
   EXPECT_EQ(told, by_node);
   for (const auto& id : ids) {
     EXPECT_EQ(State(id), "STARTING") << id;
-    EXPECT_EQ(Query(absl::StrCat("SELECT count(*) FROM instance_events WHERE instance_id = '",
-                                 id, "' AND to_state = 'STARTING'"))[0][0]
-                  .as<int64_t>(),
-              1)
-        << id;
+    EXPECT_EQ(Events(id, "STARTING"), 1) << id;
   }
   int answers = 0, running_answers = 0, failures = 0;
   std::vector<std::thread> threads;
@@ -341,7 +335,7 @@ TEST_F(StartConfirmBatchTest, ManyNodesAtOnceThroughTheGroupCommit) {
   EXPECT_GE(running_answers, 2 * (16 + 64) - 8);
   for (const auto& id : ids) {
     EXPECT_EQ(State(id), "RUNNING") << id;
-    EXPECT_EQ(RunningEvents(id), 1) << id;
+    EXPECT_EQ(Events(id, "RUNNING"), 1) << id;
   }
 }
 
