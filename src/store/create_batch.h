@@ -64,7 +64,8 @@ class GroupCommitter {
     auto slot = std::make_shared<Slot>(tenant_id, std::move(request));
     std::unique_lock<std::mutex> lock(mutex_);
     queue_.push_back(slot);
-    FormBatchesLocked();
+    WakeAfterUnlock(lock, FormBatchesLocked());
+    lock.lock();
     // Wait until another call has written this call's batch, or until this
     // call is handed a batch to write. Each call waits on its own condition,
     // so a commit wakes only the calls it answered and the writers of the
@@ -72,7 +73,8 @@ class GroupCommitter {
     // `stall_after_`, in case the batches in flight are stuck.
     while (!slot->done && slot->batch.empty()) {
       if (slot->woken.wait_for(lock, stall_after_) == std::cv_status::timeout) {
-        FormBatchesLocked();
+        WakeAfterUnlock(lock, FormBatchesLocked());
+        lock.lock();
       }
     }
     if (slot->done) return std::move(slot->result);
@@ -90,15 +92,18 @@ class GroupCommitter {
       failed = std::current_exception();
     }
     lock.lock();
+    std::vector<std::shared_ptr<Slot>> wake;
+    wake.reserve(batch.size());
     for (auto& s : batch) {
       s->done = true;
       busy_tenants_.erase(s->tenant_id);
-      if (s != slot) s->woken.notify_one();
+      if (s != slot) wake.push_back(s);
     }
     in_flight_.erase(started);
     // The calls that arrived meanwhile, and the waiting calls of this
     // batch's tenants.
-    FormBatchesLocked();
+    for (auto& w : FormBatchesLocked()) wake.push_back(std::move(w));
+    WakeAfterUnlock(lock, std::move(wake));
     if (failed) std::rethrow_exception(failed);
     return std::move(slot->result);
   }
@@ -124,10 +129,22 @@ class GroupCommitter {
     return queue_.size() >= spread_calls_ || Clock::now() - in_flight_.front() >= stall_after_;
   }
 
+  // Unlocks, then wakes `slots`. A call woken while the lock is still held
+  // would only block on it again: a second sleep and wake-up per call. The
+  // shared pointers keep each slot's condition alive even if its call has
+  // already seen `done` and returned.
+  static void WakeAfterUnlock(std::unique_lock<std::mutex>& lock,
+                              std::vector<std::shared_ptr<Slot>> slots) {
+    lock.unlock();
+    for (const auto& s : slots) s->woken.notify_one();
+  }
+
   // Forms the next batches from the queue while MayStartLocked(): in
   // arrival order, every waiting call whose tenant is in no batch in
   // flight, up to kBatchCallsMax. The oldest call in a batch writes it.
-  void FormBatchesLocked() {
+  // Returns those writers, to be woken once the lock is released.
+  [[nodiscard]] std::vector<std::shared_ptr<Slot>> FormBatchesLocked() {
+    std::vector<std::shared_ptr<Slot>> writers;
     while (!queue_.empty() && MayStartLocked()) {
       std::vector<std::shared_ptr<Slot>> batch;
       std::set<std::string> taken;  // Tenants of this batch.
@@ -141,13 +158,14 @@ class GroupCommitter {
         batch.push_back(std::move(*it));
         it = queue_.erase(it);
       }
-      if (batch.empty()) return;  // Every waiting call's tenant is in flight.
+      if (batch.empty()) break;  // Every waiting call's tenant is in flight.
       busy_tenants_.insert(taken.begin(), taken.end());
-      Slot& writer = *batch.front();
-      writer.started = in_flight_.insert(in_flight_.end(), Clock::now());
-      writer.batch = std::move(batch);
-      writer.woken.notify_one();
+      std::shared_ptr<Slot> writer = batch.front();
+      writer->started = in_flight_.insert(in_flight_.end(), Clock::now());
+      writer->batch = std::move(batch);
+      writers.push_back(std::move(writer));
     }
+    return writers;
   }
 
   void Write(const std::vector<std::shared_ptr<Slot>>& batch) {
