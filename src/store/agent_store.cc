@@ -461,6 +461,10 @@ std::vector<StartConfirmationResult> AgentStore::ConfirmStartedBatch(
     std::vector<std::string> locked_ids, locked_nodes, locked_at;
     // Locked and waiting for confirmations: id -> (state, latest report here).
     std::map<std::string, std::pair<std::string, absl::Time>> starting;
+    // A confirmation is a sign of life too, so a node that dies right after
+    // it never ends a RUNNING interval before it began: node -> its latest
+    // locked report here.
+    std::map<std::string, absl::Time> alive;
     if (!pending_ids.empty()) {
       for (const auto& row : ExecPrepared(txn, "sv_agent_confirm_lock_pairs",
                absl::StrCat("SELECT u.id, u.node, i.state FROM unnest($1::text[], $2::text[]) "
@@ -478,6 +482,8 @@ std::vector<StartConfirmationResult> AgentStore::ConfirmStartedBatch(
         locked_ids.push_back(pair.first);
         locked_nodes.push_back(pair.second);
         locked_at.push_back(SqlTime(at));
+        auto [node_it, node_fresh] = alive.emplace(pair.second, at);
+        if (!node_fresh) node_it->second = std::max(node_it->second, at);
         if (state == "STARTING" || state == "SCHEDULED") {
           auto [it, fresh] = starting.emplace(pair.first, std::make_pair(state, at));
           if (!fresh) it->second.second = std::max(it->second.second, at);
@@ -491,14 +497,6 @@ std::vector<StartConfirmationResult> AgentStore::ConfirmStartedBatch(
           "$3::timestamptz[]) AS u(id, node, at) ON CONFLICT DO NOTHING",
           TextArrayLiteral(locked_ids), TextArrayLiteral(locked_nodes),
           TextArrayLiteral(locked_at));
-      // A confirmation is a sign of life too, so a node that dies right
-      // after it never ends a RUNNING interval before it began.
-      std::map<std::string, absl::Time> alive;  // Node -> its latest report here.
-      for (size_t i = 0; i < locked_nodes.size(); ++i) {
-        const absl::Time at = reported.at(Pair{locked_ids[i], locked_nodes[i]});
-        auto [it, fresh] = alive.emplace(locked_nodes[i], at);
-        if (!fresh) it->second = std::max(it->second, at);
-      }
       std::vector<std::string> alive_nodes, alive_at;
       for (const auto& [node, at] : alive) {
         alive_nodes.push_back(node);

@@ -15,7 +15,6 @@
 #include "billing/billing.h"
 #include "control/scheduling.h"
 #include "gtest/gtest.h"
-#include "store/migrations.h"
 #include "tests/integration/harness.h"
 
 namespace sv::billing {
@@ -26,17 +25,15 @@ constexpr int64_t kPrice = 33'000;  // RTX 4090, micro-yuan per GPU-minute.
 class BillingBatchTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    store::DatabaseOptions options;
-    options.url = sv::testing::CreateTestDatabase();
-    db_ = std::make_unique<store::Database>(options);
-    ASSERT_TRUE(store::ApplyMigrations(*db_).ok());
+    db_ = sv::testing::CreateMigratedDatabase(nullptr);
+    ASSERT_NE(db_, nullptr);
     store_ = std::make_unique<store::Store>(*db_);
     scheduling_ = std::make_unique<control::Scheduling>(*db_, control::SchedulingOptions{});
     ASSERT_TRUE(sv::testing::AddSimulatedNodes(*store_, 12, 1, clock_.Now()).ok());
-    BillingOptions options_b;
-    options_b.metering_lag = absl::ZeroDuration();
-    options_b.first_run_lookback = absl::Hours(24);
-    billing_ = std::make_unique<Billing>(*db_, *store_, clock_, options_b);
+    BillingOptions options;
+    options.metering_lag = absl::ZeroDuration();
+    options.first_run_lookback = absl::Hours(24);
+    billing_ = std::make_unique<Billing>(*db_, *store_, clock_, options);
   }
 
   // A tenant with one member user and `paid` micro-yuan in its paid wallet;

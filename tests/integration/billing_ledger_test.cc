@@ -14,7 +14,6 @@
 #include "control/scheduling.h"
 #include "gtest/gtest.h"
 #include "store/dashboard_store.h"
-#include "store/migrations.h"
 #include "tests/integration/harness.h"
 
 namespace sv::billing {
@@ -25,11 +24,8 @@ constexpr int64_t kPrice = 33'000;  // RTX 4090, micro-yuan per GPU-minute.
 class BillingTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    store::DatabaseOptions options;
-    options.url = sv::testing::CreateTestDatabase();
-    options.connections_max = 16;
-    db_ = std::make_unique<store::Database>(options);
-    ASSERT_TRUE(store::ApplyMigrations(*db_).ok());
+    db_ = sv::testing::CreateMigratedDatabase(nullptr, 16);
+    ASSERT_NE(db_, nullptr);
     store_ = std::make_unique<store::Store>(*db_);
     scheduling_ = std::make_unique<control::Scheduling>(*db_, control::SchedulingOptions{});
     ASSERT_TRUE(sv::testing::AddSimulatedNodes(*store_, 16, 2, clock_.Now()).ok());

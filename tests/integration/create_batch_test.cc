@@ -21,7 +21,6 @@
 #include "common/status.h"
 #include "control/scheduling.h"
 #include "store/create_batch.h"
-#include "store/migrations.h"
 #include "store/store.h"
 #include "tests/integration/harness.h"
 
@@ -33,12 +32,8 @@ constexpr int64_t kTrialMicros = 10'000'000;
 class CreateBatchTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    url_ = sv::testing::CreateTestDatabase();
-    DatabaseOptions options;
-    options.url = url_;
-    options.connections_max = 16;
-    db_ = std::make_unique<Database>(options);
-    ASSERT_TRUE(ApplyMigrations(*db_).ok());
+    db_ = sv::testing::CreateMigratedDatabase(&url_, 16);
+    ASSERT_NE(db_, nullptr);
     store_ = std::make_unique<Store>(*db_);
   }
 

@@ -221,10 +221,11 @@ v1::AgentMessage AgentRegistration(const std::string& node_name) {
   return m;
 }
 
-std::unique_ptr<store::Database> CreateMigratedDatabase(std::string* url) {
-  *url = CreateTestDatabase();
+std::unique_ptr<store::Database> CreateMigratedDatabase(std::string* url, int connections_max) {
   store::DatabaseOptions options;
-  options.url = *url;
+  options.url = CreateTestDatabase();
+  if (url != nullptr) *url = options.url;
+  if (connections_max > 0) options.connections_max = connections_max;
   auto db = std::make_unique<store::Database>(options);
   if (absl::Status migrated = store::ApplyMigrations(*db); !migrated.ok()) {
     ADD_FAILURE() << "migrations: " << migrated;

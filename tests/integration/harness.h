@@ -26,9 +26,12 @@ store::EmbeddedPostgres& SharedPostgres();
 std::string CreateTestDatabase();
 
 // A fresh test database with the migrations applied, opened in the test's
-// process (tests of the store and the loops without svd); its address goes
-// to `url`. nullptr (and a test failure) if the migrations fail.
-std::unique_ptr<store::Database> CreateMigratedDatabase(std::string* url);
+// process (tests of the store and the loops without svd) with at most
+// `connections_max` connections (0: the pool's default); its address goes
+// to `url` unless that is nullptr. nullptr (and a test failure) if the
+// migrations fail.
+std::unique_ptr<store::Database> CreateMigratedDatabase(std::string* url,
+                                                        int connections_max = 0);
 
 // Runs `sql` in its own committed transaction on the database at `url`.
 void ExecSql(const std::string& url, const std::string& sql);

@@ -12,7 +12,6 @@
 #include "common/status.h"
 #include "control/leadership.h"
 #include "store/database.h"
-#include "store/migrations.h"
 #include "tests/integration/harness.h"
 
 namespace sv::testing {
@@ -24,11 +23,8 @@ using control::LeadershipOptions;
 class LeadershipTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    store::DatabaseOptions options;
-    options.url = CreateTestDatabase();
-    options.connections_max = 4;
-    db_ = std::make_unique<store::Database>(options);
-    ASSERT_TRUE(store::ApplyMigrations(*db_).ok());
+    db_ = CreateMigratedDatabase(nullptr, 4);
+    ASSERT_NE(db_, nullptr);
     ASSERT_TRUE(db_->Transact([](pqxx::work& txn) {
                      txn.exec("CREATE TABLE fenced_writes (id serial, who text)");
                      return absl::OkStatus();

@@ -8,7 +8,6 @@
 #include "control/scheduling.h"
 #include "gtest/gtest.h"
 #include "store/agent_store.h"
-#include "store/migrations.h"
 #include "tests/integration/harness.h"
 
 namespace sv::billing {
@@ -19,10 +18,8 @@ constexpr int64_t kPrice = 33'000;
 class MoveBillingTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    store::DatabaseOptions options;
-    options.url = sv::testing::CreateTestDatabase();
-    db_ = std::make_unique<store::Database>(options);
-    ASSERT_TRUE(store::ApplyMigrations(*db_).ok());
+    db_ = sv::testing::CreateMigratedDatabase(nullptr);
+    ASSERT_NE(db_, nullptr);
     store_ = std::make_unique<store::Store>(*db_);
     scheduling_ = std::make_unique<control::Scheduling>(*db_, control::SchedulingOptions{});
     ASSERT_TRUE(sv::testing::AddSimulatedNodes(*store_, 2, 1, clock_.Now()).ok());

@@ -19,7 +19,6 @@
 #include "control/scheduling.h"
 #include "store/agent_store.h"
 #include "store/database.h"
-#include "store/migrations.h"
 #include "store/store.h"
 #include "tests/integration/harness.h"
 
@@ -29,12 +28,8 @@ namespace {
 class StartConfirmBatchTest : public ::testing::Test {
  protected:
   void Open(int nodes) {
-    url_ = sv::testing::CreateTestDatabase();
-    DatabaseOptions options;
-    options.url = url_;
-    options.connections_max = 16;
-    db_ = std::make_unique<Database>(options);
-    ASSERT_TRUE(ApplyMigrations(*db_).ok());
+    db_ = sv::testing::CreateMigratedDatabase(&url_, 16);
+    ASSERT_NE(db_, nullptr);
     store_ = std::make_unique<Store>(*db_);
     ASSERT_TRUE(sv::testing::AddSimulatedNodes(*store_, nodes, 1, now_).ok());
     auto tenant = store_->CreateTenant(
