@@ -32,28 +32,28 @@ namespace {
   "(SELECT r.from_gpu_count FROM instance_resizes r WHERE r.instance_id = i.id "   \
   "AND r.at > ev.at ORDER BY r.at, r.id LIMIT 1), i.gpu_count)"
 
-// Every RUNNING interval from the events: from a row with to_state RUNNING to
-// the next row of that instance (which has from_state RUNNING), or open.
-constexpr char kIntervalsFromEventsSql[] = R"sql(
-WITH cand AS (
-  SELECT id FROM instances WHERE state = 'RUNNING'
-  UNION
-  SELECT instance_id FROM instance_events
-  WHERE from_state = 'RUNNING' AND at > $1::timestamptz
-), ev AS (
-  SELECT e.instance_id, e.at, e.to_state,
-         lead(e.at) OVER w AS next_at
-  FROM instance_events e JOIN cand c ON c.id = e.instance_id
-  WHERE e.to_state = 'RUNNING' OR e.from_state = 'RUNNING'
-  WINDOW w AS (PARTITION BY e.instance_id ORDER BY e.at, e.id)
-)
-SELECT ev.instance_id, i.billing_no, i.tenant_id, )sql" SV_GPU_COUNT_AT_EVENT R"sql( AS gpu_count, i.gpu_model,
-       (extract(epoch from ev.at) * 1000000)::bigint AS start_us,
-       (extract(epoch from ev.next_at) * 1000000)::bigint AS end_us
-FROM ev JOIN instances i ON i.id = ev.instance_id
-WHERE ev.to_state = 'RUNNING' AND ev.at < $2::timestamptz
-  AND (ev.next_at IS NULL OR ev.next_at > $1::timestamptz)
-)sql";
+// The RUNNING intervals of the instances that `FROM_CANDIDATES` joins to the
+// events `e`: from a row with to_state RUNNING to the next row of that
+// instance (which has from_state RUNNING), or open; those that overlap
+// [$1, $2). The text after a `WITH ` or after the caller's own CTEs.
+#define SV_RUNNING_INTERVALS(FROM_CANDIDATES)                                            \
+  "ev AS (SELECT e.instance_id, e.at, e.to_state, lead(e.at) OVER w AS next_at "       \
+  "FROM instance_events e " FROM_CANDIDATES " "                                        \
+  "WHERE e.to_state = 'RUNNING' OR e.from_state = 'RUNNING' "                          \
+  "WINDOW w AS (PARTITION BY e.instance_id ORDER BY e.at, e.id)) "                     \
+  "SELECT ev.instance_id, i.billing_no, i.tenant_id, " SV_GPU_COUNT_AT_EVENT            \
+  " AS gpu_count, i.gpu_model, (extract(epoch from ev.at) * 1000000)::bigint AS start_us, " \
+  "(extract(epoch from ev.next_at) * 1000000)::bigint AS end_us "                      \
+  "FROM ev JOIN instances i ON i.id = ev.instance_id "                                 \
+  "WHERE ev.to_state = 'RUNNING' AND ev.at < $2::timestamptz "                         \
+  "AND (ev.next_at IS NULL OR ev.next_at > $1::timestamptz)"
+
+// Every RUNNING interval from the events: the instances RUNNING now and
+// those that left RUNNING after $1.
+constexpr char kIntervalsFromEventsSql[] =
+    "WITH cand AS (SELECT id FROM instances WHERE state = 'RUNNING' UNION "
+    "SELECT instance_id FROM instance_events WHERE from_state = 'RUNNING' "
+    "AND at > $1::timestamptz), " SV_RUNNING_INTERVALS("JOIN cand c ON c.id = e.instance_id");
 
 // The events-only intervals of the instances in the caller's CTE `recent`
 // (id): metering's instances that left RUNNING after $1 or are RUNNING
@@ -62,40 +62,15 @@ WHERE ev.to_state = 'RUNNING' AND ev.at < $2::timestamptz
 // RUNNING event), which metering reads from `instances` directly
 // (billing/metering.cc). The auditor uses the events-only form, so it also
 // checks that running_since agrees with the events.
-constexpr char kIntervalsOfRecentSql[] = R"sql(
-WITH ev AS (
-  SELECT e.instance_id, e.at, e.to_state,
-         lead(e.at) OVER w AS next_at
-  FROM instance_events e JOIN recent c ON c.id = e.instance_id
-  WHERE e.to_state = 'RUNNING' OR e.from_state = 'RUNNING'
-  WINDOW w AS (PARTITION BY e.instance_id ORDER BY e.at, e.id)
-)
-SELECT ev.instance_id, i.billing_no, i.tenant_id, )sql" SV_GPU_COUNT_AT_EVENT R"sql( AS gpu_count, i.gpu_model,
-       (extract(epoch from ev.at) * 1000000)::bigint AS start_us,
-       (extract(epoch from ev.next_at) * 1000000)::bigint AS end_us
-FROM ev JOIN instances i ON i.id = ev.instance_id
-WHERE ev.to_state = 'RUNNING' AND ev.at < $2::timestamptz
-  AND (ev.next_at IS NULL OR ev.next_at > $1::timestamptz)
-)sql";
+constexpr char kIntervalsOfRecentSql[] =
+    "WITH " SV_RUNNING_INTERVALS("JOIN recent c ON c.id = e.instance_id");
 
 // The events-only intervals of the instances in the temporary table
 // billing_recheck (late events, billing/adjustments.cc).
-constexpr char kIntervalsOfRecheckSql[] = R"sql(
-WITH ev AS (
-  SELECT e.instance_id, e.at, e.to_state,
-         lead(e.at) OVER w AS next_at
-  FROM instance_events e JOIN billing_recheck c ON c.instance_id = e.instance_id
-  WHERE e.to_state = 'RUNNING' OR e.from_state = 'RUNNING'
-  WINDOW w AS (PARTITION BY e.instance_id ORDER BY e.at, e.id)
-)
-SELECT ev.instance_id, i.billing_no, i.tenant_id, )sql" SV_GPU_COUNT_AT_EVENT R"sql( AS gpu_count, i.gpu_model,
-       (extract(epoch from ev.at) * 1000000)::bigint AS start_us,
-       (extract(epoch from ev.next_at) * 1000000)::bigint AS end_us
-FROM ev JOIN instances i ON i.id = ev.instance_id
-WHERE ev.to_state = 'RUNNING' AND ev.at < $2::timestamptz
-  AND (ev.next_at IS NULL OR ev.next_at > $1::timestamptz)
-)sql";
+constexpr char kIntervalsOfRecheckSql[] =
+    "WITH " SV_RUNNING_INTERVALS("JOIN billing_recheck c ON c.instance_id = e.instance_id");
 
+#undef SV_RUNNING_INTERVALS
 #undef SV_GPU_COUNT_AT_EVENT
 
 }  // namespace
