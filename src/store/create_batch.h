@@ -11,9 +11,13 @@
 // less per call than several small ones side by side, which also contend
 // for the same index pages (docs/reliability.md, "One batch in flight").
 // Another batch, up to `lanes` in all, starts only when `spread_calls`
-// calls wait, more than one batch can hold, or when the oldest batch in
+// calls wait, more than one batch can hold, when the oldest batch in
 // flight has run `stall_after` (a lock wait, say), so that one stuck batch
-// does not hold up every tenant. A tenant is in at most one batch in
+// does not hold up every tenant, or when every batch in flight has only
+// its COMMIT left (its writer called BatchCommitting()): the next batch's
+// statements then run during that round trip and WAL flush instead of
+// after it (docs/reliability.md, "The next batch during the COMMIT"). A
+// tenant is in at most one batch in
 // flight, so batches in flight never wait on each other's tenant rows and
 // a tenant's calls are written in the order they arrived.
 
@@ -34,6 +38,18 @@
 #include <vector>
 
 namespace sv::store {
+
+// The hook of the batch this thread is writing, if any (BatchCommitting()).
+namespace internal {
+inline thread_local std::function<void()>* batch_committing = nullptr;
+}  // namespace internal
+
+// Tells the group committer whose batch this thread is writing that only
+// the COMMIT is left, so the next batch may start its statements meanwhile.
+// A no-op outside a writer, and after its first call per batch.
+inline void BatchCommitting() {
+  if (auto* hook = internal::batch_committing) (*hook)();
+}
 
 template <typename Request, typename Result>
 class GroupCommitter {
@@ -86,11 +102,20 @@ class GroupCommitter {
     // would wait for ever: the others of its batch get a default-made
     // Result (an UNKNOWN error for a StatusOr), this call the exception.
     std::exception_ptr failed;
+    std::function<void()> committing = [this, started] {
+      std::unique_lock<std::mutex> l(mutex_);
+      if (started->committing) return;
+      started->committing = true;
+      WakeAfterUnlock(l, FormBatchesLocked());
+    };
+    std::function<void()>* const outer = internal::batch_committing;
+    internal::batch_committing = &committing;
     try {
       Write(batch);
     } catch (...) {
       failed = std::current_exception();
     }
+    internal::batch_committing = outer;
     lock.lock();
     std::vector<std::shared_ptr<Slot>> wake;
     wake.reserve(batch.size());
@@ -109,6 +134,11 @@ class GroupCommitter {
   }
 
  private:
+  // A batch in flight: when it started, and whether only its COMMIT is left.
+  struct InFlight {
+    Clock::time_point started;
+    bool committing = false;
+  };
   struct Slot {
     Slot(std::string t, Request r) : tenant_id(std::move(t)), request(std::move(r)) {}
     std::string tenant_id;
@@ -117,7 +147,7 @@ class GroupCommitter {
     // Handed to this call to write: its own request and those queued with
     // it, and where its start is recorded in `in_flight_`.
     std::vector<std::shared_ptr<Slot>> batch;
-    typename std::list<Clock::time_point>::iterator started;
+    typename std::list<InFlight>::iterator started;
     std::condition_variable woken;
     Result result;
   };
@@ -126,7 +156,12 @@ class GroupCommitter {
   bool MayStartLocked() const {
     if (in_flight_.empty()) return true;
     if (static_cast<int>(in_flight_.size()) >= lanes_) return false;
-    return queue_.size() >= spread_calls_ || Clock::now() - in_flight_.front() >= stall_after_;
+    if (std::all_of(in_flight_.begin(), in_flight_.end(),
+                    [](const InFlight& f) { return f.committing; })) {
+      return true;
+    }
+    return queue_.size() >= spread_calls_ ||
+           Clock::now() - in_flight_.front().started >= stall_after_;
   }
 
   // Unlocks, then wakes `slots`. A call woken while the lock is still held
@@ -161,7 +196,7 @@ class GroupCommitter {
       if (batch.empty()) break;  // Every waiting call's tenant is in flight.
       busy_tenants_.insert(taken.begin(), taken.end());
       std::shared_ptr<Slot> writer = batch.front();
-      writer->started = in_flight_.insert(in_flight_.end(), Clock::now());
+      writer->started = in_flight_.insert(in_flight_.end(), InFlight{Clock::now()});
       writer->batch = std::move(batch);
       writers.push_back(std::move(writer));
     }
@@ -184,7 +219,7 @@ class GroupCommitter {
   std::mutex mutex_;
   std::deque<std::shared_ptr<Slot>> queue_;  // Waiting for a batch, oldest first.
   std::set<std::string> busy_tenants_;       // Tenants of the batches in flight.
-  std::list<Clock::time_point> in_flight_;   // Start of each batch in flight, oldest first.
+  std::list<InFlight> in_flight_;  // Oldest first.
 };
 
 }  // namespace sv::store

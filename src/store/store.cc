@@ -380,8 +380,10 @@ std::vector<absl::StatusOr<InstanceRecord>> Store::DeleteInstances(
 std::vector<DeleteOutcome> Store::DeleteBatch(const std::vector<DeleteRequest>& batch) {
   std::vector<DeleteOutcome> out;
   std::vector<size_t> busy;
-  absl::Status status = batch_db_->Transact([&](pqxx::work& txn) {
-    return DeleteBatchInTransaction(txn, batch, /*wait=*/false, out, busy);
+  absl::Status status = batch_db_->Transact([&](pqxx::work& txn) -> absl::Status {
+    SV_RETURN_IF_ERROR(DeleteBatchInTransaction(txn, batch, /*wait=*/false, out, busy));
+    if (busy.empty()) BatchCommitting();  // Else after the held rows, below.
+    return absl::OkStatus();
   });
   if (status.ok() && !busy.empty()) {
     // Rows another transaction held (a node's read moving a just placed
@@ -390,8 +392,11 @@ std::vector<DeleteOutcome> Store::DeleteBatch(const std::vector<DeleteRequest>& 
     for (size_t i : busy) held.push_back(batch[i]);
     std::vector<DeleteOutcome> held_out;
     std::vector<size_t> still_busy;
-    absl::Status waited = batch_db_->Transact([&](pqxx::work& txn) {
-      return DeleteBatchInTransaction(txn, held, /*wait=*/true, held_out, still_busy);
+    absl::Status waited = batch_db_->Transact([&](pqxx::work& txn) -> absl::Status {
+      SV_RETURN_IF_ERROR(
+          DeleteBatchInTransaction(txn, held, /*wait=*/true, held_out, still_busy));
+      BatchCommitting();
+      return absl::OkStatus();
     });
     if (waited.ok()) {
       std::vector<size_t> left;
@@ -480,8 +485,11 @@ absl::Status Store::DeleteBatchInTransaction(pqxx::work& txn,
 std::vector<absl::StatusOr<CreateOutcome>> Store::CreateInstances(
     const std::vector<CreateRequest>& batch) {
   std::vector<absl::StatusOr<CreateOutcome>> out;
-  absl::Status status = batch_db_->Transact(
-      [&](pqxx::work& txn) { return CreateBatchInTransaction(txn, batch, out); });
+  absl::Status status = batch_db_->Transact([&](pqxx::work& txn) -> absl::Status {
+    SV_RETURN_IF_ERROR(CreateBatchInTransaction(txn, batch, out));
+    BatchCommitting();  // The next batch may start its statements.
+    return absl::OkStatus();
+  });
   if (status.ok()) return out;
   out.assign(batch.size(), status);
   // The database is unreachable (or the COMMIT's outcome unknown): alone,

@@ -1,7 +1,8 @@
 // The group committer behind create and delete batches (store/create_batch.h):
 // under concurrent callers every request is written exactly once and gets
-// its own answer, one batch is in flight unless many calls wait or it
-// stalls, never more than `lanes` and never two with the same tenant,
+// its own answer, one batch is in flight unless many calls wait, it stalls
+// or it has only its COMMIT left, never more than `lanes` and never two
+// with the same tenant,
 // batches keep the arrival order and their size limit, and a lone call
 // writes at once.
 #include "store/create_batch.h"
@@ -96,7 +97,15 @@ TEST(GroupCommitterTest, ConcurrentCallsAreEachWrittenOnceInOrder) {
 // the tenants (callers) of each batch in the order they started.
 class HeldWriter {
  public:
+  // With `committing`, each batch says it has only its COMMIT left (twice:
+  // the second call changes nothing) before it blocks.
+  explicit HeldWriter(bool committing = false) : committing_(committing) {}
+
   std::vector<int> operator()(const std::vector<Request>& rs) {
+    if (committing_) {
+      BatchCommitting();
+      BatchCommitting();
+    }
     std::unique_lock<std::mutex> lock(mutex_);
     std::set<int> tenants;
     for (const Request& r : rs) tenants.insert(r.caller);
@@ -127,6 +136,7 @@ class HeldWriter {
   }
 
  private:
+  const bool committing_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<std::set<int>> started_;
@@ -189,6 +199,35 @@ TEST(GroupCommitterTest, ManyWaitingCallsStartAnotherBatchButNotForATenantInFlig
     for (int tenant : held.Tenants(i)) later.insert(tenant);
   }
   EXPECT_EQ(later, (std::set<int>{1, 5, 6, 7, 8, 9}));
+}
+
+TEST(GroupCommitterTest, TheNextBatchStartsOnceTheOneInFlightIsCommitting) {
+  BatchCommitting();  // Outside a writer: nothing to tell, nothing happens.
+  HeldWriter held(/*committing=*/true);
+  // Two lanes; no stall, and too few calls to spread, within the test.
+  Held committer(
+      2, [&](const std::vector<Request>& rs) { return held(rs); }, Held::kSpreadCallsDefault,
+      std::chrono::hours(1));
+  std::vector<std::thread> calls;
+  calls.emplace_back([&] { committer.Submit("t1", {1, 0}); });
+  ASSERT_EQ(held.WaitStarted(1), 1);
+  // The first batch is committing: the next starts at once, without its
+  // tenant, whose call waits for that batch to end.
+  calls.emplace_back([&] { committer.Submit("t1", {1, 1}); });
+  calls.emplace_back([&] { committer.Submit("t2", {2, 0}); });
+  ASSERT_EQ(held.WaitStarted(2), 2);
+  EXPECT_EQ(held.Tenants(1), std::set<int>{2});
+  // Both lanes are taken, committing or not.
+  calls.emplace_back([&] { committer.Submit("t3", {3, 0}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(held.Started(), 2);
+  held.ReleaseAll();
+  for (auto& t : calls) t.join();
+  std::set<int> later;
+  for (int i = 2; i < held.Started(); ++i) {
+    for (int tenant : held.Tenants(i)) later.insert(tenant);
+  }
+  EXPECT_EQ(later, (std::set<int>{1, 3}));
 }
 
 TEST(GroupCommitterTest, ManyTenantsOnSeveralLanesAreEachWrittenOnceInTheirOrder) {
