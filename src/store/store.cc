@@ -380,10 +380,11 @@ std::vector<absl::StatusOr<InstanceRecord>> Store::DeleteInstances(
 std::vector<DeleteOutcome> Store::DeleteBatch(const std::vector<DeleteRequest>& batch) {
   std::vector<DeleteOutcome> out;
   std::vector<size_t> busy;
-  absl::Status status = batch_db_->Transact([&](pqxx::work& txn) -> absl::Status {
-    SV_RETURN_IF_ERROR(DeleteBatchInTransaction(txn, batch, /*wait=*/false, out, busy));
-    if (busy.empty()) BatchCommitting();  // Else after the held rows, below.
-    return absl::OkStatus();
+  // No BatchCommitting() here, unlike the creates: with deletes started
+  // during each other's COMMIT the batches got smaller and a create+delete
+  // cost more CPU (docs/reliability.md, "The next batch during the COMMIT").
+  absl::Status status = batch_db_->Transact([&](pqxx::work& txn) {
+    return DeleteBatchInTransaction(txn, batch, /*wait=*/false, out, busy);
   });
   if (status.ok() && !busy.empty()) {
     // Rows another transaction held (a node's read moving a just placed
@@ -392,11 +393,8 @@ std::vector<DeleteOutcome> Store::DeleteBatch(const std::vector<DeleteRequest>& 
     for (size_t i : busy) held.push_back(batch[i]);
     std::vector<DeleteOutcome> held_out;
     std::vector<size_t> still_busy;
-    absl::Status waited = batch_db_->Transact([&](pqxx::work& txn) -> absl::Status {
-      SV_RETURN_IF_ERROR(
-          DeleteBatchInTransaction(txn, held, /*wait=*/true, held_out, still_busy));
-      BatchCommitting();
-      return absl::OkStatus();
+    absl::Status waited = batch_db_->Transact([&](pqxx::work& txn) {
+      return DeleteBatchInTransaction(txn, held, /*wait=*/true, held_out, still_busy);
     });
     if (waited.ok()) {
       std::vector<size_t> left;
