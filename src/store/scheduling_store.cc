@@ -268,7 +268,9 @@ int WritePlaced(pqxx::work& txn, const FleetView& view,
     reasons.push_back(absl::StrCat("GPUs reserved on ", GrantText(view, v->grants)));
     by_id[v->instance_id] = v;
   }
-  auto updated = txn.exec_params(
+  // Prepared: PostgreSQL plans it once per connection, not on every pass.
+  auto updated = ExecPrepared(
+      txn, "sv_pass_placed",
       "UPDATE instances i SET state = 'SCHEDULED', state_reason = v.reason, "
       "queue_position = 0, updated_at = $3::timestamptz "
       "FROM unnest($1::text[], $2::text[]) AS v(id, reason) "
