@@ -49,7 +49,8 @@ void RecordEvent(pqxx::work& txn, const std::string& instance_id, absl::Time at,
 
 void LoadPending(pqxx::work& txn, int queue_max, FleetView& view) {
   // The queue's head in queue order (migration 0093: read through the
-  // queue index, whatever the planner's statistics say).
+  // queue index, whatever the planner's statistics say; 0099: its plan kept
+  // per connection).
   for (const auto& row : txn.exec_params(
            "SELECT id, tenant_id, gpu_count, max_leaves, priority, queue_seq, pin_node_id, "
            "  state_reason, queue_position FROM sv_queue_head($1)",
