@@ -15,6 +15,7 @@
 #include "billing/billing.h"
 #include "control/scheduling.h"
 #include "gtest/gtest.h"
+#include "tests/integration/billed_fleet.h"
 #include "tests/integration/harness.h"
 
 namespace sv::billing {
@@ -22,36 +23,9 @@ namespace {
 
 constexpr int64_t kPrice = 33'000;  // RTX 4090, micro-yuan per GPU-minute.
 
-class BillingBatchTest : public ::testing::Test {
+class BillingBatchTest : public sv::testing::BilledFleetTest {
  protected:
-  void SetUp() override {
-    db_ = sv::testing::CreateMigratedDatabase(nullptr);
-    ASSERT_NE(db_, nullptr);
-    store_ = std::make_unique<store::Store>(*db_);
-    scheduling_ = std::make_unique<control::Scheduling>(*db_, control::SchedulingOptions{});
-    ASSERT_TRUE(sv::testing::AddSimulatedNodes(*store_, 12, 1, clock_.Now()).ok());
-    BillingOptions options;
-    options.metering_lag = absl::ZeroDuration();
-    options.first_run_lookback = absl::Hours(24);
-    billing_ = std::make_unique<Billing>(*db_, *store_, clock_, options);
-  }
-
-  // A tenant with one member user and `paid` micro-yuan in its paid wallet;
-  // with `trial`, the user's trial grant (10 CNY).
-  std::string NewTenant(const std::string& name, int64_t paid, bool trial) {
-    auto created = store_->CreateTenant(
-        {name, name + "@example.com", store::Role::kMember, "key-" + name, "salt-" + name,
-         std::string(64, 'a')},
-        clock_.Now());
-    EXPECT_TRUE(created.ok()) << created.status();
-    if (paid > 0) {
-      EXPECT_TRUE(billing_->TopUp(created->tenant.id, "pay-" + name, paid, clock_.Now()).ok());
-    }
-    if (trial) {
-      EXPECT_TRUE(billing_->EnsureTrialGrant(created->user_id, clock_.Now()).ok());
-    }
-    return created->tenant.id;
-  }
+  void SetUp() override { SetUpFleet(12, 1); }
 
   void CheckMixedBatch(bool cursor_set);
 
@@ -71,12 +45,6 @@ class BillingBatchTest : public ::testing::Test {
     return created->id;
   }
 
-  // Starts on a minute boundary plus 20 s, so every change falls mid-minute.
-  FakeClock clock_{absl::FromUnixSeconds(1'790'000'000 / 60 * 60 + 20)};
-  std::unique_ptr<store::Database> db_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<control::Scheduling> scheduling_;
-  std::unique_ptr<Billing> billing_;
   int counter_ = 0;
 };
 

@@ -8,6 +8,7 @@
 #include "control/scheduling.h"
 #include "gtest/gtest.h"
 #include "store/agent_store.h"
+#include "tests/integration/billed_fleet.h"
 #include "tests/integration/harness.h"
 
 namespace sv::billing {
@@ -15,29 +16,13 @@ namespace {
 
 constexpr int64_t kPrice = 33'000;
 
-class MoveBillingTest : public ::testing::Test {
+class MoveBillingTest : public sv::testing::BilledFleetTest {
  protected:
-  void SetUp() override {
-    db_ = sv::testing::CreateMigratedDatabase(nullptr);
-    ASSERT_NE(db_, nullptr);
-    store_ = std::make_unique<store::Store>(*db_);
-    scheduling_ = std::make_unique<control::Scheduling>(*db_, control::SchedulingOptions{});
-    ASSERT_TRUE(sv::testing::AddSimulatedNodes(*store_, 2, 1, clock_.Now()).ok());
-    BillingOptions billing_options;
-    billing_options.metering_lag = absl::ZeroDuration();
-    billing_options.first_run_lookback = absl::Hours(24);
-    billing_ = std::make_unique<Billing>(*db_, *store_, clock_, billing_options);
-  }
+  void SetUp() override { SetUpFleet(2, 1); }
 
+  // A tenant with 1,000 CNY paid and no trial.
   std::string Tenant(const std::string& name) {
-    auto tenant = store_->CreateTenant({name, name + "@example.com", store::Role::kMember,
-                                        "key-" + name, "salt-" + name, std::string(64, 'a')},
-                                       clock_.Now());
-    EXPECT_TRUE(tenant.ok()) << tenant.status();
-    EXPECT_TRUE(
-        billing_->TopUp(tenant->tenant.id, "pay-" + name, 1'000 * kMicrosPerYuan, clock_.Now())
-            .ok());
-    return tenant->tenant.id;
+    return NewTenant(name, 1'000 * kMicrosPerYuan, /*trial=*/false);
   }
 
   std::string Create(const std::string& tenant, const std::string& name, int gpus) {
@@ -59,13 +44,6 @@ class MoveBillingTest : public ::testing::Test {
     EXPECT_TRUE(record.ok()) << record.status();
     return *record;
   }
-
-  // On a minute boundary plus 20 s, so that every change falls mid-minute.
-  FakeClock clock_{absl::FromUnixSeconds(1'790'000'000 / 60 * 60 + 20)};
-  std::unique_ptr<store::Database> db_;
-  std::unique_ptr<store::Store> store_;
-  std::unique_ptr<control::Scheduling> scheduling_;
-  std::unique_ptr<Billing> billing_;
 };
 
 TEST_F(MoveBillingTest, AMoveWaitsForTheSettleTimeAndItsGapIsNotCharged) {
