@@ -410,22 +410,6 @@ class Agent::Session {
     return telemetry_writer_->Write(collector_.Take());
   }
 
-  static CollectorOptions CollectorOptionsOf(const AgentOptions& o) {
-    CollectorOptions c;
-    c.node_name = o.node_name;
-    c.gpu_count = o.gpu_count;
-    c.simulated = o.simulated;
-    c.sample_interval = o.sample_interval;
-    c.probe_dir = o.probe_dir;
-    c.storage_probe_bytes = o.storage_probe_bytes;
-    c.probe_peers = o.probe_peers;
-    c.probes_per_peer = o.probes_per_peer;
-    c.probe_timeout = o.probe_timeout;
-    c.faults = o.faults;
-    c.fault_epoch = o.fault_epoch;
-    return c;
-  }
-
   Agent& a_;
   const AgentOptions& o_;
   absl::Duration heartbeat_ = o_.heartbeat_interval;
@@ -448,7 +432,8 @@ class Agent::Session {
   std::map<std::string, std::vector<VolumeMap>> reported_;  // As last told to svd.
   absl::Duration fault_checked_ = absl::ZeroDuration();
   std::unique_ptr<grpc::ClientWriter<v1::SlaTelemetryBatch>> telemetry_writer_;
-  TelemetryCollector collector_{CollectorOptionsOf(o_), a_.telemetry_.get(), a_.clock_.Now()};
+  // The agent's options are the collector's, and more (agent.h).
+  TelemetryCollector collector_{CollectorOptions(o_), a_.telemetry_.get(), a_.clock_.Now()};
 };
 
 Agent::Agent(AgentOptions options, std::unique_ptr<RuntimeDriver> driver,

@@ -15,44 +15,31 @@
 #include "agent/fault_script.h"
 #include "agent/runtime_driver.h"
 #include "agent/telemetry.h"
+#include "agent/telemetry_collector.h"
 #include "common/clock.h"
 
 namespace sv::agent {
 
-struct AgentOptions {
+// The collector's options (node name, GPU count, simulated, sampling,
+// probes and the fault script) are the agent's own; the agent adds how it
+// reaches svd, where the node sits, and its timings.
+struct AgentOptions : CollectorOptions {
   std::string endpoint;    // host:port of svd.
   std::string credential;  // svn_<id>_<secret>.
   std::string ca_pem;      // PEM CA bundle: TLS to svd trusting it; empty: plaintext.
   // PEM client certificate and key for svd's --tls-client-ca (mutual TLS).
   std::string client_cert_pem;
   std::string client_key_pem;
-  std::string node_name;
   std::string zone = "zone-a";
   std::string pod = "pod-1";
   std::string leaf_switch = "leaf-1";
   std::string gpu_model = "RTX 4090";
-  int gpu_count = 8;
-  bool simulated = false;  // Registers the node as simulated.
   absl::Duration heartbeat_interval = absl::Seconds(5);
   absl::Duration telemetry_interval = absl::Seconds(10);
-  // GPUs are sampled this often (agent clock); the SLA judges 10 s slots.
-  absl::Duration sample_interval = absl::Seconds(5);
   absl::Duration runtime_poll_interval = absl::Seconds(1);
   absl::Duration reconnect_backoff_min = absl::Milliseconds(200);
   absl::Duration reconnect_backoff_max = absl::Seconds(10);
   absl::Duration rpc_connect_timeout = absl::Seconds(5);
-  // Storage write probe per running instance and telemetry round, written
-  // under `probe_dir` (empty: no probes).
-  std::string probe_dir;
-  int64_t storage_probe_bytes = 8 << 20;
-  // Fabric-latency probes: "host:port" of peer agents' --probe-listen,
-  // probed each telemetry round (see fabric_probe.h).
-  std::vector<std::string> probe_peers;
-  int probes_per_peer = 20;
-  absl::Duration probe_timeout = absl::Milliseconds(200);
-  // Simulated agents only: faults from a script, timed from `fault_epoch`.
-  std::vector<Fault> faults;
-  absl::Time fault_epoch;
 };
 
 class Agent {

@@ -23,15 +23,19 @@ namespace sv::agent {
 struct CollectorOptions {
   std::string node_name;
   int gpu_count = 8;
-  bool simulated = false;
+  bool simulated = false;  // A simulated node (registered as such by the agent).
+  // GPUs are sampled this often (agent clock); the SLA judges 10 s slots.
   absl::Duration sample_interval = absl::Seconds(5);
-  // Real nodes: storage write probes under probe_dir, fabric probes to peers.
+  // Real nodes: a storage write probe per running instance and telemetry
+  // round, written under `probe_dir` (empty: no probes).
   std::string probe_dir;
   int64_t storage_probe_bytes = 8 << 20;
+  // Fabric-latency probes: "host:port" of peer agents' --probe-listen,
+  // probed each telemetry round (see fabric_probe.h).
   std::vector<std::string> probe_peers;
   int probes_per_peer = 20;
   absl::Duration probe_timeout = absl::Milliseconds(200);
-  // Simulated nodes: the fault script and its epoch.
+  // Simulated nodes only: faults from a script, timed from `fault_epoch`.
   std::vector<Fault> faults;
   absl::Time fault_epoch;
 };
