@@ -145,6 +145,10 @@ int main(int argc, char** argv) {
   app.add_option("--billing-interval-ms", o.billing_interval_ms, "Period of the billing loop")
       ->check(CLI::Range(100, 3600000))
       ->capture_default_str();
+  app.add_option("--billing-batch-minutes", o.billing_batch_minutes,
+                 "Most minutes one metering transaction covers when billing catches up")
+      ->check(CLI::Range(1, 1440))
+      ->capture_default_str();
   app.add_option("--billing-lag-ms", o.billing_lag_ms,
                  "A minute is billed this long after it ends (late RUNNING events)")
       ->check(CLI::Range(0, 3600000))

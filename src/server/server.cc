@@ -214,6 +214,7 @@ int RunServer(const ServerOptions& options) {
   billing::BillingOptions billing_options;
   billing_options.create_credit_minutes = options.billing_create_credit_minutes;
   billing_options.loop_interval = absl::Milliseconds(options.billing_interval_ms);
+  billing_options.batch_minutes_max = options.billing_batch_minutes;
   billing_options.metering_lag = absl::Milliseconds(options.billing_lag_ms);
   billing_options.trial_amount_micros = options.trial_amount_micros;
   billing_options.trial_validity = absl::Hours(24 * options.trial_days);

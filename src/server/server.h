@@ -67,6 +67,7 @@ struct ServerOptions {
   // lag, and the trial grant.
   int billing_create_credit_minutes = 10;
   int billing_interval_ms = 5000;
+  int billing_batch_minutes = 1440;  // Most minutes one metering transaction covers.
   int billing_lag_ms = 60000;  // Above the node heartbeat timeout (30 s).
   long long trial_amount_micros = 10'000'000;
   int trial_days = 30;

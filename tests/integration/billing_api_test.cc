@@ -360,7 +360,10 @@ TEST(BillingApiTest, KillNineDuringBillingLosesAndDoublesNothing) {
       ASSERT_TRUE(store.StopInstance(tenant->tenant.id, id, "done", run.second).ok());
     }
   }
-  SvdOptions options{url, 0, 1, {"--billing-interval-ms", "100"}};
+  // An hour per metering transaction: the 30 h catch-up takes 30 of them,
+  // so the kill below lands inside it, even on a slow (sanitized) build.
+  SvdOptions options{url, 0, 1,
+                     {"--billing-interval-ms", "100", "--billing-batch-minutes", "60"}};
   SvdProcess svd(options);
   ASSERT_TRUE(svd.Start());
   const int64_t first = QueryInt(url, "SELECT billed_before_minute FROM billing_cursor");
