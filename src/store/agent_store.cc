@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "common/ids.h"
 #include "common/status.h"
+#include "store/instance_events.h"
 #include "store/sql_arrays.h"
 
 namespace sv::store {
@@ -53,14 +54,6 @@ absl::Status NotHeld(pqxx::work& txn, const std::string& node_id,
 absl::Status InstanceNotFound(const std::string& id) {
   return Error(absl::StatusCode::kNotFound, "INSTANCE_NOT_FOUND",
                absl::StrCat("instance ", id, " not found"));
-}
-
-void RecordEvent(pqxx::work& txn, const std::string& instance_id, absl::Time at,
-                 const std::string& from, const std::string& to, const std::string& reason) {
-  ExecPrepared(txn, "sv_agent_event",
-      "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
-      "VALUES ($1, $2::timestamptz, $3, $4, $5)",
-      instance_id, SqlTime(at), from, to, reason);
 }
 
 // Ends an instance that holds GPUs: releases them, forgets its start

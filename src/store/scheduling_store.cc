@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
+#include "store/instance_events.h"
 #include "store/sql_arrays.h"
 
 namespace sv::store {
@@ -20,31 +21,6 @@ constexpr int64_t kPlacementLockKey = 0x5356'0002;
 
 void TakePlacementLock(pqxx::work& txn) {
   txn.exec(absl::StrCat("SELECT pg_advisory_xact_lock(", kPlacementLockKey, ")"));
-}
-
-NodeState ParseNodeState(const std::string& s) {
-  if (s == "ready") return NodeState::kReady;
-  if (s == "cordoned") return NodeState::kCordoned;
-  if (s == "draining") return NodeState::kDraining;
-  return NodeState::kDown;
-}
-
-const char* NodeStateText(NodeState s) {
-  switch (s) {
-    case NodeState::kReady: return "ready";
-    case NodeState::kCordoned: return "cordoned";
-    case NodeState::kDraining: return "draining";
-    case NodeState::kDown: return "down";
-  }
-  return "down";
-}
-
-void RecordEvent(pqxx::work& txn, const std::string& instance_id, absl::Time at,
-                 const std::string& from, const std::string& to, const std::string& reason) {
-  txn.exec_params(
-      "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
-      "VALUES ($1, $2::timestamptz, $3, $4, $5)",
-      instance_id, SqlTime(at), from, to, reason);
 }
 
 void LoadPending(pqxx::work& txn, int queue_max, FleetView& view) {
@@ -552,7 +528,7 @@ absl::StatusOr<DrainOutcome> SchedulingStore::ChangeNode(const std::string& name
     SV_ASSIGN_OR_RETURN(NodeState next,
                         NextNodeState(name, ParseNodeState(rows[0][1].as<std::string>()),
                                       action));
-    txn.exec_params("UPDATE nodes SET state = $2 WHERE id = $1", node_id, NodeStateText(next));
+    txn.exec_params("UPDATE nodes SET state = $2 WHERE id = $1", node_id, NodeStateName(next));
     outcome.node = UsageFromRow(txn.exec_params1(
         std::string(kNodeUsageSelect) + "WHERE n.id = $1", node_id));
     for (const auto& row : txn.exec_params(

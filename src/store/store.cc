@@ -10,6 +10,7 @@
 #include "common/ids.h"
 #include "common/status.h"
 #include "store/create_batch.h"
+#include "store/instance_events.h"
 #include "store/security_store.h"
 #include "store/sql_arrays.h"
 
@@ -32,23 +33,6 @@ InstanceState ParseState(const std::string& s) {
 }
 
 std::string RoleName(Role role) { return role == Role::kOperator ? "operator" : "member"; }
-
-const char* NodeStateName(NodeState s) {
-  switch (s) {
-    case NodeState::kReady: return "ready";
-    case NodeState::kCordoned: return "cordoned";
-    case NodeState::kDraining: return "draining";
-    case NodeState::kDown: return "down";
-  }
-  return "down";
-}
-
-NodeState ParseNodeState(const std::string& s) {
-  if (s == "ready") return NodeState::kReady;
-  if (s == "cordoned") return NodeState::kCordoned;
-  if (s == "draining") return NodeState::kDraining;
-  return NodeState::kDown;
-}
 
 const std::string kInstanceColumns = absl::StrCat(
     "id, tenant_id, name, gpu_count, gpu_model, image, state, state_reason, "
@@ -104,15 +88,6 @@ void LoadPlacements(pqxx::work& txn, std::vector<InstanceRecord>& records) {
   }
 }
 
-void RecordEvent(pqxx::work& txn, const std::string& instance_id, absl::Time at,
-                 const std::optional<std::string>& from, const std::string& to,
-                 const std::string& reason) {
-  txn.exec_params(
-      "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
-      "VALUES ($1, $2::timestamptz, $3, $4, $5)",
-      instance_id, SqlTime(at), from, to, reason);
-}
-
 // Locks an instance row of the tenant and returns its state, or nothing
 // when the tenant has no such instance.
 std::optional<std::string> LockState(pqxx::work& txn, const std::string& tenant_id,
@@ -135,6 +110,32 @@ absl::Status NotFound(const std::string& id) {
 }
 
 }  // namespace
+
+void RecordEvent(pqxx::work& txn, const std::string& instance_id, absl::Time at,
+                 const std::string& from, const std::string& to, const std::string& reason) {
+  ExecPrepared(txn, "sv_instance_event",
+               "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) "
+               "VALUES ($1, $2::timestamptz, $3, $4, $5)",
+               instance_id, SqlTime(at), from, to, reason);
+}
+
+const char* NodeStateName(NodeState s) {
+  switch (s) {
+    case NodeState::kReady: return "ready";
+    case NodeState::kCordoned: return "cordoned";
+    case NodeState::kDraining: return "draining";
+    case NodeState::kDown: return "down";
+  }
+  return "down";
+}
+
+NodeState ParseNodeState(const std::string& s) {
+  if (s == "ready") return NodeState::kReady;
+  if (s == "cordoned") return NodeState::kCordoned;
+  if (s == "draining") return NodeState::kDraining;
+  return NodeState::kDown;
+}
+
 
 std::string InstanceStateName(InstanceState state) {
   return kStateNames[static_cast<int>(state)];

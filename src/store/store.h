@@ -78,6 +78,11 @@ struct CreatedTenant {
 
 enum class NodeState { kReady, kCordoned, kDraining, kDown };
 
+// The nodes.state column's text: "ready", "cordoned", "draining", "down".
+const char* NodeStateName(NodeState s);
+// Its inverse; anything unknown reads as kDown.
+NodeState ParseNodeState(const std::string& s);
+
 struct NodeRecord {
   std::string id;
   std::string name;
