@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "api/internal/dashboard_service.h"
 #include "api/internal/service_util.h"
+#include "api/validation.h"
 #include "common/status.h"
 #include "store/dashboard_store.h"
 #include "store/utilization_store.h"
@@ -14,8 +15,7 @@
 namespace sv::api::internal {
 namespace {
 
-constexpr int kPageDefault = 100;
-constexpr int kPageMax = 500;
+constexpr int kDashboardPageDefault = 100;
 constexpr int kNodesMax = 5000;
 constexpr int kSeriesHoursMax = 24 * 35;
 constexpr absl::Duration kRangeMax = absl::Hours(24 * 366 * 5);
@@ -49,11 +49,7 @@ absl::Status RangeOf(const Request& request, absl::Time now, absl::Duration defa
 }
 
 absl::StatusOr<int> PageSizeOf(int page_size) {
-  if (page_size < 0) {
-    return Error(absl::StatusCode::kInvalidArgument, "INVALID_PAGE_SIZE",
-                 "page_size must not be negative");
-  }
-  return page_size == 0 ? kPageDefault : std::min(page_size, kPageMax);
+  return NormalizePageSize(page_size, kDashboardPageDefault);
 }
 
 absl::Status BadToken() {

@@ -19,8 +19,8 @@
 namespace sv::api::internal {
 namespace {
 
-constexpr int kPageDefault = 100;
-constexpr int kPageMax = 500;
+// Catalogue and earnings rows are small: 100 to a page unless asked.
+constexpr int kMarketPageDefault = 100;
 constexpr size_t kTextLengthMax = 1000;
 constexpr size_t kImageRefLengthMax = 255;
 
@@ -42,8 +42,7 @@ bool IsCatalogName(const std::string& name) {
 }
 
 absl::StatusOr<int> PageSize(int requested) {
-  if (requested < 0) return Invalid("INVALID_PAGE_SIZE", "page_size must not be negative");
-  return requested == 0 ? kPageDefault : std::min(requested, kPageMax);
+  return NormalizePageSize(requested, kMarketPageDefault);
 }
 
 absl::Status CheckPorts(const std::vector<int>& ports) {

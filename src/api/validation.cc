@@ -124,9 +124,9 @@ std::string InstanceFingerprint(const store::InstanceSpec& spec) {
                                                     : std::string()));
 }
 
-absl::StatusOr<int> NormalizePageSize(int page_size) {
+absl::StatusOr<int> NormalizePageSize(int page_size, int default_size) {
   if (page_size < 0) return Invalid("INVALID_PAGE_SIZE", "page_size must not be negative");
-  if (page_size == 0) return kPageSizeDefault;
+  if (page_size == 0) return default_size;
   return std::min(page_size, kPageSizeMax);
 }
 

@@ -38,8 +38,10 @@ bool LooksLikeId(const std::string& id, const std::string& prefix);
 // A digest of the request's content, to tell a retry from a reuse.
 std::string InstanceFingerprint(const store::InstanceSpec& spec);
 
-// Page size after defaults and the cap; negative sizes are rejected.
-absl::StatusOr<int> NormalizePageSize(int page_size);
+// Page size after defaults and the cap (kPageSizeMax); negative sizes are
+// rejected. Lists whose rows are small default to more than
+// kPageSizeDefault.
+absl::StatusOr<int> NormalizePageSize(int page_size, int default_size = kPageSizeDefault);
 
 // Opaque page tokens; they also bind the list's filter so a token from one
 // query cannot be used with another.

@@ -15,9 +15,6 @@
 namespace sv::api::internal {
 namespace {
 
-constexpr int kPageDefault = 50;
-constexpr int kPageMax = 500;
-
 absl::Status CheckVolumeId(const std::string& id) {
   if (id.empty()) {
     return Error(absl::StatusCode::kInvalidArgument, "MISSING_VOLUME_ID", "a volume id is needed");
@@ -241,12 +238,7 @@ class VolumeServiceImpl final : public v1::VolumeService::Service {
 
   absl::Status List(const store::Principal& who, const v1::ListVolumesRequest& request,
                     v1::ListVolumesResponse* response) {
-    if (request.page_size() < 0) {
-      return Error(absl::StatusCode::kInvalidArgument, "INVALID_PAGE_SIZE",
-                   "page_size must not be negative");
-    }
-    const int page = request.page_size() == 0 ? kPageDefault
-                                              : std::min(request.page_size(), kPageMax);
+    SV_ASSIGN_OR_RETURN(const int page, NormalizePageSize(request.page_size()));
     SV_ASSIGN_OR_RETURN(auto cursor, DecodeToken(request.page_token(), request.show_deleted()));
     SV_ASSIGN_OR_RETURN(auto list,
                         volumes_.List(who.tenant_id, cursor, page + 1, request.show_deleted()));

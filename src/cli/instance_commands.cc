@@ -14,14 +14,6 @@ bool IsSettled(v1::InstanceState s) {
   return s == v1::RUNNING || s == v1::FAILED || s == v1::DELETED || s == v1::STOPPED;
 }
 
-void Show(const v1::Instance& instance, Format format) {
-  if (format == Format::kJson) {
-    PrintJson(instance, std::cout);
-  } else {
-    PrintInstanceDetail(instance, std::cout);
-  }
-}
-
 // Polls until the instance settles or `wait_s` passes.
 grpc::Status WaitForInstance(v1::InstanceService::Stub& stub, const Session& s, int wait_s,
                              v1::Instance* instance) {
@@ -108,7 +100,7 @@ int RunCreate(Session& s, const CreateArgs& a) {
     status = WaitForInstance(stub, s, a.wait_s, &instance);
     if (!status.ok()) return FailRpc(status, s);
   }
-  Show(instance, s.format());
+  ShowInstance(instance, s.format());
   if (a.wait && instance.state() != v1::RUNNING) {
     return Fail("instance " + instance.id() + " ended " + StateName(instance.state()) + ": " +
                 instance.state_reason());
@@ -126,7 +118,7 @@ int RunGet(Session& s, const std::string& id, bool wait, int wait_s) {
   grpc::Status status = stub.GetInstance(s.Context().get(), request, &instance);
   if (status.ok() && wait) status = WaitForInstance(stub, s, wait_s, &instance);
   if (!status.ok()) return FailRpc(status, s);
-  Show(instance, s.format());
+  ShowInstance(instance, s.format());
   return kExitOk;
 }
 
@@ -168,7 +160,7 @@ int RunDelete(Session& s, const std::string& id) {
   v1::Instance instance;
   grpc::Status status = stub.DeleteInstance(s.Context().get(), request, &instance);
   if (!status.ok()) return FailRpc(status, s);
-  Show(instance, s.format());
+  ShowInstance(instance, s.format());
   return kExitOk;
 }
 
@@ -213,7 +205,7 @@ void AddInstanceCommands(CLI::App& app, Action* action) {
       v1::Instance instance;
       grpc::Status status = SetMovable(stub, s, *movable_id, *movable_value == "on", &instance);
       if (!status.ok()) return FailRpc(status, s);
-      Show(instance, s.format());
+      ShowInstance(instance, s.format());
       return kExitOk;
     };
   });

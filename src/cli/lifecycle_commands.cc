@@ -20,14 +20,6 @@ std::string ExactTime(const google::protobuf::Timestamp& t) {
   return absl::FormatTime("%Y-%m-%d %H:%M:%E3S UTC", at, absl::UTCTimeZone());
 }
 
-void Show(const v1::Instance& instance, Format format) {
-  if (format == Format::kJson) {
-    PrintJson(instance, std::cout);
-  } else {
-    PrintInstanceDetail(instance, std::cout);
-  }
-}
-
 int RunStop(Session& s, const std::string& id) {
   std::string error;
   if (!s.Connect(&error)) return Fail(error);
@@ -37,7 +29,7 @@ int RunStop(Session& s, const std::string& id) {
   v1::Instance instance;
   grpc::Status status = stub.StopInstance(s.Context().get(), request, &instance);
   if (!status.ok()) return FailRpc(status, s);
-  Show(instance, s.format());
+  ShowInstance(instance, s.format());
   return kExitOk;
 }
 
@@ -50,7 +42,7 @@ int RunStart(Session& s, const std::string& id) {
   v1::Instance instance;
   grpc::Status status = stub.StartInstance(s.Context().get(), request, &instance);
   if (!status.ok()) return FailRpc(status, s);
-  Show(instance, s.format());
+  ShowInstance(instance, s.format());
   return kExitOk;
 }
 
@@ -104,7 +96,7 @@ int RunIdlePolicy(Session& s, const IdleArgs& a) {
   v1::Instance instance;
   grpc::Status status = stub.SetIdlePolicy(s.Context().get(), request, &instance);
   if (!status.ok()) return FailRpc(status, s);
-  Show(instance, s.format());
+  ShowInstance(instance, s.format());
   return kExitOk;
 }
 

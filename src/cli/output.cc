@@ -1,6 +1,7 @@
 #include "cli/output.h"
 
 #include <algorithm>
+#include <iostream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -58,6 +59,14 @@ void PrintJson(const google::protobuf::Message& message, std::ostream& out) {
   (void)google::protobuf::util::MessageToJsonString(message, &json, options);
   out << json;
   if (json.empty() || json.back() != '\n') out << "\n";
+}
+
+void ShowInstance(const v1::Instance& instance, Format format) {
+  if (format == Format::kJson) {
+    PrintJson(instance, std::cout);
+  } else {
+    PrintInstanceDetail(instance, std::cout);
+  }
 }
 
 void PrintInstanceDetail(const v1::Instance& i, std::ostream& out) {

@@ -17,6 +17,8 @@ enum class Format { kTable, kJson };
 
 void PrintJson(const google::protobuf::Message& message, std::ostream& out);
 void PrintInstanceDetail(const v1::Instance& instance, std::ostream& out);
+// One instance on stdout: its details, or JSON with --output json.
+void ShowInstance(const v1::Instance& instance, Format format);
 // Ports with their URLs, library mounts, volumes and app (output_extras.cc).
 void PrintInstanceExtras(const v1::Instance& instance, std::ostream& out);
 void PrintInstanceTable(const std::vector<v1::Instance>& instances, std::ostream& out);

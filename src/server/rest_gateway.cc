@@ -29,12 +29,17 @@ constexpr absl::Duration kCallDeadline = absl::Seconds(30);
 constexpr size_t kAuthorizationBytesMax = 4096;
 constexpr size_t kQueryParamsMax = 64;
 
-// One `{field.path}` or literal segment of a path template.
-struct Segment {
+}  // namespace
+
+// One `{field.path}` or literal segment of a path template. Outside the
+// anonymous namespace because RestGateway::CompiledRoute holds them.
+struct RouteSegment {
   std::string literal;
   std::vector<const pb::FieldDescriptor*> field_path;  // Empty for a literal.
   std::string field_name;                               // As written in the template.
 };
+
+namespace {
 
 bool IsScalar(const pb::FieldDescriptor* f) {
   return !f->is_repeated() && f->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE;
@@ -107,7 +112,7 @@ bool IsPrintableAscii(const std::string& s) {
 struct RestGateway::CompiledRoute {
   RestRoute route;
   std::string http_method;
-  std::vector<Segment> segments;
+  std::vector<RouteSegment> segments;
   std::string verb;         // After ':' in the last segment; "" for none.
   std::string grpc_path;    // "/sv.v1.InstanceService/StopInstance"; RpcMethod keeps a pointer.
   const pb::MethodDescriptor* method = nullptr;
@@ -131,7 +136,7 @@ struct RestGateway::CompiledRoute {
         }
         part.resize(part.size() - suffix.size());
       }
-      const Segment& s = segments[i];
+      const RouteSegment& s = segments[i];
       if (s.field_path.empty()) {
         if (part != s.literal) return false;
       } else {
@@ -196,7 +201,7 @@ absl::StatusOr<std::unique_ptr<RestGateway>> RestGateway::Create(
     }
     std::set<std::string> path_fields;
     for (const std::string& part : parts) {
-      Segment s;
+      RouteSegment s;
       if (part.size() > 2 && part.front() == '{' && part.back() == '}') {
         s.field_name = part.substr(1, part.size() - 2);
         auto field_path = ResolveFieldPath(c->method->input_type(), s.field_name);
@@ -232,7 +237,7 @@ absl::StatusOr<std::unique_ptr<RestGateway>> RestGateway::Create(
     }
     // Two routes collide when they differ only in the names of variables.
     std::string shape = c->http_method + " ";
-    for (const Segment& s : c->segments) {
+    for (const RouteSegment& s : c->segments) {
       absl::StrAppend(&shape, "/", s.field_path.empty() ? s.literal : "*");
     }
     absl::StrAppend(&shape, ":", c->verb);
