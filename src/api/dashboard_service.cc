@@ -48,10 +48,6 @@ absl::Status RangeOf(const Request& request, absl::Time now, absl::Duration defa
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> PageSizeOf(int page_size) {
-  return NormalizePageSize(page_size, kDashboardPageDefault);
-}
-
 absl::Status BadToken() {
   return Error(absl::StatusCode::kInvalidArgument, "INVALID_PAGE_TOKEN",
                "page_token is not one this server returned");
@@ -199,7 +195,8 @@ class DashboardAdminServiceImpl final : public v1::DashboardAdminService::Servic
                                const v1::ListTrialGrantsRequest* request,
                                v1::ListTrialGrantsResponse* response) override {
     return Run("ListTrialGrants", *context, [&]() -> absl::Status {
-      SV_ASSIGN_OR_RETURN(int page_size, PageSizeOf(request->page_size()));
+      SV_ASSIGN_OR_RETURN(int page_size,
+                          NormalizePageSize(request->page_size(), kDashboardPageDefault));
       if (request->page_token().size() > 64) return BadToken();
       SV_ASSIGN_OR_RETURN(auto rows, dashboard_.TenantTrials(request->page_token(), page_size + 1));
       const bool more = static_cast<int>(rows.size()) > page_size;
@@ -230,7 +227,8 @@ class DashboardAdminServiceImpl final : public v1::DashboardAdminService::Servic
   grpc::Status ListTopUps(grpc::ServerContext* context, const v1::ListTopUpsRequest* request,
                           v1::ListTopUpsResponse* response) override {
     return Run("ListTopUps", *context, [&]() -> absl::Status {
-      SV_ASSIGN_OR_RETURN(int page_size, PageSizeOf(request->page_size()));
+      SV_ASSIGN_OR_RETURN(int page_size,
+                          NormalizePageSize(request->page_size(), kDashboardPageDefault));
       int64_t before_id = 0;
       const std::string& token = request->page_token();
       if (!token.empty()) {

@@ -19,7 +19,6 @@
 namespace sv::api::internal {
 namespace {
 
-// Catalogue and earnings rows are small: 100 to a page unless asked.
 constexpr int kMarketPageDefault = 100;
 constexpr size_t kTextLengthMax = 1000;
 constexpr size_t kImageRefLengthMax = 255;
@@ -39,10 +38,6 @@ bool IsCatalogName(const std::string& name) {
     if (!ok(name[i], i == 0)) return false;
   }
   return true;
-}
-
-absl::StatusOr<int> PageSize(int requested) {
-  return NormalizePageSize(requested, kMarketPageDefault);
 }
 
 absl::Status CheckPorts(const std::vector<int>& ports) {
@@ -95,7 +90,8 @@ class LibraryServiceImpl final : public v1::LibraryService::Service {
     auto who = auth_.Authenticate(*context);
     if (!who.ok()) return Finish("ListLibraryItems", nullptr, "", who.status());
     auto run = [&]() -> absl::Status {
-      SV_ASSIGN_OR_RETURN(int page, PageSize(request->page_size()));
+      SV_ASSIGN_OR_RETURN(int page,
+                          NormalizePageSize(request->page_size(), kMarketPageDefault));
       SV_ASSIGN_OR_RETURN(auto items, market_.ListLibraryItems(request->page_token(), page + 1));
       const bool more = static_cast<int>(items.size()) > page;
       if (more) items.resize(page);
@@ -193,7 +189,8 @@ class MarketplaceServiceImpl final : public v1::MarketplaceService::Service {
     auto who = auth_.Authenticate(*context);
     if (!who.ok()) return Finish("ListImages", nullptr, "", who.status());
     auto run = [&]() -> absl::Status {
-      SV_ASSIGN_OR_RETURN(int page, PageSize(request->page_size()));
+      SV_ASSIGN_OR_RETURN(int page,
+                          NormalizePageSize(request->page_size(), kMarketPageDefault));
       SV_ASSIGN_OR_RETURN(auto images,
                           market_.ListImages(request->mine() ? who->tenant_id : "",
                                              request->page_token(), page + 1));
@@ -282,7 +279,8 @@ class MarketplaceServiceImpl final : public v1::MarketplaceService::Service {
     auto who = auth_.Authenticate(*context);
     if (!who.ok()) return Finish("ListPayouts", nullptr, "", who.status());
     auto run = [&]() -> absl::Status {
-      SV_ASSIGN_OR_RETURN(int page, PageSize(request->page_size()));
+      SV_ASSIGN_OR_RETURN(int page,
+                          NormalizePageSize(request->page_size(), kMarketPageDefault));
       SV_ASSIGN_OR_RETURN(auto payouts,
                           market_.ListPayouts(who->tenant_id, request->page_token(), page + 1));
       const bool more = static_cast<int>(payouts.size()) > page;
