@@ -124,18 +124,25 @@ absl::Status ControlLoops::RunPass(bool wait_for_lock, bool* ran) {
 }
 
 void ControlLoops::Kick() {
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // Only the kick that ends the loop's wait wakes it. Under load every
+    // create kicks; while the loop rests or runs a pass, waking it would
+    // only put it back to sleep, two context switches per create.
+    wake = awaiting_kick_ && !kicked_;
     kicked_ = true;
   }
-  wake_.notify_all();
+  if (wake) wake_.notify_all();
 }
 
 void ControlLoops::PlacementLoop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
+    awaiting_kick_ = true;
     wake_.wait_for(lock, absl::ToChronoNanoseconds(options_.placement_interval),
                    [this] { return stopping_ || kicked_; });
+    awaiting_kick_ = false;
     if (stopping_) break;
     // Paced: rest after a pass that left a long queue (control/pass_pacer.h).
     for (PassPacer::Clock::duration rest = pacer_.RestLeft(PassPacer::Clock::now());

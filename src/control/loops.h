@@ -66,6 +66,7 @@ class ControlLoops {
   std::condition_variable wake_;
   bool stopping_ = false;
   bool kicked_ = false;
+  bool awaiting_kick_ = false;  // The loop waits for a kick or its interval.
   PassPacer pacer_;  // Guarded by mutex_.
   std::atomic<int> passes_in_flight_{0};  // Passes of this process running now.
   std::thread placement_thread_;
