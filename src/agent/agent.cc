@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -23,6 +24,9 @@ namespace {
 
 using google::protobuf::util::TimeUtil;
 constexpr absl::Duration kTick = absl::Milliseconds(50);
+// The loop's sleep between timers, when no fault script ticks it.
+constexpr absl::Duration kRestMin = absl::Milliseconds(5);
+constexpr absl::Duration kRestMax = absl::Seconds(1);
 constexpr char kAgentVersion[] = "0.1.0";
 constexpr int kReportBatchMax = 64;  // agent.proto InstanceReports.
 
@@ -119,7 +123,7 @@ class Agent::Session {
     v1::ServerMessage m;
     while (stream.Read(&m)) {
       if (m.has_desired()) {
-        std::lock_guard<std::mutex> lock(mutex_);
+        std::unique_lock<std::mutex> lock(mutex_);
         std::map<std::string, RuntimeInstance> previous;
         std::swap(previous, desired_);
         for (const auto& a : m.desired().instances()) {
@@ -131,6 +135,8 @@ class Agent::Session {
           if (mounts_changed) mounts_told_[a.instance_id()] = ++mounts_told_count_;
         }
         desired_changed_ = true;
+        lock.unlock();
+        a_.Nudge();
       } else if (m.has_error()) {
         spdlog::warn("agent: {}: svd refused a message: {} {}", o_.node_name,
                      m.error().reason(), m.error().message());
@@ -147,7 +153,11 @@ class Agent::Session {
     absl::Time next_heartbeat = absl::Now() + heartbeat_ * phase(random);
     absl::Time next_telemetry = absl::Now() + telemetry_ * phase(random);
     absl::Time next_poll = absl::Now();
-    while (a_.Sleep(kTick)) {
+    absl::Duration rest = kTick;
+    uint64_t nudges = a_.Nudges();
+    while (a_.SleepUnlessNudged(rest, nudges)) {
+      nudges = a_.Nudges();
+      rest = kTick;
       FaultState faults = CurrentFaults();
       if (faults.dead) {
         spdlog::warn("agent: {}: scripted death", o_.node_name);
@@ -176,8 +186,20 @@ class Agent::Session {
         if (!SendTelemetry()) return false;
         next_telemetry = now + telemetry_;
       }
+      rest = RestUntilDue(now, std::min({next_poll, next_heartbeat, next_telemetry}));
     }
     return false;
+  }
+
+  // How long the loop may sleep: until `due` (wall time) or the next GPU
+  // sample, whichever is sooner; a new desired set nudges it earlier. A
+  // fault script's faults are timed to the tick, so with one it ticks.
+  // Ticking always cost a simulated fleet of N nodes 20 N wake-ups a second
+  // in svd's process, whatever the nodes had to do.
+  absl::Duration RestUntilDue(absl::Time now, absl::Time due) {
+    if (!o_.faults.empty()) return kTick;
+    const absl::Duration to_sample = collector_.next_sample() - a_.clock_.Now();
+    return std::clamp(std::min(due - now, to_sample), kRestMin, kRestMax);
   }
 
   FaultState CurrentFaults() {
@@ -456,6 +478,26 @@ void Agent::Stop() {
 bool Agent::Sleep(absl::Duration d) {
   std::unique_lock<std::mutex> lock(mutex_);
   wake_.wait_for(lock, absl::ToChronoNanoseconds(d), [this] { return stopping_; });
+  return !stopping_;
+}
+
+uint64_t Agent::Nudges() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return nudges_;
+}
+
+void Agent::Nudge() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++nudges_;
+  }
+  wake_.notify_all();
+}
+
+bool Agent::SleepUnlessNudged(absl::Duration d, uint64_t seen) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  wake_.wait_for(lock, absl::ToChronoNanoseconds(d),
+                 [this, seen] { return stopping_ || nudges_ != seen; });
   return !stopping_;
 }
 

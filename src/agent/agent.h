@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -59,6 +60,12 @@ class Agent {
  private:
   class Session;
   bool Sleep(absl::Duration d);  // False when stopping.
+  // The session's loop sleeps until its next timer, or until its reader
+  // nudges it (a new desired set): Nudges() before looking at what changed,
+  // then SleepUnlessNudged() with that count, so no nudge is missed.
+  uint64_t Nudges();
+  void Nudge();
+  bool SleepUnlessNudged(absl::Duration d, uint64_t seen);  // False when stopping.
 
   AgentOptions options_;
   std::unique_ptr<RuntimeDriver> driver_;
@@ -67,6 +74,7 @@ class Agent {
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;
+  uint64_t nudges_ = 0;  // Guarded by mutex_.
   std::atomic<int> sessions_{0};
 };
 

@@ -51,6 +51,8 @@ class TelemetryCollector {
   void Probe(absl::Time now, const std::vector<std::string>& running);
 
   bool empty() const;
+  // When the next GPU sample is due, on the agent's clock.
+  absl::Time next_sample() const { return next_sample_; }
   // Enough for one message (svd takes at most 5,760 GPU samples).
   bool full() const { return batch_.gpu_samples_size() >= 2880; }
   v1::SlaTelemetryBatch Take();
