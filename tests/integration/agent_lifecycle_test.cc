@@ -3,7 +3,6 @@
 // real local processes), and the real agent protocol.
 
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -49,20 +48,6 @@ std::string Slurp(const std::string& path) {
 }
 
 bool Alive(pid_t pid) { return pid > 0 && kill(pid, 0) == 0; }
-
-// A sample of svd's /metrics (0 for a series not rendered yet, -1 when
-// /metrics does not answer). `series` includes its labels.
-double Metric(SvdProcess& svd, const std::string& series) {
-  httplib::Client http("127.0.0.1", svd.http_port());
-  http.set_read_timeout(5, 0);
-  auto res = http.Get("/metrics");
-  if (!res || res->status != 200) return -1;
-  std::istringstream lines(res->body);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
-  }
-  return 0;
-}
 
 // A real svagent child process.
 class AgentProcess {
@@ -749,7 +734,7 @@ TEST_F(AgentLifecycleTest, DesiredSetFollowsTheSignalAndPollsWhileItIsDown) {
   const char* kListening = "sv_agent_desired_signal_listening";
   const char* kBySignal = "sv_agent_desired_reads_total{cause=\"signal\"}";
   const char* kByPoll = "sv_agent_desired_reads_total{cause=\"poll\"}";
-  ASSERT_TRUE(WaitFor([&] { return Metric(*svd_, kListening) == 1; }));
+  ASSERT_TRUE(WaitFor([&] { return MetricSample(*svd_, kListening) == 1; }));
   RawAgent agent;
   ASSERT_NO_FATAL_FAILURE(ConnectRegistered("node-a", &agent, std::chrono::seconds(120)));
   auto& stream = agent.stream;
@@ -765,14 +750,14 @@ TEST_F(AgentLifecycleTest, DesiredSetFollowsTheSignalAndPollsWhileItIsDown) {
     return false;
   };
   ASSERT_TRUE(listed({}));  // The first set: nothing yet.
-  const double signalled = Metric(*svd_, kBySignal);
+  const double signalled = MetricSample(*svd_, kBySignal);
   const Instance first = Create(4);
   ASSERT_TRUE(listed({first.id()}));
-  EXPECT_GT(Metric(*svd_, kBySignal), signalled);
+  EXPECT_GT(MetricSample(*svd_, kBySignal), signalled);
 
   // The listener's backend ends, and the database refuses new connections
   // (svd's pools are open), so the listener stays down.
-  const double pid = Metric(*svd_, "sv_agent_desired_signal_backend_pid");
+  const double pid = MetricSample(*svd_, "sv_agent_desired_signal_backend_pid");
   ASSERT_GT(pid, 0);
   pqxx::connection admin(database_url_ + " dbname=postgres");
   const std::string db = pqxx::connection(database_url_).dbname();
@@ -781,15 +766,15 @@ TEST_F(AgentLifecycleTest, DesiredSetFollowsTheSignalAndPollsWhileItIsDown) {
     txn.exec("ALTER DATABASE \"" + db + "\" ALLOW_CONNECTIONS false");
     txn.exec("SELECT pg_terminate_backend(" + std::to_string(static_cast<int>(pid)) + ")");
   }
-  const bool down = WaitFor([&] { return Metric(*svd_, kListening) == 0; });
+  const bool down = WaitFor([&] { return MetricSample(*svd_, kListening) == 0; });
   // The read the lost connection rang for is done once the polls begin;
   // from then on only a poll can bring a change.
-  const double before = Metric(*svd_, kByPoll);
-  const bool polling = down && WaitFor([&] { return Metric(*svd_, kByPoll) > before; });
-  const double polled = Metric(*svd_, kByPoll);
+  const double before = MetricSample(*svd_, kByPoll);
+  const bool polling = down && WaitFor([&] { return MetricSample(*svd_, kByPoll) > before; });
+  const double polled = MetricSample(*svd_, kByPoll);
   const Instance second = polling ? Create(4) : Instance();
   const bool arrived = polling && listed({first.id(), second.id()});
-  const double polled_after = Metric(*svd_, kByPoll);
+  const double polled_after = MetricSample(*svd_, kByPoll);
   {
     pqxx::nontransaction txn(admin);
     txn.exec("ALTER DATABASE \"" + db + "\" ALLOW_CONNECTIONS true");
@@ -799,7 +784,7 @@ TEST_F(AgentLifecycleTest, DesiredSetFollowsTheSignalAndPollsWhileItIsDown) {
   ASSERT_TRUE(arrived) << "a change made while the signal is down";
   EXPECT_GT(polled_after, polled);
 
-  ASSERT_TRUE(WaitFor([&] { return Metric(*svd_, kListening) == 1; }));
+  ASSERT_TRUE(WaitFor([&] { return MetricSample(*svd_, kListening) == 1; }));
   v1::DeleteInstanceRequest del;
   del.set_id(first.id());
   Instance deleted;

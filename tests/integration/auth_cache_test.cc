@@ -6,11 +6,9 @@
 // while B's LISTEN connection is gone B serves nothing from its cache; and a
 // revoked node credential refuses its agent and ends its open stream on the
 // other replica. Every wait is bounded (a few seconds).
-#include <httplib.h>
 
 #include <chrono>
 #include <pqxx/pqxx>
-#include <sstream>
 #include <thread>
 
 #include "api/errors.h"
@@ -31,22 +29,10 @@ using SteadyClock = std::chrono::steady_clock;
 // window (1 s) of its commit; in practice within milliseconds.
 constexpr auto kRevocationBound = std::chrono::milliseconds(1000);
 
-double Metric(SvdProcess& svd, const std::string& name) {
-  httplib::Client http("127.0.0.1", svd.http_port());
-  http.set_read_timeout(5, 0);
-  auto res = http.Get("/metrics");
-  if (!res || res->status != 200) return -1;
-  std::istringstream lines(res->body);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
-  }
-  return 0;  // A counter not rendered yet.
-}
-
 // Polls `metric` until it equals `value`, for at most 5 s.
 bool WaitMetric(SvdProcess& svd, const std::string& metric, double value) {
   for (int i = 0; i < 500; ++i) {
-    if (Metric(svd, metric) == value) return true;
+    if (MetricSample(svd, metric) == value) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return false;
@@ -102,9 +88,9 @@ class AuthCacheTest : public ::testing::Test {
   // Calls B until `token` is cached there: the last call must be a hit.
   void WarmOnB(const std::string& token) {
     ASSERT_TRUE(Whoami(*b_, token).ok());
-    const double hits = Metric(*b_, "sv_auth_cache_hits_total");
+    const double hits = MetricSample(*b_, "sv_auth_cache_hits_total");
     ASSERT_TRUE(Whoami(*b_, token).ok());
-    ASSERT_GT(Metric(*b_, "sv_auth_cache_hits_total"), hits) << "B did not serve from its cache";
+    ASSERT_GT(MetricSample(*b_, "sv_auth_cache_hits_total"), hits) << "B did not serve from its cache";
   }
 
   // Calls B with `token` until `refused` says so, then for 200 ms more.
@@ -245,11 +231,11 @@ TEST_F(AuthCacheTest, WrongSecretForACachedKeyIsRefused) {
   WarmOnB(key.secret());
   std::string wrong = key.secret();
   wrong.back() = wrong.back() == 'a' ? 'b' : 'a';
-  const double hits = Metric(*b_, "sv_auth_cache_hits_total");
+  const double hits = MetricSample(*b_, "sv_auth_cache_hits_total");
   grpc::Status s = Whoami(*b_, wrong);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(api::ReasonOf(s), "API_KEY_UNKNOWN");
-  EXPECT_GT(Metric(*b_, "sv_auth_cache_hits_total"), hits) << "the cached entry was consulted";
+  EXPECT_GT(MetricSample(*b_, "sv_auth_cache_hits_total"), hits) << "the cached entry was consulted";
   EXPECT_TRUE(Whoami(*b_, key.secret()).ok());
 }
 
@@ -271,9 +257,9 @@ TEST_F(AuthCacheTest, LostListenConnectionBypassesTheCache) {
   auto stream = OpenAgentStream(*b_, &live, node.credential(), "cache-node-2");
   v1::ServerMessage reply;
   ASSERT_TRUE(stream->Read(&reply) && reply.has_registered());
-  const double pid = Metric(*b_, "sv_auth_revocation_backend_pid");
+  const double pid = MetricSample(*b_, "sv_auth_revocation_backend_pid");
   ASSERT_GT(pid, 0);
-  const double connections = Metric(*b_, "sv_auth_revocation_connections_total");
+  const double connections = MetricSample(*b_, "sv_auth_revocation_connections_total");
   pqxx::connection test_db(url_);  // Opened before connections are refused.
   const std::string db = test_db.dbname();
   pqxx::connection admin(url_ + " dbname=postgres");
@@ -289,11 +275,11 @@ TEST_F(AuthCacheTest, LostListenConnectionBypassesTheCache) {
              node.credential_id() + "'");
   }
   ASSERT_TRUE(WaitMetric(*b_, "sv_auth_revocation_listening", 0));
-  const double bypasses = Metric(*b_, "sv_auth_cache_bypasses_total");
+  const double bypasses = MetricSample(*b_, "sv_auth_cache_bypasses_total");
   grpc::Status first = Whoami(*b_, key.secret());
   EXPECT_EQ(first.error_code(), grpc::StatusCode::UNAUTHENTICATED) << "a stale success";
   EXPECT_EQ(api::ReasonOf(first), "API_KEY_REVOKED");
-  EXPECT_GT(Metric(*b_, "sv_auth_cache_bypasses_total"), bypasses);
+  EXPECT_GT(MetricSample(*b_, "sv_auth_cache_bypasses_total"), bypasses);
   EXPECT_TRUE(Whoami(*b_, owner_).ok()) << "B still serves, from the database";
   {
     pqxx::nontransaction txn(admin);
@@ -301,14 +287,14 @@ TEST_F(AuthCacheTest, LostListenConnectionBypassesTheCache) {
   }
   const auto allowed = SteadyClock::now();
   ASSERT_TRUE(WaitMetric(*b_, "sv_auth_cache_trusted", 1));
-  EXPECT_GT(Metric(*b_, "sv_auth_revocation_connections_total"), connections);
+  EXPECT_GT(MetricSample(*b_, "sv_auth_revocation_connections_total"), connections);
   // B's monitor re-reads its streams' credentials after the reconnect
   // (every second): the stream ends.
   while (stream->Read(&reply)) {
   }
   EXPECT_LE(SteadyClock::now() - allowed, std::chrono::seconds(5));
   EXPECT_FALSE(stream->Finish().ok());
-  EXPECT_NE(Metric(*b_, "sv_auth_revocation_backend_pid"), pid);
+  EXPECT_NE(MetricSample(*b_, "sv_auth_revocation_backend_pid"), pid);
   EXPECT_EQ(api::ReasonOf(Whoami(*b_, key.secret())), "API_KEY_REVOKED");
   WarmOnB(owner_);  // The cache works again.
 }
@@ -351,10 +337,10 @@ TEST_F(AuthCacheTest, RevokedNodeCredentialIsRefusedEverywhere) {
   batch.add_gpu_samples()->set_gpu_index(0);
   ASSERT_TRUE(telemetry->Write(batch));
   const std::string dropped = "sv_sla_samples_total{result=\"dropped\"}";
-  for (int i = 0; i < 500 && Metric(*b_, dropped) < 1; ++i) {
+  for (int i = 0; i < 500 && MetricSample(*b_, dropped) < 1; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  ASSERT_GE(Metric(*b_, dropped), 1);
+  ASSERT_GE(MetricSample(*b_, dropped), 1);
 
   // A tenant's key may not revoke node credentials.
   v1::NodeCredentialService::Stub credentials(a_->channel());

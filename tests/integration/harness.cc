@@ -15,6 +15,7 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <pqxx/pqxx>
 
 #include "absl/strings/str_cat.h"
@@ -67,6 +68,18 @@ struct PostgresHolder {
 };
 
 }  // namespace
+
+double MetricSample(SvdProcess& svd, const std::string& series) {
+  httplib::Client http("127.0.0.1", svd.http_port());
+  http.set_read_timeout(5, 0);
+  auto res = http.Get("/metrics");
+  if (!res || res->status != 200) return -1;
+  std::istringstream lines(res->body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return 0;
+}
 
 std::string SvdPath() { return SV_SVD_PATH; }
 std::string SvctlPath() { return SV_SVCTL_PATH; }

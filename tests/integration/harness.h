@@ -80,6 +80,11 @@ class SvdProcess {
   std::shared_ptr<grpc::Channel> channel_;
 };
 
+// One sample of svd's /metrics: the value of `series` (its name and labels,
+// as rendered), 0 for a series not rendered yet, -1 when /metrics does not
+// answer.
+double MetricSample(SvdProcess& svd, const std::string& series);
+
 // A fresh tenant created through the admin API; returns its API key.
 std::string CreateTenant(SvdProcess& svd, const std::string& name);
 
