@@ -189,6 +189,8 @@ void CredentialRevocation::Start() {
   });
 }
 
+void CredentialRevocation::RequestStop() { listener_->RequestStop(); }
+
 void CredentialRevocation::Stop() { listener_->Stop(); }
 
 }  // namespace sv::api

@@ -103,6 +103,7 @@ class CredentialRevocation {
   // Before Start; `sink` must outlive this object's Stop.
   void AddSink(store::NotificationSink* sink);
   void Start();
+  void RequestStop();  // As NotificationListener's: Stop waits.
   void Stop();
   const store::NotificationListener& listener() const { return *listener_; }
 

@@ -368,17 +368,17 @@ int RunServer(const ServerOptions& options) {
       return kExitStartFailed;
     }
   }
-  // The gRPC port file comes last: tests take it as the sign svd is up.
-  if (!options.port_file.empty() && !WritePortFile(options.port_file, port)) {
-    spdlog::error("svd: cannot write {}", options.port_file);
-    return kExitStartFailed;
-  }
   if (options.dev) {
     std::string path = options.svctl_config.empty() ? DefaultSvctlConfigPath()
                                                     : options.svctl_config;
     if (absl::Status s = WriteSvctlConfig(path, endpoint, demo_key, admin_key); !s.ok()) {
       spdlog::warn("svd: {}", std::string(s.message()));
     }
+  }
+  // The gRPC port file comes last: tests take it as the sign svd is up.
+  if (!options.port_file.empty() && !WritePortFile(options.port_file, port)) {
+    spdlog::error("svd: cannot write {}", options.port_file);
+    return kExitStartFailed;
   }
   leadership.Start();
   loops.Start();
@@ -423,6 +423,13 @@ int RunServer(const ServerOptions& options) {
   sla_checkpoints.Stop();  // The final checkpoint, after every stream ended.
   fleet_utilization.Stop();
   http.Stop();
+  // The LISTEN connections close before the database stops: left open,
+  // they would take its shutdown for a lost connection, warn and dial it
+  // again. Both stop within one ping (200 ms).
+  if (desired_listener) desired_listener->RequestStop();
+  revocation.RequestStop();
+  if (desired_listener) desired_listener->Stop();
+  revocation.Stop();
   if (postgres) {
     if (absl::Status s = postgres->Stop(); !s.ok()) {
       spdlog::warn("svd: stopping PostgreSQL: {}", std::string(s.message()));

@@ -53,12 +53,16 @@ void NotificationListener::Start() {
   thread_ = std::thread([this] { Run(); });
 }
 
-void NotificationListener::Stop() {
+void NotificationListener::RequestStop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
+}
+
+void NotificationListener::Stop() {
+  RequestStop();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -72,7 +76,17 @@ void NotificationListener::Lost() {
   const bool was = listening_.exchange(false);
   backend_pid_ = 0;
   for (NotificationSink* sink : sinks_) sink->OnLost();
-  if (was) spdlog::warn("store: lost the LISTEN connection on {}", options_.channel);
+  if (!was) return;
+  bool stopping = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping = stopping_;
+  }
+  if (stopping) {
+    spdlog::info("store: stopped listening on {}", options_.channel);
+  } else {
+    spdlog::warn("store: lost the LISTEN connection on {}", options_.channel);
+  }
 }
 
 void NotificationListener::Run() {

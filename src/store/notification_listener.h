@@ -58,6 +58,9 @@ class NotificationListener {
   // Sinks are added before Start and must outlive the listener's Stop.
   void AddSink(NotificationSink* sink);
   void Start();
+  // Asks the listener to stop and returns at once; it closes its
+  // connection within one ping_interval. Stop waits for that.
+  void RequestStop();
   void Stop();
 
   bool listening() const { return listening_.load(); }
