@@ -123,7 +123,6 @@ bool SvdProcess::Start() {
   const std::string port_file = work_dir_ + "/port";
   fs::remove(port_file);
   std::vector<std::string> args = {SvdPath(),
-                                   "--database-url", options_.database_url,
                                    "--listen",
                                    options_.keep_port_on_restart && port_ > 0
                                        ? "127.0.0.1:" + std::to_string(port_)
@@ -132,11 +131,16 @@ bool SvdProcess::Start() {
                                    "--admin-key-file", admin_key_file_,
                                    "--sim-nodes", std::to_string(options_.sim_nodes),
                                    "--sim-leaves", std::to_string(options_.sim_leaves),
-                                   "--state-dir", work_dir_ + "/state",
+                                   "--state-dir", state_dir(),
                                    "--http-listen", "127.0.0.1:0",
                                    "--http-port-file", work_dir_ + "/http-port",
                                    "--billing-create-credit-minutes",
                                    std::to_string(options_.billing_create_credit_minutes)};
+  if (options_.dev) {
+    args.insert(args.end(), {"--dev", "--svctl-config", svctl_config_home() + "/svctl/config.json"});
+  } else {
+    args.insert(args.end(), {"--database-url", options_.database_url});
+  }
   args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
   // Agent streams learn of changes to their node's desired set only from
   // the signal (migration 0094), unless a test says otherwise: a change

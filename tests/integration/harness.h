@@ -47,6 +47,10 @@ struct SvdOptions {
   // A second Start() listens on the port of the first (agents reconnect to
   // a fixed endpoint).
   bool keep_port_on_restart = false;
+  // `svd --dev`, as deploy/dev.sh runs it: its own PostgreSQL under the
+  // state folder instead of database_url, and svctl's config written
+  // under svctl_config_home().
+  bool dev = false;
 };
 
 // A real svd child process listening on a free port.
@@ -66,6 +70,10 @@ class SvdProcess {
   int http_port() const { return http_port_; }
   const std::string& admin_key() const { return admin_key_; }
   const std::string& log_path() const { return log_path_; }
+  // With SvdOptions::dev: where svd wrote svctl/config.json (svctl's
+  // XDG_CONFIG_HOME).
+  std::string svctl_config_home() const { return work_dir_ + "/config"; }
+  std::string state_dir() const { return work_dir_ + "/state"; }
   std::shared_ptr<grpc::Channel> channel();
 
  private:

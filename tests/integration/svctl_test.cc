@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "nlohmann/json.hpp"
 #include "tests/integration/harness.h"
@@ -117,6 +119,48 @@ TEST_F(SvctlTest, FlagsBeatEnvironmentWhichBeatsTheConfigFile) {
   EXPECT_NE(flag.exit_code, 0);
   RunResult flag_ok = Svctl({"--token", token_, "whoami"}, {"SVCTL_TOKEN=sv_bad"});
   EXPECT_EQ(flag_ok.exit_code, 0) << flag_ok.err;
+}
+
+// The README's first command (deploy/dev.sh): `svd --dev` on its own
+// PostgreSQL with a simulated fleet, and svctl working at once from the
+// config svd wrote, with nothing else set up. A stop leaves no PostgreSQL
+// running and logs no lost LISTEN connection: the listeners close before
+// the database does.
+TEST(SvctlDevTest, DevServerTakesACreateAtOnceAndStopsCleanly) {
+  SvdOptions options;
+  options.dev = true;
+  SvdProcess svd(options);
+  ASSERT_TRUE(svd.Start());
+  const std::vector<std::string> env = {"HOME=" + svd.state_dir(),
+                                        "XDG_CONFIG_HOME=" + svd.svctl_config_home()};
+  auto svctl = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), SvctlPath());
+    return RunCapture(args, env);
+  };
+
+  RunResult created = svctl({"-o", "json", "create", "--gpus", "8", "--wait"});
+  ASSERT_EQ(created.exit_code, 0) << created.err;
+  auto instance = nlohmann::json::parse(created.out);
+  EXPECT_EQ(instance["state"], "RUNNING");
+  EXPECT_EQ(instance["placement"][0]["gpu_indices"].size(), 8u);
+
+  RunResult odd = svctl({"create", "--gpus", "12"});
+  EXPECT_NE(odd.exit_code, 0);
+  EXPECT_NE(odd.err.find("INVALID_GPU_COUNT"), std::string::npos) << odd.err;
+
+  RunResult nodes = svctl({"-o", "json", "admin", "nodes", "list"});
+  ASSERT_EQ(nodes.exit_code, 0) << nodes.err;
+  EXPECT_EQ(nlohmann::json::parse(nodes.out)["nodes"].size(), 16u) << nodes.out;
+
+  ASSERT_EQ(svd.Stop(), 0);
+  std::ostringstream read;
+  read << std::ifstream(svd.log_path()).rdbuf();
+  const std::string log = read.str();
+  EXPECT_NE(log.find("postgres: stopped"), std::string::npos) << log;
+  EXPECT_FALSE(std::filesystem::exists(svd.state_dir() + "/pg/postmaster.pid"))
+      << "the embedded PostgreSQL outlived svd";
+  EXPECT_EQ(log.find("lost the LISTEN connection"), std::string::npos) << log;
+  EXPECT_EQ(log.find("database system is shutting down"), std::string::npos) << log;
 }
 
 }  // namespace
