@@ -292,6 +292,9 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
       return Error(absl::StatusCode::kUnavailable, "SCHEDULER_UNAVAILABLE",
                    "this server runs no scheduler");
     }
+    // A size no resize can reach is refused as such, before the credit
+    // gate could refuse it for its price.
+    SV_RETURN_IF_ERROR(control::CheckResizeGpuCount(request.gpu_count()));
     if (deps_.billing != nullptr) {
       // Growing is held to the create's credit gate: the wallet must cover
       // the first minutes of the instance at its new size.

@@ -393,13 +393,18 @@ absl::StatusOr<store::PassOutcome> Scheduling::RunPass(absl::Time now, bool wait
   return outcome;
 }
 
-absl::StatusOr<int> Scheduling::Resize(const std::string& tenant_id, const std::string& id,
-                                       int new_gpu_count, absl::Time now) {
+absl::Status CheckResizeGpuCount(int new_gpu_count) {
   if (new_gpu_count < scheduler::kGpusPerNode || new_gpu_count > scheduler::kGpuCountMax ||
       new_gpu_count % scheduler::kGpusPerNode != 0) {
     return Error(absl::StatusCode::kInvalidArgument, "INVALID_GPU_COUNT",
                  "gpu_count for a resize must be a multiple of 8 from 8 to 128");
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Scheduling::Resize(const std::string& tenant_id, const std::string& id,
+                                       int new_gpu_count, absl::Time now) {
+  SV_RETURN_IF_ERROR(CheckResizeGpuCount(new_gpu_count));
   return store_.ResizeInstance(
       tenant_id, id, new_gpu_count, options_.queue_max,
       [this](const store::FleetView& view, const std::string& instance,

@@ -48,6 +48,10 @@ inline constexpr int kCrashAfterDecideExitCode = 86;
 absl::StatusOr<std::vector<store::QueueVerdict>> DecideQueue(
     const store::FleetView& view, const SchedulingOptions& options);
 
+// INVALID_ARGUMENT / INVALID_GPU_COUNT unless `new_gpu_count` is a size a
+// resize can reach: a multiple of 8 from 8 to 128.
+absl::Status CheckResizeGpuCount(int new_gpu_count);
+
 // Grows or shrinks a whole-node instance held in the view. Fails with
 // INVALID_ARGUMENT / FAILED_PRECONDITION / RESOURCE_EXHAUSTED and a reason.
 absl::StatusOr<store::ResizeVerdict> DecideResize(const store::FleetView& view,

@@ -74,6 +74,14 @@ TEST(BillingApiTest, BalanceCreditGateTopUpAndAudit) {
   grpc::Status no_credit = instances->ResizeInstance(Context(token).get(), grow, &grown);
   EXPECT_EQ(no_credit.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(api::ReasonOf(no_credit), "INSUFFICIENT_CREDIT") << no_credit.error_message();
+  // A size no resize can reach is refused as such, not for its price.
+  for (int size : {200, 136, 12}) {
+    grow.set_gpu_count(size);
+    grpc::Status invalid = instances->ResizeInstance(Context(token).get(), grow, &grown);
+    EXPECT_EQ(invalid.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << size;
+    EXPECT_EQ(api::ReasonOf(invalid), "INVALID_GPU_COUNT") << size << ": "
+                                                           << invalid.error_message();
+  }
   ASSERT_TRUE(instances->GetInstance(Context(token).get(), get, &seen).ok());
   EXPECT_EQ(seen.gpu_count(), 16);
 
