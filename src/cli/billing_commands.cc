@@ -150,7 +150,9 @@ void AddTenantCommands(CLI::App& app, Action* action) {
       std::vector<std::vector<std::string>> rows = {{"ID", "TIME", "KIND", "AMOUNT", "FROM",
                                                      "TO", "INSTANCE", "MINUTE"}};
       for (const auto& t : response.transfers()) {
-        rows.push_back({std::to_string(t.id()), Time(t.create_time()), t.kind(),
+        // A minute charge's legs have no transfer id (docs/billing.md).
+        rows.push_back({t.id() == 0 ? "-" : std::to_string(t.id()), Time(t.create_time()),
+                        t.kind(),
                         Yuan(t.tenant_delta_micros() != 0 ? t.tenant_delta_micros()
                                                           : t.amount_micros()),
                         t.from_account(), t.to_account(),
