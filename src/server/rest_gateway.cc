@@ -505,7 +505,13 @@ void RestGateway::Mount(httplib::Server& server) const {
     RestRequest request;
     request.method = req.method;
     request.path = req.path;
-    request.query = req.params;
+    // The URL's query string only. httplib adds the pairs of a form-encoded
+    // body to req.params too, and `curl -d '{...}'` labels its JSON body
+    // application/x-www-form-urlencoded: the body would come back as an
+    // unknown query parameter. The body is read as JSON whatever its label.
+    if (const size_t mark = req.target.find('?'); mark != std::string::npos) {
+      httplib::detail::parse_query_text(req.target.substr(mark + 1), request.query);
+    }
     request.authorization = req.get_header_value("Authorization");
     request.body = req.body;
     request.client_address = req.remote_addr;
@@ -523,10 +529,18 @@ void RestGateway::Mount(httplib::Server& server) const {
   server.Delete(kPattern, handler);
   // httplib answers some errors itself (413 for a body over the limit, 400
   // for a malformed request); give them the same JSON error body.
-  server.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+  server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     RestResponse error;
-    if (res.status == 413) {
+    if (res.status == 413 &&
+        req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0) {
+      // httplib's own, lower limit for form-encoded bodies.
+      error = RestError(413, "RESOURCE_EXHAUSTED", "BODY_TOO_LARGE",
+                        absl::StrCat("a body labelled application/x-www-form-urlencoded is at most ",
+                                     CPPHTTPLIB_FORM_URL_ENCODED_PAYLOAD_MAX_LENGTH,
+                                     " bytes; send JSON as application/json (up to ",
+                                     kRestBodyBytesMax, " bytes)"));
+    } else if (res.status == 413) {
       error = RestError(413, "RESOURCE_EXHAUSTED", "BODY_TOO_LARGE",
                         absl::StrCat("request bodies are at most ", kRestBodyBytesMax, " bytes"));
     } else if (res.status == 404) {

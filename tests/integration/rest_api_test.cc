@@ -33,15 +33,15 @@ class Rest {
   }
 
   Reply Call(const std::string& method, const std::string& path, const std::string& key,
-             const std::string& body = "") {
+             const std::string& body = "", const std::string& content_type = "application/json") {
     httplib::Headers headers;
     if (!key.empty()) headers.emplace("Authorization", "Bearer " + key);
     auto send = [&]() -> httplib::Result {
       if (method == "GET") return client_.Get(path, headers);
       if (method == "DELETE") return client_.Delete(path, headers);
-      if (method == "POST") return client_.Post(path, headers, body, "application/json");
-      if (method == "PUT") return client_.Put(path, headers, body, "application/json");
-      return client_.Patch(path, headers, body, "application/json");
+      if (method == "POST") return client_.Post(path, headers, body, content_type);
+      if (method == "PUT") return client_.Put(path, headers, body, content_type);
+      return client_.Patch(path, headers, body, content_type);
     };
     httplib::Result res = send();
     Reply reply;
@@ -224,6 +224,28 @@ TEST_F(RestApiTest, RefusesBadCallsWithTheErrorModel) {
   EXPECT_EQ(r.status, 400) << r.raw;
   r = rest_->Call("GET", "/v1/instances", key);
   EXPECT_TRUE(r.body["instances"].empty());
+
+  // `curl -d '{...}'` without a Content-Type labels JSON as a form: it is
+  // read as JSON all the same, and its text is no query parameter.
+  const std::string form = "application/x-www-form-urlencoded";
+  r = rest_->Call("POST", "/v1/instances", key,
+                  R"({"instance": {"gpuCount": 1}, "requestId": "curl-1"})", form);
+  EXPECT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body.value("gpuCount", 0), 1) << r.raw;
+  r = rest_->Call("POST", "/v1/instances?pageSize=1", key, R"({"instance": {"gpuCount": 1}})",
+                  form);
+  EXPECT_EQ(r.status, 400) << r.raw;  // A real query parameter is still checked.
+  EXPECT_EQ(Reason(r), "INVALID_QUERY");
+  // httplib reads at most 8,192 bytes labelled as a form; the answer says so.
+  const std::string long_form = R"({"instance": {"name": ")" + std::string(9'000, 'a') + R"("}})";
+  r = rest_->Call("POST", "/v1/instances", key, long_form, form);
+  EXPECT_EQ(r.status, 413) << r.raw;
+  EXPECT_NE(r.body.value("message", "").find("application/json"), std::string::npos) << r.raw;
+  r = rest_->Call("GET", "/v1/instances", key);
+  ASSERT_EQ(r.body["instances"].size(), 1u) << r.raw;
+  const std::string curl_id = r.body["instances"][0]["id"];
+  r = rest_->Call("DELETE", "/v1/instances/" + curl_id, key);
+  EXPECT_EQ(r.status, 200) << r.raw;
 
   // A member is not an operator.
   r = rest_->Call("GET", "/v1/admin/balances", key);
