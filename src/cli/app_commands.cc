@@ -146,7 +146,7 @@ void AddAdmin(CLI::App& app, Action* action) {
   pay->callback([=] {
     *action = Connected(true, [=](Session& s) {
       int64_t micros = 0;
-      if (!ParseYuan(*amount, &micros)) return Fail("amount must be CNY with at most 6 decimals");
+      if (!ParseYuan(*amount, &micros)) return Fail(YuanSyntaxError("amount", *amount));
       v1::RecordPayoutRequest request = *payout;
       request.set_amount_micros(micros);
       v1::MarketplaceAdminService::Stub stub(s.channel);
@@ -260,7 +260,7 @@ void AddApps(CLI::App& app, Action* action) {
     *action = Connected(false, [=](Session& s) {
       int64_t micros = 0;
       if (!ParseYuan(*price, &micros)) {
-        return Fail("--price-per-hour must be CNY with at most 6 decimals");
+        return Fail(YuanSyntaxError("--price-per-hour", *price));
       }
       v1::RegisterImageRequest request;
       *request.mutable_image() = *image;

@@ -128,4 +128,11 @@ bool ParseYuan(const std::string& text, int64_t* micros) {
   return true;
 }
 
+std::string YuanSyntaxError(const std::string& what, const std::string& text) {
+  return absl::StrCat(what,
+                      " must be a CNY amount like 100 or 12.50 (digits, at most 6 decimals, "
+                      "no sign or exponent), got '",
+                      text.substr(0, 40), "'");
+}
+
 }  // namespace sv::cli

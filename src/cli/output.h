@@ -31,6 +31,9 @@ std::string Yuan(int64_t micros);
 // "12.5" (CNY) -> 12500000 micro-yuan; at most six decimals, no sign or
 // exponent. False for anything else.
 bool ParseYuan(const std::string& text, int64_t* micros);
+// The error for text ParseYuan refused: "<what> must be a CNY amount like
+// 100 or 12.50 (...), got '<text>'".
+std::string YuanSyntaxError(const std::string& what, const std::string& text);
 
 // "RUNNING", "PENDING", ...
 std::string StateName(v1::InstanceState state);

@@ -321,6 +321,18 @@ TEST(BillingApiTest, StartIsHeldToTheCreditGate) {
   EXPECT_EQ(balance.credit_limit_micros(), 5'000'000'000);
   RunResult unknown_mode = svctl({"billing-mode", topup.tenant_id(), "monthly"});
   EXPECT_NE(unknown_mode.exit_code, 0);
+  // A forgotten limit is an error, not a limit of 0; so is a malformed one,
+  // and its message shows what was typed. The mode and limit stay.
+  RunResult no_limit = svctl({"billing-mode", topup.tenant_id(), "postpaid"});
+  EXPECT_NE(no_limit.exit_code, 0);
+  EXPECT_NE(no_limit.err.find("--credit-limit"), std::string::npos) << no_limit.err;
+  RunResult bad_limit =
+      svctl({"billing-mode", topup.tenant_id(), "postpaid", "--credit-limit", "-5"});
+  EXPECT_NE(bad_limit.exit_code, 0);
+  EXPECT_NE(bad_limit.err.find("got '-5'"), std::string::npos) << bad_limit.err;
+  ASSERT_TRUE(billing->GetBalance(Context(token).get(), {}, &balance).ok());
+  EXPECT_EQ(balance.mode(), v1::POSTPAID);
+  EXPECT_EQ(balance.credit_limit_micros(), 5'000'000'000);
 }
 
 TEST(BillingApiTest, KillNineDuringBillingLosesAndDoublesNothing) {
