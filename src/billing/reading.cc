@@ -72,7 +72,15 @@ absl::StatusOr<Balance> Billing::GetBalance(const std::string& tenant_id, absl::
         "(extract(epoch from at) * 1000000)::bigint FROM billing_notices "
         "WHERE tenant_id = $1 ORDER BY at DESC, id DESC LIMIT $2",
         tenant_id, kNoticesMax);
+    // A low-credit warning is shown while it holds: once a top-up, a
+    // higher limit or fewer running GPUs cover the warning's minutes, it
+    // no longer asks the tenant to top up (the row stays).
+    const bool credit_low =
+        balance.burn_micros_per_minute > 0 &&
+        balance.available_micros <
+            balance.burn_micros_per_minute * options_.low_credit_warning_minutes;
     for (const auto& n : notices) {
+      if (n[0].as<std::string>() == "low_credit" && !credit_low) continue;
       balance.notices.push_back({n[0].as<std::string>(), n[1].as<std::string>(),
                                  n[2].as<std::string>(),
                                  absl::FromUnixMicros(n[3].as<int64_t>())});

@@ -424,6 +424,12 @@ TEST_F(BillingTest, WarnsBeforeCreditRunsOut) {
   ASSERT_FALSE(balance->notices.empty());
   EXPECT_EQ(balance->notices[0].kind, "low_credit");
   EXPECT_GT(balance->available_micros, 0);
+  // Once a top-up covers the warning's minutes, the balance stops asking
+  // for one.
+  ASSERT_TRUE(billing.TopUp(tenant, "after-warning", 100 * kMicrosPerYuan, clock_.Now()).ok());
+  balance = billing.GetBalance(tenant, clock_.Now());
+  ASSERT_TRUE(balance.ok());
+  for (const auto& n : balance->notices) EXPECT_NE(n.kind, "low_credit") << n.message;
 }
 
 // A top-up's payment id is its idempotency key: a replay is a no-op, a
