@@ -97,12 +97,30 @@ void PrintInstanceTable(const std::vector<v1::Instance>& instances, std::ostream
   PrintRows(rows, out);
 }
 
+std::string RoleText(v1::TenantRole role) {
+  switch (role) {
+    case v1::TENANT_ROLE_VIEWER: return "viewer";
+    case v1::TENANT_ROLE_BILLING: return "billing";
+    case v1::TENANT_ROLE_MEMBER: return "member";
+    case v1::TENANT_ROLE_OWNER: return "owner";
+    default: return "-";
+  }
+}
+
 void PrintAccount(const v1::Account& a, std::ostream& out) {
-  PrintRows({{"user:", absl::StrCat(a.user_email(), " (", a.user_id(), ")")},
-             {"tenant:", absl::StrCat(a.tenant_name(), " (", a.tenant_id(), ")")},
-             {"role:", v1::Role_Name(a.role())},
-             {"api key:", a.api_key_id()}},
-            out);
+  // The role in the tenant, as `svctl users list` shows it; the platform
+  // role only for an operator (every other caller is a plain MEMBER).
+  std::vector<std::vector<std::string>> rows = {
+      {"user:", absl::StrCat(a.user_email(), " (", a.user_id(), ")")},
+      {"tenant:", absl::StrCat(a.tenant_name(), " (", a.tenant_id(), ")")},
+      {"role:", RoleText(a.tenant_role())}};
+  if (a.role() == v1::OPERATOR) rows.push_back({"operator:", "yes"});
+  rows.push_back({"api key:", absl::StrCat(a.api_key_id(), " (",
+                                           a.key_scope() == v1::KEY_SCOPE_READ_ONLY
+                                               ? "read-only"
+                                               : "full",
+                                           ")")});
+  PrintRows(rows, out);
 }
 
 std::string Yuan(int64_t micros) {

@@ -28,6 +28,10 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows, std::ostream&
 
 // Money for people: 12345678 micro-yuan -> "12.345678 CNY".
 std::string Yuan(int64_t micros);
+// A tenant role as svctl writes and reads it: viewer, billing, member,
+// owner ("-" for none).
+std::string RoleText(v1::TenantRole role);
+
 // "12.5" (CNY) -> 12500000 micro-yuan; at most six decimals, no sign or
 // exponent. False for anything else.
 bool ParseYuan(const std::string& text, int64_t* micros);

@@ -18,16 +18,6 @@ std::string TimeText(const google::protobuf::Timestamp& t) {
                           absl::UTCTimeZone());
 }
 
-std::string RoleText(v1::TenantRole role) {
-  switch (role) {
-    case v1::TENANT_ROLE_VIEWER: return "viewer";
-    case v1::TENANT_ROLE_BILLING: return "billing";
-    case v1::TENANT_ROLE_MEMBER: return "member";
-    case v1::TENANT_ROLE_OWNER: return "owner";
-    default: return "-";
-  }
-}
-
 bool ParseRole(const std::string& text, v1::TenantRole* role) {
   for (auto r : {v1::TENANT_ROLE_VIEWER, v1::TENANT_ROLE_BILLING, v1::TENANT_ROLE_MEMBER,
                  v1::TENANT_ROLE_OWNER}) {

@@ -78,6 +78,12 @@ TEST_F(SvctlTest, WhoamiNamesTheTenant) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("cli@example.com"), std::string::npos);
   EXPECT_NE(r.out.find("cli ("), std::string::npos);
+  // The role in the tenant, as `svctl users list` words it, and the key's
+  // scope; not the platform role, which says MEMBER for every tenant user.
+  EXPECT_NE(r.out.find("owner"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(full)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("MEMBER"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("operator:"), std::string::npos) << r.out;
 }
 
 TEST_F(SvctlTest, RetriedCreateWithOneRequestIdMakesOneInstance) {
