@@ -225,6 +225,9 @@ void AddTenantCommands(CLI::App& app, Action* action) {
         rows.push_back({inv.id(), inv.period(), Fen(inv.total_fen()), Time(inv.issue_time())});
       }
       PrintTable(rows, std::cout);
+      if (all.invoices_size() == 0) {
+        std::cout << "(no invoices: a postpaid tenant gets one for each month it was postpaid)\n";
+      }
       return kExitOk;
     };
   });

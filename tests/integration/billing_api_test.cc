@@ -173,9 +173,14 @@ TEST(BillingApiTest, BalanceCreditGateTopUpAndAudit) {
                                                  "topup", tenant_id, "1e3", "--payment-id",
                                                  "wx-78"});
   EXPECT_NE(bad_amount.exit_code, 0);
+  EXPECT_NE(bad_amount.err.find("got '1e3'"), std::string::npos) << bad_amount.err;
   RunResult listed = svctl(token, {"transfers", "--kind", "topup"});
   EXPECT_EQ(listed.exit_code, 0) << listed.err;
   EXPECT_NE(listed.out.find("topup"), std::string::npos) << listed.out;
+  // A prepaid tenant has no invoices, and the table says why it is empty.
+  RunResult no_invoices = svctl(token, {"invoices"});
+  EXPECT_EQ(no_invoices.exit_code, 0) << no_invoices.err;
+  EXPECT_NE(no_invoices.out.find("(no invoices"), std::string::npos) << no_invoices.out;
 
   // Newest first, a page at a time: wx-77, then alipay-2026-0001. A token
   // only works in the order that issued it.
