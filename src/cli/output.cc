@@ -107,6 +107,10 @@ std::string RoleText(v1::TenantRole role) {
   }
 }
 
+std::string ScopeText(v1::KeyScope scope) {
+  return scope == v1::KEY_SCOPE_READ_ONLY ? "read-only" : "full";
+}
+
 void PrintAccount(const v1::Account& a, std::ostream& out) {
   // The role in the tenant, as `svctl users list` shows it; the platform
   // role only for an operator (every other caller is a plain MEMBER).
@@ -115,11 +119,7 @@ void PrintAccount(const v1::Account& a, std::ostream& out) {
       {"tenant:", absl::StrCat(a.tenant_name(), " (", a.tenant_id(), ")")},
       {"role:", RoleText(a.tenant_role())}};
   if (a.role() == v1::OPERATOR) rows.push_back({"operator:", "yes"});
-  rows.push_back({"api key:", absl::StrCat(a.api_key_id(), " (",
-                                           a.key_scope() == v1::KEY_SCOPE_READ_ONLY
-                                               ? "read-only"
-                                               : "full",
-                                           ")")});
+  rows.push_back({"api key:", absl::StrCat(a.api_key_id(), " (", ScopeText(a.key_scope()), ")")});
   PrintRows(rows, out);
 }
 

@@ -31,6 +31,8 @@ std::string Yuan(int64_t micros);
 // A tenant role as svctl writes and reads it: viewer, billing, member,
 // owner ("-" for none).
 std::string RoleText(v1::TenantRole role);
+// An API key's scope: "read-only" or "full".
+std::string ScopeText(v1::KeyScope scope);
 
 // "12.5" (CNY) -> 12500000 micro-yuan; at most six decimals, no sign or
 // exponent. False for anything else.

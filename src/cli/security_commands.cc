@@ -51,7 +51,7 @@ void PrintKeys(const google::protobuf::RepeatedPtrField<v1::ApiKey>& keys) {
       {"ID", "USER", "NAME", "SCOPE", "CREATED", "EXPIRES", "REVOKED"}};
   for (const auto& k : keys) {
     rows.push_back({k.id(), k.user_email(), k.name().empty() ? "-" : k.name(),
-                    k.scope() == v1::KEY_SCOPE_READ_ONLY ? "read-only" : "full",
+                    ScopeText(k.scope()),
                     TimeText(k.create_time()), TimeText(k.expire_time()),
                     TimeText(k.revoke_time())});
   }
