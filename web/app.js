@@ -141,12 +141,12 @@ async function refreshSla() {
     return;
   }
   const windows = data.windows || [];
-  if (!windows.length) { box.replaceChildren(el('p', { class: 'help', text: 'No hours judged yet.' })); return; }
+  if (!windows.length) { box.replaceChildren(el('p', { class: 'help', text: 'No SLA hours yet: an hour appears once the instance\'s telemetry arrives.' })); return; }
   box.replaceChildren(...windows.map((w) => {
     const evidence = el('dl', { class: 'evidence' });
     const add = (k, v) => { evidence.append(el('dt', { text: k }), el('dd', { text: v })); };
     add('State', w.state);
-    add('Rent', formatMoney(w.rentMicros));
+    add(w.state === 'OPEN' ? 'Rent so far' : 'Rent', formatMoney(w.rentMicros));
     add('GPU slots usable', `${w.slotsUsable} of ${w.slots} (reported ${w.slotsReported})`);
     add('Storage probes', `${w.storageProbeCount}, mean ${(Number(w.storageMeanBytesPerSecond) / 1e9).toFixed(2)} GB/s, min ${(Number(w.storageMinBytesPerSecond) / 1e9).toFixed(2)} GB/s`);
     add('Latency', `${w.latencySampleCount} samples, p99 ${(Number(w.latencyP99Ns) / 1000).toFixed(2)} µs`);

@@ -1,7 +1,9 @@
 // SlaTelemetryService, SlaService, SlaAdminService and DevClockService.
 #include "api/sla_service.h"
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -109,13 +111,14 @@ absl::StatusOr<sla::SlaDefinition> DefinitionFromProto(const v1::SlaDefinition& 
 
 // ---- Windows -> proto ----------------------------------------------------------
 
-void AggregatesToProto(const sla::Evidence& e, absl::Time from, absl::Time to,
-                       v1::SlaWindow* out) {
+// `charged`: the minutes judged, as sla::MinuteBits.
+void AggregatesToProto(const sla::Evidence& e, uint64_t charged, v1::SlaWindow* out) {
   const sla::InstanceHourWindow& w = e.window;
+  const sla::SlotMask judged = sla::JudgedSlots(w, charged);
   out->set_gpu_count(w.gpu_count());
-  out->set_slots(sla::InstanceHourWindow::SlotsIn(w.hour_start(), from, to));
-  out->set_slots_reported(w.ReportedSlots(from, to));
-  out->set_slots_usable(w.UsableSlots(from, to));
+  out->set_slots(static_cast<int32_t>(judged.count()));
+  out->set_slots_reported(w.ReportedSlots(judged));
+  out->set_slots_usable(w.UsableSlots(judged));
   out->set_storage_probe_count(w.storage_probe_count());
   out->set_storage_mean_bytes_per_second(w.storage_mean_bytes_per_second());
   out->set_storage_min_bytes_per_second(w.storage_min_bytes_per_second());
@@ -131,7 +134,7 @@ absl::Status JudgedToProto(const store::SlaWindowRow& row, v1::SlaWindow* out) {
   out->set_instance_id(row.instance_id);
   *out->mutable_hour_start_time() = ToProto(row.hour_start);
   out->set_state(v1::JUDGED);
-  AggregatesToProto(e, row.billed_from, row.billed_to, out);
+  AggregatesToProto(e, row.charged_minutes, out);
   out->clear_node_names();
   for (const auto& n : row.node_names) out->add_node_names(n);
   *out->mutable_billed_start_time() = ToProto(row.billed_from);
@@ -292,13 +295,37 @@ struct SlaApi::Impl {
     return e;
   }
 
-  void OpenToProto(const std::string& instance_id, absl::Time hour, const sla::Evidence& e,
-                   v1::SlaWindow* out) {
+  // The hour so far, judged as the judge would if the hour ended now: on
+  // the minutes charged so far, and on the later minutes with reports,
+  // which billing has not reached yet (before the first charge, those
+  // alone). So a fresh instance is not shown the hour before it started,
+  // nor its last seconds, not yet reported, as missing.
+  absl::Status OpenToProto(const std::string& instance_id, absl::Time hour,
+                           const sla::Evidence& e, v1::SlaWindow* out) {
+    SV_ASSIGN_OR_RETURN(auto rent, runtime.store().RentOf(instance_id, hour));
     out->set_instance_id(instance_id);
     *out->mutable_hour_start_time() = ToProto(hour);
     out->set_state(v1::OPEN);
-    const absl::Time to = std::min(hour + absl::Hours(1), clock.Now());
-    AggregatesToProto(e, hour, std::max(to, hour), out);
+    uint64_t minutes = 0;
+    int after = 0;  // Minutes of the hour billing has not reached.
+    if (rent) {
+      *out->mutable_billed_start_time() =
+          ToProto(std::max(hour, absl::FromUnixSeconds(rent->first_minute * 60)));
+      *out->mutable_billed_end_time() = ToProto(std::min(
+          hour + absl::Hours(1), absl::FromUnixSeconds((rent->last_minute + 1) * 60)));
+      out->set_rent_micros(rent->rent_micros);
+      minutes = rent->charged_minutes;
+      after = static_cast<int>(rent->last_minute + 1 - absl::ToUnixSeconds(hour) / 60);
+    }
+    const sla::SlotMask reported = e.window.AnyReported();
+    constexpr int kSlotsPerMinute = 60 / sla::kSlotSeconds;
+    for (int m = std::max(after, 0); m < 60; ++m) {
+      for (int s = m * kSlotsPerMinute; s < (m + 1) * kSlotsPerMinute; ++s) {
+        if (reported[s]) minutes |= uint64_t{1} << m;
+      }
+    }
+    AggregatesToProto(e, minutes, out);
+    return absl::OkStatus();
   }
 };
 
@@ -545,10 +572,7 @@ class SlaServiceImpl final : public v1::SlaService::Service {
     const absl::Time now = api_.clock.Now();
     if (!judged_hour && hour <= now) {
       SV_ASSIGN_OR_RETURN(auto evidence, api_.OpenEvidence(r.instance_id(), hour));
-      if (evidence) {
-        api_.OpenToProto(r.instance_id(), hour, *evidence, out);
-        return absl::OkStatus();
-      }
+      if (evidence) return api_.OpenToProto(r.instance_id(), hour, *evidence, out);
     }
     return Error(absl::StatusCode::kNotFound, "SLA_WINDOW_NOT_FOUND",
                  "no SLA window for that instance-hour (no rent, or no telemetry yet)");
@@ -568,12 +592,22 @@ class SlaServiceImpl final : public v1::SlaService::Service {
       }
       before = absl::FromUnixSeconds(seconds);
     } else {
-      // Open hours come first, on the first page only.
+      // Open hours come first, newest first, on the first page only: those
+      // in this replica's memory and those other replicas checkpointed
+      // (the agents' streams may reach any replica).
       SV_ASSIGN_OR_RETURN(auto cursor, api_.runtime.store().JudgedBefore());
+      SV_ASSIGN_OR_RETURN(auto hours, api_.runtime.store().CheckpointHoursOf(r.instance_id()));
       for (absl::Time hour : api_.runtime.monitor().HoursOf(r.instance_id())) {
+        hours.push_back(hour);
+      }
+      std::sort(hours.begin(), hours.end(), std::greater<>());
+      hours.erase(std::unique(hours.begin(), hours.end()), hours.end());
+      for (absl::Time hour : hours) {
         if (cursor && hour < *cursor) continue;
         SV_ASSIGN_OR_RETURN(auto evidence, api_.OpenEvidence(r.instance_id(), hour));
-        if (evidence) api_.OpenToProto(r.instance_id(), hour, *evidence, out->add_windows());
+        if (!evidence) continue;
+        SV_RETURN_IF_ERROR(
+            api_.OpenToProto(r.instance_id(), hour, *evidence, out->add_windows()));
       }
       // The judged part starts at 9999 so every judged hour is listed.
       before = absl::FromUnixSeconds(253'402'297'200);

@@ -57,6 +57,12 @@ void PrintWindow(const v1::SlaWindow& w, std::ostream& out) {
   if (w.state() == v1::JUDGED) {
     rows.push_back({"billed", Minute(w.billed_start_time()) + "-" + Minute(w.billed_end_time())});
     rows.push_back({"rent", Yuan(w.rent_micros())});
+  } else if (w.has_billed_start_time()) {
+    rows.push_back({"billed so far",
+                    Minute(w.billed_start_time()) + "-" + Minute(w.billed_end_time())});
+    rows.push_back({"rent so far", Yuan(w.rent_micros())});
+  } else {
+    rows.push_back({"billed so far", "nothing yet"});
   }
   rows.push_back({"GPU slots usable", absl::StrCat(w.slots_usable(), " of ", w.slots(), " (",
                                                    Share(w.slots_usable(), w.slots()), "), ",
@@ -141,7 +147,7 @@ void AddTenantCommand(CLI::App& app, Action* action) {
            "REFUND"}};
       for (const auto& w : response.windows()) {
         rows.push_back({Hour(w.hour_start_time()), v1::SlaWindowState_Name(w.state()),
-                        w.state() == v1::JUDGED ? Yuan(w.rent_micros()) : "-",
+                        w.has_billed_start_time() ? Yuan(w.rent_micros()) : "-",
                         Share(w.slots_usable(), w.slots()),
                         Rate(w.storage_mean_bytes_per_second()), Micros(w.latency_p99_ns()),
                         Breached(w),

@@ -223,8 +223,7 @@ absl::StatusOr<JudgeResult> Runtime::JudgeHour(absl::Time hour_start, absl::Time
       }
       auto defs = overrides.count(rent.tenant_id) ? Effective(overrides[rent.tenant_id])
                                                   : options_.definitions;
-      p.judgement =
-          Judge(p.evidence->window, p.billed_from, p.billed_to, rent.rent_micros, defs);
+      p.judgement = Judge(p.evidence->window, rent.charged_minutes, rent.rent_micros, defs);
       for (const MetricVerdict& v : p.judgement.verdicts) {
         if (!v.breached) continue;
         ++result.breaches;
@@ -256,6 +255,7 @@ absl::StatusOr<JudgeResult> Runtime::JudgeHour(absl::Time hour_start, absl::Time
       w.gpu_count = p.evidence->window.gpu_count();
       w.billed_from = p.billed_from;
       w.billed_to = p.billed_to;
+      w.charged_minutes = p.rent.charged_minutes;
       w.rent_micros = p.rent.rent_micros;
       w.evidence = EncodeEvidence(*p.evidence);
       std::string verdicts = "[";

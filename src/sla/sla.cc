@@ -38,13 +38,13 @@ std::string Format(Metric m, int64_t v) {
   return "";
 }
 
-MetricVerdict JudgeOne(const InstanceHourWindow& w, absl::Time from, absl::Time to,
+MetricVerdict JudgeOne(const InstanceHourWindow& w, const SlotMask& judged,
                        const SlaDefinition& d) {
   MetricVerdict v{d};
   switch (d.metric) {
     case Metric::kGpuUsable: {
-      const int slots = InstanceHourWindow::SlotsIn(w.hour_start(), from, to);
-      const int usable = w.UsableSlots(from, to);
+      const int slots = static_cast<int>(judged.count());
+      const int usable = w.UsableSlots(judged);
       v.observed = slots == 0 ? kBasisPoints : usable * kBasisPoints / slots;
       v.missing_telemetry = slots > 0 && usable == 0;
       break;
@@ -133,13 +133,14 @@ int64_t RefundMicros(int64_t rent_micros, int32_t basis_points) {
          (rent_micros % kBasisPoints) * basis_points / kBasisPoints;
 }
 
-HourJudgement Judge(const InstanceHourWindow& window, absl::Time billed_from,
-                    absl::Time billed_to, int64_t rent_micros,
-                    const std::vector<SlaDefinition>& definitions) {
+HourJudgement Judge(const InstanceHourWindow& window, uint64_t charged_minutes,
+                    int64_t rent_micros, const std::vector<SlaDefinition>& definitions) {
   HourJudgement j;
-  if (rent_micros <= 0 || billed_to <= billed_from) return j;  // Nothing was paid.
+  constexpr uint64_t kHourMinutes = (uint64_t{1} << 60) - 1;
+  if (rent_micros <= 0 || (charged_minutes & kHourMinutes) == 0) return j;  // Nothing paid.
+  const SlotMask judged = JudgedSlots(window, charged_minutes);
   for (const SlaDefinition& d : definitions) {
-    MetricVerdict v = JudgeOne(window, billed_from, billed_to, d);
+    MetricVerdict v = JudgeOne(window, judged, d);
     if (v.breached) v.refund_micros = RefundMicros(rent_micros, d.refund_basis_points);
     j.refund_micros_total += v.refund_micros;
     j.verdicts.push_back(std::move(v));

@@ -56,12 +56,13 @@ struct HourJudgement {
   int64_t refund_micros_total = 0;
 };
 
-// Judges the billed span [billed_from, billed_to) of `window`'s hour. The
-// rent is what the ledger actually charged for that instance-hour; each
-// breached metric refunds its share of it. Refunds stack, with no cap.
-HourJudgement Judge(const InstanceHourWindow& window, absl::Time billed_from,
-                    absl::Time billed_to, int64_t rent_micros,
-                    const std::vector<SlaDefinition>& definitions);
+// Judges the minutes of `window`'s hour that the ledger charged
+// (`charged_minutes`, as MinuteBits in window.h; GPU usability over
+// JudgedSlots). The rent is what the ledger actually charged for that
+// instance-hour; each breached metric refunds its share of it. Refunds
+// stack, with no cap.
+HourJudgement Judge(const InstanceHourWindow& window, uint64_t charged_minutes,
+                    int64_t rent_micros, const std::vector<SlaDefinition>& definitions);
 
 // refund = floor(rent * basis_points / 10000): rounding down to the
 // micro-yuan, so refunds never exceed the stated share.

@@ -102,7 +102,11 @@ std::bitset<kSlotsPerHour> SpanMask(absl::Time hour_start, absl::Time from, absl
 }  // namespace
 
 int InstanceHourWindow::UsableSlots(absl::Time from, absl::Time to) const {
-  std::bitset<kSlotsPerHour> all = SpanMask(hour_start_, from, to);
+  return UsableSlots(SpanMask(hour_start_, from, to));
+}
+
+int InstanceHourWindow::UsableSlots(const SlotMask& span) const {
+  SlotMask all = span;
   // A GPU that did not report counts as unusable: missing telemetry during
   // paid time is a breach.
   for (int g = 0; g < gpu_count_; ++g) all &= reported_[g] & ~unusable_[g];
@@ -110,9 +114,46 @@ int InstanceHourWindow::UsableSlots(absl::Time from, absl::Time to) const {
 }
 
 int InstanceHourWindow::ReportedSlots(absl::Time from, absl::Time to) const {
-  std::bitset<kSlotsPerHour> all = SpanMask(hour_start_, from, to);
+  return ReportedSlots(SpanMask(hour_start_, from, to));
+}
+
+int InstanceHourWindow::ReportedSlots(const SlotMask& span) const {
+  SlotMask all = span;
   for (int g = 0; g < gpu_count_; ++g) all &= reported_[g];
   return static_cast<int>(all.count());
+}
+
+SlotMask InstanceHourWindow::AnyReported() const {
+  SlotMask any;
+  for (const auto& r : reported_) any |= r;
+  return any;
+}
+
+uint64_t MinuteBits(absl::Time hour_start, absl::Time from, absl::Time to) {
+  from = std::max(from, hour_start);
+  to = std::min(to, hour_start + absl::Hours(1));
+  uint64_t bits = 0;
+  for (int m = 0; m < 60; ++m) {
+    const absl::Time start = hour_start + absl::Minutes(m);
+    if (start + absl::Minutes(1) > from && start < to) bits |= uint64_t{1} << m;
+  }
+  return bits;
+}
+
+SlotMask JudgedSlots(const InstanceHourWindow& window, uint64_t charged) {
+  constexpr int kSlotsPerMinute = 60 / kSlotSeconds;
+  const SlotMask reported = window.AnyReported();
+  auto bit = [&](int b) { return ((charged >> b) & 1) != 0; };
+  SlotMask out;
+  for (int m = 0; m < 60; ++m) {
+    if (!bit(m)) continue;
+    const bool boundary = !bit(m == 0 ? kMinuteBeforeBit : m - 1) ||
+                          !bit(m == 59 ? kMinuteAfterBit : m + 1);
+    for (int s = m * kSlotsPerMinute; s < (m + 1) * kSlotsPerMinute; ++s) {
+      if (!boundary || reported[s]) out.set(s);
+    }
+  }
+  return out;
 }
 
 void InstanceHourWindow::SetGpuSlots(int gpu, const std::bitset<kSlotsPerHour>& reported,

@@ -17,6 +17,18 @@ inline constexpr int kSlotSeconds = 10;
 inline constexpr int kSlotsPerHour = 3600 / kSlotSeconds;
 inline constexpr int kInstanceGpusMax = 128;
 
+// A set of slots of one hour.
+using SlotMask = std::bitset<kSlotsPerHour>;
+
+// The minutes of an hour the ledger charged an instance for: bit m (0-59)
+// for minute m of the hour, bit 60 when the minute before the hour was
+// charged and bit 61 when the minute after it was.
+inline constexpr int kMinuteBeforeBit = 60;
+inline constexpr int kMinuteAfterBit = 61;
+// The bits of the minutes [from, to) of the hour (clamped to it); no
+// neighbours.
+uint64_t MinuteBits(absl::Time hour_start, absl::Time from, absl::Time to);
+
 // One GPU's sample as the agent reports it. "Usable" means healthy and
 // allowed to run at full clocks: no XID error, no uncorrectable ECC error,
 // and no throttling other than the kinds a tenant causes itself (idle, or
@@ -62,6 +74,7 @@ class InstanceHourWindow {
   // Slots in [from, to) (clamped to the hour) where every GPU reported and
   // was usable, and the number of slots in that span.
   int UsableSlots(absl::Time from, absl::Time to) const;
+  int UsableSlots(const SlotMask& span) const;
   static int SlotsIn(absl::Time hour_start, absl::Time from, absl::Time to);
 
   absl::Time hour_start() const { return hour_start_; }
@@ -72,6 +85,9 @@ class InstanceHourWindow {
   const LatencyHistogram& latency() const { return latency_; }
   // Slots in [from, to) where every GPU reported, usable or not.
   int ReportedSlots(absl::Time from, absl::Time to) const;
+  int ReportedSlots(const SlotMask& span) const;
+  // Slots in which at least one GPU reported.
+  SlotMask AnyReported() const;
 
   // Raw parts, for the storage form (sla/evidence.h) and nothing else.
   const std::bitset<kSlotsPerHour>& reported(int gpu) const { return reported_[gpu]; }
@@ -96,6 +112,13 @@ class InstanceHourWindow {
   int64_t storage_min_ = 0;
   LatencyHistogram latency_;
 };
+
+// The slots an hour is judged on: those of the charged minutes
+// (`charged`, as MinuteBits), less the slots no GPU reported in a minute
+// that starts or ends a run of charged minutes. Each started minute is
+// charged whole, but no GPU can report before its instance starts or
+// after it stops; missing reports anywhere else in paid time still count.
+SlotMask JudgedSlots(const InstanceHourWindow& window, uint64_t charged);
 
 }  // namespace sv::sla
 

@@ -50,7 +50,7 @@ const char kWindowColumns[] =
     "rent_micros, encode(evidence, 'hex'), verdicts::text, "
     "array_to_string(breached_metrics, ','), refund_micros_total, "
     "array_to_string(node_names, ','), late_samples_ignored, "
-    "(extract(epoch from judged_at) * 1000000)::bigint";
+    "(extract(epoch from judged_at) * 1000000)::bigint, billed_minutes";
 
 SlaWindowRow WindowFromRow(const pqxx::row& r) {
   SlaWindowRow w;
@@ -68,6 +68,15 @@ SlaWindowRow WindowFromRow(const pqxx::row& r) {
   w.node_names = SplitList(r[11]);
   w.late_samples_ignored = r[12].as<int64_t>();
   w.judged_at = absl::FromUnixMicros(r[13].as<int64_t>());
+  if (!r[14].is_null()) {
+    w.charged_minutes = static_cast<uint64_t>(r[14].as<int64_t>());
+  } else {
+    const int64_t first = (Seconds(w.billed_from) - Seconds(w.hour_start)) / 60;
+    const int64_t end = (Seconds(w.billed_to) - Seconds(w.hour_start) + 59) / 60;
+    for (int64_t m = std::max<int64_t>(first, 0); m < std::min<int64_t>(end, 60); ++m) {
+      w.charged_minutes |= uint64_t{1} << m;
+    }
+  }
   return w;
 }
 
@@ -137,6 +146,22 @@ absl::StatusOr<std::vector<SlaCheckpoint>> SlaStore::CheckpointsOf(const std::st
                           "AND hour_start = to_timestamp($2)"),
              instance_id, Seconds(hour_start))) {
       out.push_back(CheckpointFromRow(r));
+    }
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::StatusOr<std::vector<absl::Time>> SlaStore::CheckpointHoursOf(
+    const std::string& instance_id) {
+  std::vector<absl::Time> out;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    out.clear();
+    for (const auto& r : txn.exec_params(
+             "SELECT DISTINCT extract(epoch from hour_start)::bigint FROM sla_window_checkpoints "
+             "WHERE instance_id = $1 ORDER BY 1",
+             instance_id)) {
+      out.push_back(absl::FromUnixSeconds(r[0].as<int64_t>()));
     }
     return absl::OkStatus();
   }));
@@ -213,6 +238,43 @@ absl::StatusOr<std::optional<std::pair<std::string, int>>> SlaStore::InstanceOwn
     auto rows = txn.exec_params("SELECT tenant_id, gpu_count FROM instances WHERE id = $1",
                                 instance_id);
     if (!rows.empty()) out = {{rows[0][0].as<std::string>(), rows[0][1].as<int>()}};
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::StatusOr<std::optional<SlaRent>> SlaStore::RentOf(const std::string& instance_id,
+                                                       absl::Time hour_start) {
+  const int64_t first = Seconds(hour_start) / 60;
+  std::optional<SlaRent> out;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    out.reset();
+    // One probe of the charges' key (minute, tenant, instance) per minute
+    // of the hour, as sv_tenant_charges does: a range over the minutes
+    // would read every instance's charges of the hour.
+    auto rows = txn.exec_params(
+        "SELECT i.tenant_id, "
+        "sum(c.trial_micros + c.main_micros) FILTER (WHERE c.minute >= $2::bigint), "
+        "min(c.minute) FILTER (WHERE c.minute >= $2::bigint), max(c.minute), "
+        "bit_or(CASE WHEN c.minute < $2::bigint THEN 1::bigint << 60 "
+        "            ELSE 1::bigint << (c.minute - $2::bigint)::integer END) "
+        "FROM instances i JOIN tenants t ON t.id = i.tenant_id "
+        "CROSS JOIN LATERAL generate_series($2::bigint - 1, $3::bigint - 1) AS gm (minute) "
+        "CROSS JOIN LATERAL (SELECT y.trial_micros, y.main_micros, y.minute "
+        "                    FROM ledger_charges y WHERE y.minute = gm.minute "
+        "                    AND y.tenant_no = t.billing_no AND y.instance_no = i.billing_no "
+        "                    ORDER BY y.instance_no) c "
+        "WHERE i.id = $1 GROUP BY i.tenant_id",
+        instance_id, first, first + 60);
+    if (rows.empty() || rows[0][1].is_null()) return absl::OkStatus();
+    SlaRent rent;
+    rent.instance_id = instance_id;
+    rent.tenant_id = rows[0][0].as<std::string>();
+    rent.rent_micros = rows[0][1].as<int64_t>();
+    rent.first_minute = rows[0][2].as<int64_t>();
+    rent.last_minute = rows[0][3].as<int64_t>();
+    rent.charged_minutes = static_cast<uint64_t>(rows[0][4].as<int64_t>());
+    out = std::move(rent);
     return absl::OkStatus();
   }));
   return out;
@@ -339,15 +401,28 @@ void SlaStore::SetCursor(pqxx::work& txn, absl::Time judged_before, absl::Time n
 std::vector<SlaRent> SlaStore::ReadRents(pqxx::work& txn, absl::Time hour_start) {
   const int64_t first = Seconds(hour_start) / 60;
   std::vector<SlaRent> out;
+  // The minutes on either side of the hour only say whether a run of
+  // charged minutes goes on past the hour's edge (sla::JudgedSlots). The
+  // charges are summed per instance number straight from ledger_charges
+  // (their key leads with the minute), and only then joined to instances:
+  // through ledger_charge_legs every charge was first joined and split into
+  // its legs.
   for (const auto& r : txn.exec_params(
-           "SELECT c.instance_id, c.tenant_id, c.rent, c.first_minute, c.last_minute, "
-           "coalesce(i.gpu_count, 1) "
-           "FROM (SELECT instance_id, tenant_id, sum(amount_micros)::bigint AS rent, "
-           "  min(usage_minute) AS first_minute, max(usage_minute) AS last_minute "
-           "  FROM ledger_charge_legs WHERE kind = 'charge' AND usage_minute >= $1 "
-           "  AND usage_minute < $2 AND instance_id IS NOT NULL AND tenant_id IS NOT NULL "
-           "  GROUP BY 1, 2) c "
-           "LEFT JOIN instances i ON i.id = c.instance_id ORDER BY c.instance_id",
+           "SELECT i.id, i.tenant_id, c.rent, c.first_minute, c.last_minute, i.gpu_count, "
+           "c.minutes "
+           "FROM (SELECT instance_no, "
+           "  sum(trial_micros + main_micros) FILTER (WHERE h)::bigint AS rent, "
+           "  min(minute) FILTER (WHERE h) AS first_minute, "
+           "  max(minute) FILTER (WHERE h) AS last_minute, "
+           "  bit_or(CASE WHEN h THEN 1::bigint << (minute - $1::bigint)::integer "
+           "              WHEN minute < $1::bigint THEN 1::bigint << 60 "
+           "              ELSE 1::bigint << 61 END) AS minutes "
+           "  FROM (SELECT instance_no, minute, trial_micros, main_micros, "
+           "               minute >= $1::bigint AND minute < $2::bigint AS h "
+           "        FROM ledger_charges "
+           "        WHERE minute >= $1::bigint - 1 AND minute <= $2::bigint) l "
+           "  GROUP BY 1 HAVING bool_or(h)) c "
+           "JOIN instances i ON i.billing_no = c.instance_no ORDER BY i.id",
            first, first + 60)) {
     SlaRent rent;
     rent.instance_id = r[0].as<std::string>();
@@ -356,6 +431,7 @@ std::vector<SlaRent> SlaStore::ReadRents(pqxx::work& txn, absl::Time hour_start)
     rent.first_minute = r[3].as<int64_t>();
     rent.last_minute = r[4].as<int64_t>();
     rent.gpu_count = r[5].as<int>();
+    rent.charged_minutes = static_cast<uint64_t>(r[6].as<int64_t>());
     out.push_back(std::move(rent));
   }
   return out;
@@ -413,7 +489,8 @@ SlaStore::WindowWriter::WindowWriter(pqxx::work& txn)
           std::vector<std::string>{"instance_id", "tenant_id", "hour_start", "gpu_count",
                                    "billed_from", "billed_to", "rent_micros", "evidence",
                                    "verdicts", "breached_metrics", "refund_micros_total",
-                                   "node_names", "late_samples_ignored", "judged_at"})) {}
+                                   "node_names", "late_samples_ignored", "judged_at",
+                                   "billed_minutes"})) {}
 
 void SlaStore::WindowWriter::Write(const SlaWindowRow& w) {
   // The stream escapes the backslash of bytea's hex form for COPY.
@@ -422,7 +499,7 @@ void SlaStore::WindowWriter::Write(const SlaWindowRow& w) {
                               "\\x" + Hex(w.evidence), w.verdicts_json,
                               TextArrayLiteral(w.breached_metrics), w.refund_micros_total,
                               TextArrayLiteral(w.node_names), w.late_samples_ignored,
-                              SqlTime(w.judged_at));
+                              SqlTime(w.judged_at), static_cast<int64_t>(w.charged_minutes));
 }
 
 void SlaStore::WindowWriter::Complete() { stream_->complete(); }

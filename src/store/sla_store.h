@@ -37,6 +37,8 @@ struct SlaRent {
   int64_t rent_micros = 0;
   int64_t first_minute = 0;  // Unix minutes charged, first and last.
   int64_t last_minute = 0;
+  // The hour's charged minutes and its neighbours, as sla::MinuteBits.
+  uint64_t charged_minutes = 0;
   int gpu_count = 1;         // The instance's size now (no evidence: silent).
 };
 
@@ -56,6 +58,9 @@ struct SlaWindowRow {
   int gpu_count = 0;
   absl::Time billed_from;
   absl::Time billed_to;
+  // The charged minutes judged, as sla::MinuteBits; for rows judged before
+  // migration 0100, the minutes of [billed_from, billed_to).
+  uint64_t charged_minutes = 0;
   int64_t rent_micros = 0;
   std::string evidence;
   std::string verdicts_json;  // [{metric, ..., breached, refund_micros, refund_key, ...}]
@@ -94,6 +99,8 @@ class SlaStore {
   // Every replica's checkpoint of one instance-hour.
   absl::StatusOr<std::vector<SlaCheckpoint>> CheckpointsOf(const std::string& instance_id,
                                                            absl::Time hour_start);
+  // The hours any replica holds a checkpoint of for the instance, oldest first.
+  absl::StatusOr<std::vector<absl::Time>> CheckpointHoursOf(const std::string& instance_id);
   // Adds late samples to judged windows (those not judged yet keep them in
   // their evidence).
   absl::Status AddLateSamples(
@@ -115,6 +122,10 @@ class SlaStore {
   absl::StatusOr<std::vector<SlaWindowRow>> ListWindows(const std::string& instance_id,
                                                         absl::Time before, int limit);
   absl::StatusOr<SlaReport> Report(absl::Time from, absl::Time to);
+  // The instance's minute charges in the hour so far (gpu_count left at 1);
+  // nullopt when none is charged yet.
+  absl::StatusOr<std::optional<SlaRent>> RentOf(const std::string& instance_id,
+                                                absl::Time hour_start);
   absl::StatusOr<std::optional<absl::Time>> JudgedBefore();
   // Every minute before this is billed (billing_cursor); nullopt before the
   // first metering run.

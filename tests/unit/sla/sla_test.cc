@@ -55,6 +55,15 @@ struct Telemetry {
 
 int64_t Rent(int gpus, int minutes) { return gpus * minutes * kGpuMinuteMicros; }
 
+constexpr uint64_t kBefore = uint64_t{1} << kMinuteBeforeBit;
+constexpr uint64_t kAfter = uint64_t{1} << kMinuteAfterBit;
+// Charged through the whole hour, and before and after it.
+const uint64_t kWholeHour = MinuteBits(kHour, kHour, kHour + absl::Hours(1)) | kBefore | kAfter;
+
+absl::Time At(int minute, int second = 0) {
+  return kHour + absl::Minutes(minute) + absl::Seconds(second);
+}
+
 int Breaches(const HourJudgement& j) {
   return static_cast<int>(std::count_if(j.verdicts.begin(), j.verdicts.end(),
                                         [](const MetricVerdict& v) { return v.breached; }));
@@ -65,7 +74,7 @@ TEST(JudgeTest, TenMinutesOfThrottlingIsOneTenPercentRefund) {
   t.AllGood(kHour, kHour + absl::Hours(1));
   t.Throttled(kHour + absl::Minutes(20), kHour + absl::Minutes(30));
   const int64_t rent = Rent(8, 60);
-  HourJudgement j = Judge(t.window, kHour, kHour + absl::Hours(1), rent, DefaultDefinitions());
+  HourJudgement j = Judge(t.window, kWholeHour, rent, DefaultDefinitions());
   EXPECT_EQ(Breaches(j), 1);
   EXPECT_TRUE(j.verdicts[0].breached);
   EXPECT_EQ(j.verdicts[0].observed, 8333);  // 50 of 60 minutes.
@@ -80,7 +89,7 @@ TEST(JudgeTest, AllThreeBreachedIsThirtyPercent) {
   t.Storage(kHour, kHour + absl::Hours(1), 1'000'000'000);
   t.Latency(kHour, kHour + absl::Hours(1), 9'000);
   const int64_t rent = Rent(8, 60);
-  HourJudgement j = Judge(t.window, kHour, kHour + absl::Hours(1), rent, DefaultDefinitions());
+  HourJudgement j = Judge(t.window, kWholeHour, rent, DefaultDefinitions());
   EXPECT_EQ(Breaches(j), 3);
   EXPECT_EQ(j.refund_micros_total, 3 * (rent / 10));
 }
@@ -89,8 +98,7 @@ TEST(JudgeTest, IdleGpusAreNotABreach) {
   // Idle GPUs report as healthy and unthrottled; utilization is not judged.
   Telemetry t(4);
   t.AllGood(kHour, kHour + absl::Hours(1));
-  HourJudgement j =
-      Judge(t.window, kHour, kHour + absl::Hours(1), Rent(4, 60), DefaultDefinitions());
+  HourJudgement j = Judge(t.window, kWholeHour, Rent(4, 60), DefaultDefinitions());
   EXPECT_EQ(Breaches(j), 0);
   EXPECT_EQ(j.refund_micros_total, 0);
 }
@@ -98,7 +106,7 @@ TEST(JudgeTest, IdleGpusAreNotABreach) {
 TEST(JudgeTest, SilentAgentBreachesEveryMetric) {
   Telemetry t(8);
   const int64_t rent = Rent(8, 60);
-  HourJudgement j = Judge(t.window, kHour, kHour + absl::Hours(1), rent, DefaultDefinitions());
+  HourJudgement j = Judge(t.window, kWholeHour, rent, DefaultDefinitions());
   EXPECT_EQ(Breaches(j), 3);
   for (const auto& v : j.verdicts) EXPECT_TRUE(v.missing_telemetry) << v.explanation;
   EXPECT_EQ(j.refund_micros_total, 3 * (rent / 10));
@@ -110,7 +118,7 @@ TEST(JudgeTest, PartialHourRefundsTenPercentOfWhatWasCharged) {
   t.AllGood(kHour + absl::Minutes(40), kHour + absl::Hours(1));
   t.Throttled(kHour + absl::Minutes(40), kHour + absl::Minutes(45));
   const int64_t rent = Rent(2, 20);
-  HourJudgement j = Judge(t.window, kHour + absl::Minutes(40), kHour + absl::Hours(1), rent,
+  HourJudgement j = Judge(t.window, MinuteBits(kHour, At(40), At(60)) | kAfter, rent,
                           DefaultDefinitions());
   EXPECT_EQ(Breaches(j), 1);
   EXPECT_EQ(j.verdicts[0].observed, 7500);  // 15 of 20 minutes.
@@ -130,8 +138,71 @@ TEST(JudgeTest, OneUnreportedGpuMakesTheSlotUnusable) {
 
 TEST(JudgeTest, NothingPaidNothingJudged) {
   Telemetry t(8);
-  EXPECT_TRUE(Judge(t.window, kHour, kHour + absl::Hours(1), 0, DefaultDefinitions())
+  EXPECT_TRUE(Judge(t.window, kWholeHour, 0, DefaultDefinitions()).verdicts.empty());
+  EXPECT_TRUE(Judge(t.window, kBefore | kAfter, Rent(8, 1), DefaultDefinitions())
                   .verdicts.empty());
+}
+
+// A run from :10:35 to :20:25: minutes :10 to :20 are charged whole, but
+// nothing could report before the start or after the stop. Those slots are
+// not judged; every other slot of a charged minute is.
+TEST(JudgeTest, UnreportedSlotsAtARunsEdgesAreNotJudged) {
+  Telemetry t(4);
+  t.AllGood(At(10, 35), At(20, 25));
+  const uint64_t charged = MinuteBits(kHour, At(10), At(21));
+  const SlotMask judged = JudgedSlots(t.window, charged);
+  EXPECT_EQ(judged.count(), 3u + 9 * 6 + 2);  // :10:30-:11, :11-:20, :20:00-:20:20.
+  EXPECT_FALSE(judged[60]);                    // :10:00, before the start.
+  EXPECT_TRUE(judged[63]);
+  EXPECT_FALSE(judged[122]);                   // :20:20, the stop's slot: no sample.
+  HourJudgement j = Judge(t.window, charged, Rent(4, 11), DefaultDefinitions());
+  EXPECT_EQ(Breaches(j), 0) << j.verdicts[0].explanation;
+  EXPECT_EQ(j.verdicts[0].observed, 10000);
+}
+
+// Inside a run, a minute without reports is still missing telemetry.
+TEST(JudgeTest, AGapInsideARunStillCounts) {
+  Telemetry t(4);
+  t.AllGood(At(10, 35), At(15));
+  t.AllGood(At(16), At(20, 25));
+  HourJudgement j =
+      Judge(t.window, MinuteBits(kHour, At(10), At(21)), Rent(4, 11), DefaultDefinitions());
+  EXPECT_TRUE(j.verdicts[0].breached);
+  EXPECT_EQ(j.verdicts[0].observed, 9000);  // 54 of 3 + 9 x 6 + 3 slots.
+}
+
+// Stopped at :10 and started at :40: the half hour between was neither
+// charged nor judged.
+TEST(JudgeTest, MinutesNotChargedAreNotJudged) {
+  Telemetry t(8);
+  t.AllGood(At(0), At(11));
+  t.AllGood(At(40), At(60));
+  const uint64_t charged =
+      MinuteBits(kHour, At(0), At(11)) | MinuteBits(kHour, At(40), At(60)) | kBefore | kAfter;
+  EXPECT_EQ(JudgedSlots(t.window, charged).count(), 31u * 6);
+  HourJudgement j = Judge(t.window, charged, Rent(8, 31), DefaultDefinitions());
+  EXPECT_EQ(Breaches(j), 0);
+  // Counted from :00 to :60, the half hour between was 48% of the hour.
+  EXPECT_LT(t.window.UsableSlots(At(0), At(60)) * 100 / 360, 95);
+}
+
+// A silent instance whose run starts with the hour: only the first
+// minute's slots are left out (nothing could report before the start).
+TEST(JudgeTest, SilentRunStillBreachesAfterItsFirstMinute) {
+  Telemetry t(8);
+  const uint64_t charged = MinuteBits(kHour, kHour, At(60)) | kAfter;
+  EXPECT_EQ(JudgedSlots(t.window, charged).count(), 354u);
+  HourJudgement j = Judge(t.window, charged, Rent(8, 60), DefaultDefinitions());
+  EXPECT_EQ(Breaches(j), 3);
+  EXPECT_TRUE(j.verdicts[0].missing_telemetry);
+}
+
+TEST(WindowTest, MinuteBitsAreTheMinutesTouched) {
+  EXPECT_EQ(MinuteBits(kHour, At(0), At(1)), 1u);
+  EXPECT_EQ(MinuteBits(kHour, At(0, 30), At(2, 1)), 7u);
+  EXPECT_EQ(MinuteBits(kHour, kHour - absl::Hours(1), kHour + absl::Hours(2)),
+            (uint64_t{1} << 60) - 1);
+  EXPECT_EQ(MinuteBits(kHour, At(5), At(5)), 0u);
 }
 
 TEST(WindowTest, RejectsSamplesOutsideTheHourOrForUnknownGpus) {
