@@ -23,8 +23,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 const absl::Time kHour = absl::FromUnixSeconds(1'793'613'600);  // 2026-11-02T10:00Z
 
-// Rent: two charges per instance, the hour's first and last minute, that
-// sum to a full hour of 8 GPUs (the judge reads sums, first and last).
+// Rent: a charge for each minute of the hour, 8 GPUs at 33,000 micro-yuan
+// per GPU-minute, as billing posts them (the judge reads which minutes were
+// charged, not only the sum: docs/sla.md, "Which slots are judged").
 void PostRent(const std::string& url, int instances, int tenants) {
   const int64_t first = absl::ToUnixSeconds(kHour) / 60;
   pqxx::connection c(url);
@@ -38,12 +39,12 @@ void PostRent(const std::string& url, int instances, int tenants) {
   txn.exec(absl::StrCat(
       "INSERT INTO ledger_charges (instance_no, tenant_no, minute, gpu_count, unit_price, "
       "trial_micros, main_account, main_micros, revenue_account, at) "
-      "SELECT i.billing_no, t.billing_no, m, 8, 990000, 0, w.id, 7920000, r.id, now() "
+      "SELECT i.billing_no, t.billing_no, m, 8, 33000, 0, w.id, 264000, r.id, now() "
       "FROM instances i JOIN tenants t ON t.id = i.tenant_id "
       "JOIN ledger_accounts w ON w.tenant_id = i.tenant_id "
       "AND w.kind = 'paid_wallet' "
       "JOIN ledger_accounts r ON r.tenant_id IS NULL AND r.kind = 'platform_revenue', "
-      "unnest(ARRAY[", first, ", ", first + 59, "]::bigint[]) m"));
+      "generate_series(", first, "::bigint, ", first + 59, "::bigint) m"));
   txn.exec(absl::StrCat("UPDATE billing_cursor SET billed_before_minute = ", first + 60,
                         ", first_minute = ", first));
   txn.commit();
