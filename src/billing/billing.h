@@ -247,6 +247,11 @@ class Billing {
   // now (never before the recorded stop_at).
   // Adds the instances it stopped to *stopped_count.
   absl::Status ApplyPendingStops(int64_t* stopped_count);
+  // Stops, ahead of metering, the running instances whose tenant's credit
+  // cannot pay for the minutes they have run that are not billed yet, up to
+  // and including the minute of `now` (docs/billing.md, "Stopping before
+  // metering gets there"). Adds the instances it stopped to *stopped_count.
+  absl::Status StopUnfunded(absl::Time now, int64_t* stopped_count);
   absl::Status WarnLowCredit(absl::Time now);
   absl::Status IssueDueInvoices(absl::Time now);
 

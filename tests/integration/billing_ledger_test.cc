@@ -317,10 +317,11 @@ TEST_F(BillingTest, TrialFirstThenStopsAtTheRightMinute) {
   ExpectAuditClean(billing);
 }
 
-// With the loop running every minute, as svd runs it, credit runs out in
-// minute 41 and the run that finds it (a little after minute 41 ends)
-// stops the instance at once: it ran unpaid for part of minute 42 only,
-// which is recorded as a shortfall by the next run.
+// With the loop running every minute, credit runs out in minute 41: the
+// run that bills minute 40 (a little after minute 41 starts) finds that
+// what is left cannot pay minute 41 and stops the instance at once, ahead
+// of metering. It ran unpaid for part of minute 41 only, which metering
+// records as a shortfall when it bills that minute.
 TEST_F(BillingTest, StopsWithinAMinuteOfRunningOut) {
   Billing billing = MakeBilling();
   auto [tenant, user] = NewTenant("everyminute");
@@ -338,9 +339,9 @@ TEST_F(BillingTest, StopsWithinAMinuteOfRunningOut) {
   EXPECT_EQ(stops_reported, 1);  // What the loop logs as "N stops".
   const absl::Time stopped_at = StoppedAt(id);
   ASSERT_NE(stopped_at, absl::InfinitePast());
-  // The run at m0+42 + 20 s billed minute 41 (MakeBilling sets no lag) and
+  // The run at m0+41 + 20 s billed minute 40 (MakeBilling sets no lag) and
   // stopped the instance then.
-  EXPECT_EQ(stopped_at, MinuteStart(m0 + 42) + absl::Seconds(20));
+  EXPECT_EQ(stopped_at, MinuteStart(m0 + 41) + absl::Seconds(20));
   auto transfers = billing.ListTransfers(tenant, {.kind = "charge", .limit = 1000});
   int64_t charged = 0, last_minute = 0;
   for (const auto& t : *transfers) {
@@ -349,19 +350,93 @@ TEST_F(BillingTest, StopsWithinAMinuteOfRunningOut) {
   }
   EXPECT_EQ(charged, 11 * kMicrosPerYuan);
   EXPECT_EQ(last_minute, m0 + 41);
-  // Shortfall: the rest of minute 41 and all of minute 42.
+  // Shortfall: the rest of minute 41.
   auto summary = billing.GetRevenueSummary(absl::InfinitePast(), absl::InfiniteFuture());
-  EXPECT_EQ(summary->shortfall_micros, 88'000 + 264'000);
-  EXPECT_EQ(CountFor("billing_shortfalls", id), 2);
+  EXPECT_EQ(summary->shortfall_micros, 88'000);
+  EXPECT_EQ(CountFor("billing_shortfalls", id), 1);
   // The operator's dashboard shows it as unpaid, in the day it was used.
   store::DashboardStore dashboard(*db_);
   auto points = dashboard.RevenueSeries(MinuteStart(m0), clock_.Now(), false);
   ASSERT_TRUE(points.ok()) << points.status();
   int64_t unpaid = 0;
   for (const auto& p : *points) unpaid += p.shortfall_micros;
-  EXPECT_EQ(unpaid, 88'000 + 264'000);
-  EXPECT_EQ(CountFor("billing_stops", id), 1);
+  EXPECT_EQ(unpaid, 88'000);
+  // Stopped ahead of metering: no stop for metering to apply, one notice.
+  EXPECT_EQ(CountFor("billing_stops", id), 0);
+  auto balance = billing.GetBalance(tenant, clock_.Now());
+  int exhausted_notices = 0;
+  for (const auto& n : balance->notices) {
+    if (n.kind != "credit_exhausted") continue;
+    ++exhausted_notices;
+    EXPECT_NE(n.message.find("credit ran out in minute"), std::string::npos) << n.message;
+  }
+  EXPECT_EQ(exhausted_notices, 1);
   ExpectAuditClean(billing);
+}
+
+// As svd runs it: the loop every 5 s and metering 60 s behind (the node
+// heartbeat timeout's margin). Metering finds minute 41 short only after
+// minute 42 ends, and stopped the instance then, 2 minutes and 616,000
+// micro-yuan late. The instance stops in the loop's first turn in minute
+// 41, and only that minute's unpaid 88,000 is lost.
+TEST_F(BillingTest, StopsAsCreditRunsOutDespiteTheMeteringLag) {
+  BillingOptions options;
+  options.first_run_lookback = absl::Hours(24 * 365);
+  ASSERT_EQ(options.metering_lag, absl::Seconds(60));
+  Billing billing(*db_, *store_, clock_, options);
+  auto [tenant, user] = NewTenant("lagged");
+  ASSERT_TRUE(billing.EnsureTrialGrant(user, clock_.Now()).ok());  // 10 CNY
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-lag", 1 * kMicrosPerYuan, clock_.Now()).ok());
+  // The loop's turns fall 2 s into each minute.
+  clock_.Advance(MinuteStart(MinuteOf(clock_.Now()) + 1) + absl::Seconds(2) - clock_.Now());
+  const int64_t m0 = MinuteOf(clock_.Now());
+  const std::string id = Run(tenant, 8);  // 264,000 per minute: 41 minutes and 176,000.
+  const absl::Time end = MinuteStart(m0 + 46);
+  while (clock_.Now() < end) {
+    clock_.Advance(absl::Seconds(5));
+    ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  }
+  EXPECT_EQ(StoppedAt(id), MinuteStart(m0 + 41) + absl::Seconds(2));
+  auto summary = billing.GetRevenueSummary(absl::InfinitePast(), absl::InfiniteFuture());
+  EXPECT_EQ(summary->shortfall_micros, 88'000);
+  auto transfers = billing.ListTransfers(tenant, {.kind = "charge", .limit = 1000});
+  int64_t charged = 0;
+  for (const auto& t : *transfers) charged += t.amount_micros;
+  EXPECT_EQ(charged, 11 * kMicrosPerYuan);
+  auto instance = store_->GetInstance(tenant, id);
+  EXPECT_EQ(instance->state_reason, "credit exhausted");
+  ExpectAuditClean(billing);
+}
+
+// A tenant whose credit covers its instances is never stopped ahead of
+// metering, however far metering is behind: two instances with credit for
+// exactly 30 minutes of both (the trial and a top-up) run all 30 minutes,
+// unbilled.
+TEST_F(BillingTest, FundedInstancesAreNotStoppedAheadOfMetering) {
+  BillingOptions options;
+  options.first_run_lookback = absl::Hours(24 * 365);
+  options.metering_lag = absl::Minutes(30);
+  Billing billing(*db_, *store_, clock_, options);
+  auto [tenant, user] = NewTenant("funded");
+  ASSERT_TRUE(billing.EnsureTrialGrant(user, clock_.Now()).ok());  // 10 CNY
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-f", 2 * 30 * 8 * 33'000 - 10 * kMicrosPerYuan,
+                            clock_.Now()).ok());
+  const int64_t m0 = MinuteOf(clock_.Now());
+  const std::string a = Run(tenant, 8);
+  const std::string b = Run(tenant, 8);
+  while (clock_.Now() + absl::Seconds(30) < MinuteStart(m0 + 30)) {
+    clock_.Advance(absl::Seconds(30));
+    auto result = billing.RunOnce(clock_.Now());
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->stopped_instances, 0) << absl::FormatTime(clock_.Now());
+  }
+  EXPECT_EQ(store_->GetInstance(tenant, a)->state, store::InstanceState::kRunning);
+  EXPECT_EQ(store_->GetInstance(tenant, b)->state, store::InstanceState::kRunning);
+  // Minute 30 cannot be paid: both stop in its first turn.
+  clock_.Advance(absl::Seconds(30));
+  auto result = billing.RunOnce(clock_.Now());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->stopped_instances, 2);
 }
 
 // A stop that was recorded but never applied (the process died between the
