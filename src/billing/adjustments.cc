@@ -139,7 +139,7 @@ absl::StatusOr<int64_t> Billing::RecheckLateEvents(absl::Time now) {
             "  THEN r.balance_micros + r.credit_limit_micros ELSE a.balance_micros END) "
             "  FILTER (WHERE a.kind = 'paid_wallet'), "
             "bool_or(EXISTS (SELECT 1 FROM trial_grants g WHERE g.tenant_id = t.id "
-            "  AND NOT g.expired)) "
+            "  AND NOT g.expired AND g.amount_micros > 0)) "
             "FROM tenants t JOIN ledger_accounts a ON a.tenant_id = t.id "
             "JOIN ledger_accounts r ON r.tenant_id = t.id AND r.kind = 'receivable' "
             "WHERE t.id = $1 GROUP BY t.id",

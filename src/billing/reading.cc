@@ -29,7 +29,7 @@ constexpr char kFundsColumns[] =
     "max(a.balance_micros) FILTER (WHERE a.kind = 'receivable'), "
     "max(a.credit_limit_micros) FILTER (WHERE a.kind = 'receivable'), "
     "(SELECT max((extract(epoch from g.expires_at) * 1000000)::bigint) FROM trial_grants g "
-    " WHERE g.tenant_id = t.id AND NOT g.expired), "
+    " WHERE g.tenant_id = t.id AND NOT g.expired AND g.amount_micros > 0), "
     "coalesce((SELECT sum(i.gpu_count * coalesce((SELECT p.unit_price_micros FROM price_book p "
     "  WHERE p.item_kind = 'gpu_minute' AND p.item IN (i.gpu_model, '*') "
     "  AND p.effective_from <= $2::timestamptz ORDER BY (p.item = '*'), p.effective_from DESC "

@@ -23,7 +23,7 @@ WITH grants AS (
   FROM ledger_transfers WHERE kind = 'trial_expiry' AND kind <> 'charge' GROUP BY tenant_id
 ), dates AS (
   SELECT tenant_id, min(granted_at) AS first_grant, max(expires_at) AS expire
-  FROM trial_grants GROUP BY tenant_id
+  FROM trial_grants WHERE amount_micros > 0 GROUP BY tenant_id
 )
 SELECT t.id, t.name, g.n, g.amount, coalesce(e.amount, 0)::bigint, w.balance_micros,
        coalesce((extract(epoch FROM d.first_grant) * 1000000)::bigint, 0),

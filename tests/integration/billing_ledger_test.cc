@@ -14,6 +14,7 @@
 #include "control/scheduling.h"
 #include "gtest/gtest.h"
 #include "store/dashboard_store.h"
+#include "store/security_store.h"
 #include "tests/integration/harness.h"
 
 namespace sv::billing {
@@ -245,6 +246,57 @@ TEST_F(BillingTest, TrialGrantedOnceUnderConcurrency) {
   auto transfers = billing.ListTransfers(tenant, {});
   ASSERT_EQ(transfers->size(), 1u);
   EXPECT_EQ((*transfers)[0].idempotency_key, "trial:" + user);
+  ExpectAuditClean(billing);
+}
+
+// One trial per tenant: members an owner adds, at once or later, removed
+// and replaced, add no trial credit (each used to add 10 CNY to the
+// tenant's one trial wallet: free GPU time for the asking). Each gets a
+// row of amount 0, so nothing asks again; the owner's grant and its expiry
+// are what the balance shows.
+TEST_F(BillingTest, AddedMembersAddNoTrialCredit) {
+  Billing billing = MakeBilling();
+  auto [tenant, owner] = NewTenant("team");
+  store::SecurityStore security(*db_);
+  std::vector<std::string> members;
+  auto add = [&](int i) {
+    auto member = security.AddMember(
+        tenant, absl::StrCat("m", i, "@team.example"), store::TenantRole::kMember,
+        {absl::StrCat("key-team-", i), "", "", "salt", std::string(64, 'b'), "initial"},
+        clock_.Now());
+    EXPECT_TRUE(member.ok()) << member.status();
+    members.push_back(member->user_id);
+  };
+  add(0);
+  // The owner and a member granted at the same moment: one of them gets it.
+  std::vector<std::thread> threads;
+  for (const std::string& u : {owner, members[0]}) {
+    threads.emplace_back([&, u] { EXPECT_TRUE(billing.EnsureTrialGrant(u, clock_.Now()).ok()); });
+  }
+  for (auto& t : threads) t.join();
+  clock_.Advance(absl::Hours(1));
+  for (int i = 1; i < 6; ++i) add(i);
+  ASSERT_TRUE(security.RemoveMember(tenant, members[5], clock_.Now()).ok());
+  add(6);
+  for (const auto& m : members) ASSERT_TRUE(billing.EnsureTrialGrant(m, clock_.Now()).ok());
+  ASSERT_TRUE(billing.GrantMissingTrials(clock_.Now()).ok());
+  auto balance = billing.GetBalance(tenant, clock_.Now());
+  EXPECT_EQ(balance->trial_micros, 10 * kMicrosPerYuan);
+  ASSERT_TRUE(balance->trial_expires_at.has_value());
+  EXPECT_EQ(*balance->trial_expires_at, clock_.Now() - absl::Hours(1) + absl::Hours(24 * 30));
+  auto grants = billing.ListTransfers(tenant, {.kind = "trial_grant"});
+  ASSERT_EQ(grants->size(), 1u);
+  int64_t rows = 0, granted = 0;
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+    auto r = txn.exec_params1(
+        "SELECT count(*), sum(amount_micros)::bigint FROM trial_grants WHERE tenant_id = $1",
+        tenant);
+    rows = r[0].as<int64_t>();
+    granted = r[1].as<int64_t>();
+    return absl::OkStatus();
+  }).ok());
+  EXPECT_EQ(rows, 1 + 7);  // The owner and every member, once each.
+  EXPECT_EQ(granted, 10 * kMicrosPerYuan);
   ExpectAuditClean(billing);
 }
 
