@@ -71,17 +71,6 @@ void InstanceHourWindow::Merge(const InstanceHourWindow& other) {
   latency_.Merge(other.latency_);
 }
 
-int InstanceHourWindow::SlotsIn(absl::Time hour_start, absl::Time from, absl::Time to) {
-  from = std::max(from, hour_start);
-  to = std::min(to, hour_start + absl::Hours(1));
-  if (to <= from) return 0;
-  // A slot counts when the instance was billed for any part of it.
-  const absl::Duration slot = absl::Seconds(kSlotSeconds);
-  int first = static_cast<int>((from - hour_start) / slot);
-  int last = static_cast<int>(absl::Ceil(to - hour_start, slot) / slot);
-  return last - first;
-}
-
 namespace {
 
 // The slots of [from, to) within the hour, as a mask.

@@ -71,11 +71,10 @@ class InstanceHourWindow {
     latency_.MergeBuckets(indices, counts, size, zero_count);
   }
 
-  // Slots in [from, to) (clamped to the hour) where every GPU reported and
-  // was usable, and the number of slots in that span.
+  // Slots in [from, to) (clamped to the hour), or in `span`, where every
+  // GPU reported and was usable.
   int UsableSlots(absl::Time from, absl::Time to) const;
   int UsableSlots(const SlotMask& span) const;
-  static int SlotsIn(absl::Time hour_start, absl::Time from, absl::Time to);
 
   absl::Time hour_start() const { return hour_start_; }
   int gpu_count() const { return gpu_count_; }
