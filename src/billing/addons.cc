@@ -45,10 +45,12 @@ std::string StorageMinutesSql(const std::string& lo, const std::string& hi) {
 }
 
 // Funds left per tenant, read after the earlier postings of this
-// transaction; `ids` names the tenants.
-std::string FundsCte(const std::string& ids) {
+// transaction; `ids` names the tenants. Without `trial`, the trial wallet
+// counts as empty.
+std::string FundsCte(const std::string& ids, bool trial) {
   return absl::StrCat(R"sql(funds AS (
-  SELECT t.id AS tenant_id, tw.id AS trial_id, tw.balance_micros AS trial_avail,
+  SELECT t.id AS tenant_id, tw.id AS trial_id, )sql",
+                      trial ? "tw.balance_micros" : "0::bigint", R"sql( AS trial_avail,
          CASE WHEN t.billing_mode = 'postpaid' THEN r.id ELSE pw.id END AS main_id,
          CASE WHEN t.billing_mode = 'postpaid'
               THEN r.balance_micros + r.credit_limit_micros
@@ -93,7 +95,10 @@ absl::StatusOr<int64_t> PostAppFees(pqxx::work& txn, int64_t platform, absl::Tim
       MinuteFee("a.price_per_hour_micros", "b.minute"),
       " AS fee FROM billing_batch b JOIN instance_apps a ON a.instance_id = b.instance_id "
       "WHERE b.first_cap IS NULL OR b.minute < b.first_cap), ",
-      FundsCte("SELECT DISTINCT tenant_id FROM fees"), ", capped AS (", kCapSql,
+      // Trial credit pays rent and storage, never app fees: the publisher's
+      // 70% is money it can be paid out, and trial credit is the platform's
+      // promotion, not the buyer's money (docs/marketplace.md).
+      FundsCte("SELECT DISTINCT tenant_id FROM fees", false), ", capped AS (", kCapSql,
       " WHERE c.fee > 0) "
       "SELECT c.*, (c.charged * ", kPublisherSharePerMille, "::bigint) / 1000 AS publisher_part, "
       "f.first_cap, (SELECT max(minute) FROM billing_batch bb WHERE bb.instance_id = c.id) "
@@ -155,7 +160,7 @@ absl::StatusOr<int64_t> PostStorage(pqxx::work& txn, int64_t platform, int64_t f
                       "CREATE TEMP TABLE addon_storage ON COMMIT DROP AS WITH fees AS ("
                       "SELECT s.volume_id AS id, s.tenant_id, s.minute, s.fee FROM (",
                       StorageMinutesSql("$1", "$2"), ") s WHERE s.fee > 0), ",
-                      FundsCte("SELECT DISTINCT tenant_id FROM fees"), " ", kCapSql),
+                      FundsCte("SELECT DISTINCT tenant_id FROM fees", true), " ", kCapSql),
                   from_minute, to_minute);
   const std::string key = "'storage:' || b.id || ':' || b.minute";
   const std::string hash =

@@ -125,8 +125,9 @@ TEST(MarketplaceBillingTest, LaunchChargesRentAndSplitAppFeeEveryMinute) {
   billing::BillingOptions billing_options;
   billing_options.metering_lag = absl::ZeroDuration();
   billing::Billing billing(db, store, clock, billing_options);
-  // The trial (10 CNY) runs out within the hour; paid credit takes over in
-  // the same minute, so that minute's fee is split over both wallets.
+  // The trial (10 CNY) pays rent until it runs out within the hour; the app
+  // fee is paid from the top-up from the first minute: trial credit never
+  // pays app fees (docs/marketplace.md).
   std::string buyer_tenant;
   {
     pqxx::work txn(sql);
@@ -177,11 +178,17 @@ TEST(MarketplaceBillingTest, LaunchChargesRentAndSplitAppFeeEveryMinute) {
 
   {
     pqxx::work txn(sql);
-    // Both wallets paid app fees: the trial ran out mid-way.
-    EXPECT_GT(txn.exec_params1("SELECT count(DISTINCT f.kind) FROM ledger_transfers t JOIN "
-                               "ledger_accounts f ON f.id = t.from_account_id WHERE "
+    // Every app fee came from the paid wallet, none from the trial wallet,
+    // which paid rent.
+    EXPECT_EQ(txn.exec_params1("SELECT string_agg(DISTINCT f.kind, ',') FROM ledger_transfers t "
+                               "JOIN ledger_accounts f ON f.id = t.from_account_id WHERE "
                                "t.instance_id = $1 AND t.kind = 'app_fee'",
-                               app.id())[0].as<int>(), 1);
+                               app.id())[0].as<std::string>(),
+              "paid_wallet");
+    EXPECT_GT(txn.exec_params1("SELECT count(*) FROM ledger_charge_legs c JOIN "
+                               "ledger_accounts f ON f.id = c.from_account_id WHERE "
+                               "c.instance_id = $1 AND f.kind = 'trial_wallet'",
+                               app.id())[0].as<int>(), 0);
     // Storage: a whole clock hour of the disk costs 100 GiB x 400 exactly.
     EXPECT_EQ(txn.exec_params1("SELECT sum(amount_micros)::bigint FROM ledger_transfers "
                                "WHERE kind = 'storage' AND idempotency_key LIKE $1 "
@@ -262,6 +269,83 @@ TEST(MarketplaceBillingTest, LaunchChargesRentAndSplitAppFeeEveryMinute) {
   ASSERT_EQ(payouts.payouts_size(), 1);
 
   audit = billing.Audit();
+  ASSERT_TRUE(audit.ok());
+  EXPECT_TRUE(audit->empty()) << (audit->empty() ? "" : audit->front());
+}
+
+// Goal: trial credit never reaches a publisher. A buyer with only its
+// trial launches a paid app: the trial pays the rent, the fee is not
+// collected (app_fee_shortfalls), the instance stops at the end of the rent
+// charged, and the publisher's payable, money it can be paid out, gets
+// nothing. (Trial credit used to pay app fees: anyone could publish an app
+// and turn each new tenant's trial into 70% cash.)
+TEST(MarketplaceBillingTest, TrialCreditPaysNoAppFee) {
+  SvdOptions options{CreateTestDatabase(), 2, 1, {"--billing-interval-ms", "200"}};
+  SvdProcess svd(options);
+  ASSERT_TRUE(svd.Start());
+  const std::string publisher = CreateTenant(svd, "studio2");
+  const std::string buyer = CreateTenant(svd, "trialbuyer");
+  auto market = v1::MarketplaceService::NewStub(svd.channel());
+  auto instances = v1::InstanceService::NewStub(svd.channel());
+  v1::RegisterImageRequest reg;
+  reg.mutable_image()->set_name("pricey");
+  reg.mutable_image()->set_version("1.0");
+  reg.mutable_image()->set_image("ghcr.io/example/pricey:1.0");
+  reg.mutable_image()->set_gpu_count(1);
+  reg.mutable_image()->set_price_per_hour_micros(600'000'000);  // 600 CNY an hour.
+  reg.set_request_id("reg-p");
+  v1::MarketplaceImage image;
+  ASSERT_TRUE(market->RegisterImage(Context(publisher).get(), reg, &image).ok());
+  v1::LaunchAppRequest launch;
+  launch.set_app("pricey");
+  launch.set_request_id("launch-p");
+  v1::Instance app;
+  ASSERT_TRUE(market->LaunchApp(Context(buyer).get(), launch, &app).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    v1::GetInstanceRequest get;
+    get.set_id(app.id());
+    v1::Instance i;
+    return instances->GetInstance(Context(buyer).get(), get, &i).ok() &&
+           i.state() == v1::RUNNING;
+  }));
+
+  store::DatabaseOptions db_options;
+  db_options.url = options.database_url;
+  store::Database db(db_options);
+  store::Store store(db);
+  pqxx::connection sql(options.database_url);
+  int64_t running_since_minute = 0;
+  {
+    pqxx::work txn(sql);
+    running_since_minute = txn.exec_params1(
+        "SELECT (extract(epoch from running_since) / 60)::bigint FROM instances WHERE id = $1",
+        app.id())[0].as<int64_t>();
+  }
+  FakeClock clock(absl::FromUnixSeconds(running_since_minute * 60 + 5));
+  billing::BillingOptions billing_options;
+  billing_options.metering_lag = absl::ZeroDuration();
+  billing::Billing billing(db, store, clock, billing_options);
+  for (int k = 1; k <= 4; ++k) {
+    clock.Set(absl::FromUnixSeconds((running_since_minute + k) * 60 + 5));
+    ASSERT_TRUE(billing.RunOnce(clock.Now()).ok());
+  }
+  pqxx::work txn(sql);
+  EXPECT_EQ(txn.exec_params1("SELECT count(*) FROM ledger_transfers WHERE instance_id = $1 "
+                             "AND kind = 'app_fee'",
+                             app.id())[0].as<int>(), 0);
+  EXPECT_GT(txn.exec_params1("SELECT count(*) FROM app_fee_shortfalls WHERE instance_id = $1",
+                             app.id())[0].as<int>(), 0);
+  EXPECT_EQ(txn.exec_params1("SELECT coalesce(sum(balance_micros), 0)::bigint FROM "
+                             "ledger_accounts WHERE kind = 'publisher_payable'")[0]
+                .as<int64_t>(),
+            0);
+  EXPECT_EQ(txn.exec_params1("SELECT state FROM instances WHERE id = $1", app.id())[0]
+                .as<std::string>(),
+            "STOPPED");
+  EXPECT_GT(txn.exec_params1("SELECT count(*) FROM ledger_charge_legs WHERE instance_id = $1",
+                             app.id())[0].as<int>(), 0);
+  txn.commit();
+  auto audit = billing.Audit();
   ASSERT_TRUE(audit.ok());
   EXPECT_TRUE(audit->empty()) << (audit->empty() ? "" : audit->front());
 }
