@@ -10,6 +10,8 @@
 
 #include <functional>
 #include <map>
+#include <memory>
+#include <vector>
 #include <pqxx/pqxx>
 #include <thread>
 
@@ -47,29 +49,89 @@ bool WaitFor(const std::function<bool()>& done) {
   return done();
 }
 
+// Registers `name` 1.0 as the publisher, with the given size and price.
+v1::MarketplaceImage RegisterApp(v1::MarketplaceService::Stub& market,
+                                 const std::string& publisher, const std::string& name,
+                                 int gpus, int64_t per_hour, std::vector<int> ports) {
+  v1::RegisterImageRequest reg;
+  reg.mutable_image()->set_name(name);
+  reg.mutable_image()->set_version("1.0");
+  reg.mutable_image()->set_image("ghcr.io/example/" + name + ":1.0");
+  for (int p : ports) reg.mutable_image()->add_ports(p);
+  reg.mutable_image()->set_gpu_count(gpus);
+  reg.mutable_image()->set_price_per_hour_micros(per_hour);
+  reg.set_request_id("reg-" + name);
+  v1::MarketplaceImage image;
+  grpc::Status status = market.RegisterImage(Context(publisher).get(), reg, &image);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return image;
+}
+
+// The Unix minute the instance started running in.
+int64_t RunningSinceMinute(pqxx::connection& sql, const std::string& id) {
+  pqxx::work txn(sql);
+  return txn.exec_params1(
+      "SELECT (extract(epoch from running_since) / 60)::bigint FROM instances WHERE id = $1",
+      id)[0].as<int64_t>();
+}
+
+// A real svd with a simulated fleet, a publisher and a buyer.
+class MarketplaceBillingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    options_ = {CreateTestDatabase(), 2, 1, {"--billing-interval-ms", "200"}};
+    svd_ = std::make_unique<SvdProcess>(options_);
+    ASSERT_TRUE(svd_->Start());
+    publisher_ = CreateTenant(*svd_, "studio");
+    buyer_ = CreateTenant(*svd_, "buyer");
+    market_ = v1::MarketplaceService::NewStub(svd_->channel());
+    instances_ = v1::InstanceService::NewStub(svd_->channel());
+  }
+
+  // The real metering on the same database, on a fake clock at `start`
+  // with no lag, as the billing loop runs it.
+  billing::Billing& FakeClockBilling(absl::Time start) {
+    store::DatabaseOptions db_options;
+    db_options.url = options_.database_url;
+    db_ = std::make_unique<store::Database>(db_options);
+    store_ = std::make_unique<store::Store>(*db_);
+    clock_ = std::make_unique<FakeClock>(start);
+    billing::BillingOptions billing_options;
+    billing_options.metering_lag = absl::ZeroDuration();
+    billing_ = std::make_unique<billing::Billing>(*db_, *store_, *clock_, billing_options);
+    return *billing_;
+  }
+
+  SvdOptions options_;
+  std::unique_ptr<SvdProcess> svd_;
+  std::unique_ptr<store::Database> db_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<FakeClock> clock_;
+  std::unique_ptr<billing::Billing> billing_;
+  std::string publisher_, buyer_;
+  std::unique_ptr<v1::MarketplaceService::Stub> market_;
+  std::unique_ptr<v1::InstanceService::Stub> instances_;
+};
+
 // Goal: a marketplace launch pays rent plus the app fee every minute, the
 // fee split exactly 70:30 in the ledger; the publisher's earnings report
 // and a payout agree with the ledger, and the auditor passes.
-TEST(MarketplaceBillingTest, LaunchChargesRentAndSplitAppFeeEveryMinute) {
-  SvdOptions options{CreateTestDatabase(), 2, 1, {"--billing-interval-ms", "200"}};
-  SvdProcess svd(options);
-  ASSERT_TRUE(svd.Start());
-  const std::string publisher = CreateTenant(svd, "studio");
-  const std::string buyer = CreateTenant(svd, "buyer");
-  auto market = v1::MarketplaceService::NewStub(svd.channel());
-  auto instances = v1::InstanceService::NewStub(svd.channel());
+TEST_F(MarketplaceBillingTest, LaunchChargesRentAndSplitAppFeeEveryMinute) {
+  SvdProcess& svd = *svd_;
+  const SvdOptions& options = options_;
+  const std::string& publisher = publisher_;
+  const std::string& buyer = buyer_;
+  auto& market = market_;
+  auto& instances = instances_;
 
+  const v1::MarketplaceImage image =
+      RegisterApp(*market, publisher, "sd-webui", 8, kAppPerHourMicros, {7860});
+  // Versions are immutable: the same name and version again is refused.
   v1::RegisterImageRequest reg;
   reg.mutable_image()->set_name("sd-webui");
   reg.mutable_image()->set_version("1.0");
   reg.mutable_image()->set_image("ghcr.io/example/sd-webui:1.0");
-  reg.mutable_image()->add_ports(7860);
   reg.mutable_image()->set_gpu_count(8);
-  reg.mutable_image()->set_price_per_hour_micros(kAppPerHourMicros);
-  reg.set_request_id("reg-1");
-  v1::MarketplaceImage image;
-  ASSERT_TRUE(market->RegisterImage(Context(publisher).get(), reg, &image).ok());
-  // Versions are immutable: the same name and version again is refused.
   reg.set_request_id("reg-2");
   v1::MarketplaceImage dup;
   EXPECT_EQ(market->RegisterImage(Context(publisher).get(), reg, &dup).error_code(),
@@ -109,22 +171,12 @@ TEST(MarketplaceBillingTest, LaunchChargesRentAndSplitAppFeeEveryMinute) {
   ASSERT_TRUE(volumes->CreateVolume(Context(buyer).get(), create_volume, &volume).ok());
 
   // Bill 125 simulated minutes (always a whole clock hour) with the real metering.
-  store::DatabaseOptions db_options;
-  db_options.url = options.database_url;
-  store::Database db(db_options);
-  store::Store store(db);
   pqxx::connection sql(options.database_url);
-  int64_t running_since_minute = 0;
-  {
-    pqxx::work txn(sql);
-    running_since_minute = txn.exec_params1(
-        "SELECT (extract(epoch from running_since) / 60)::bigint FROM instances WHERE id = $1",
-        app.id())[0].as<int64_t>();
-  }
-  FakeClock clock(absl::FromUnixSeconds((running_since_minute + 125) * 60 + 5));
-  billing::BillingOptions billing_options;
-  billing_options.metering_lag = absl::ZeroDuration();
-  billing::Billing billing(db, store, clock, billing_options);
+  const int64_t running_since_minute = RunningSinceMinute(sql, app.id());
+  billing::Billing& billing =
+      FakeClockBilling(absl::FromUnixSeconds((running_since_minute + 125) * 60 + 5));
+  FakeClock& clock = *clock_;
+  store::Database& db = *db_;
   // The trial (10 CNY) pays rent until it runs out within the hour; the app
   // fee is paid from the top-up from the first minute: trial credit never
   // pays app fees (docs/marketplace.md).
@@ -279,52 +331,26 @@ TEST(MarketplaceBillingTest, LaunchChargesRentAndSplitAppFeeEveryMinute) {
 // charged, and the publisher's payable, money it can be paid out, gets
 // nothing. (Trial credit used to pay app fees: anyone could publish an app
 // and turn each new tenant's trial into 70% cash.)
-TEST(MarketplaceBillingTest, TrialCreditPaysNoAppFee) {
-  SvdOptions options{CreateTestDatabase(), 2, 1, {"--billing-interval-ms", "200"}};
-  SvdProcess svd(options);
-  ASSERT_TRUE(svd.Start());
-  const std::string publisher = CreateTenant(svd, "studio2");
-  const std::string buyer = CreateTenant(svd, "trialbuyer");
-  auto market = v1::MarketplaceService::NewStub(svd.channel());
-  auto instances = v1::InstanceService::NewStub(svd.channel());
-  v1::RegisterImageRequest reg;
-  reg.mutable_image()->set_name("pricey");
-  reg.mutable_image()->set_version("1.0");
-  reg.mutable_image()->set_image("ghcr.io/example/pricey:1.0");
-  reg.mutable_image()->set_gpu_count(1);
-  reg.mutable_image()->set_price_per_hour_micros(600'000'000);  // 600 CNY an hour.
-  reg.set_request_id("reg-p");
-  v1::MarketplaceImage image;
-  ASSERT_TRUE(market->RegisterImage(Context(publisher).get(), reg, &image).ok());
+TEST_F(MarketplaceBillingTest, TrialCreditPaysNoAppFee) {
+  RegisterApp(*market_, publisher_, "pricey", 1, 600'000'000, {});  // 600 CNY an hour.
   v1::LaunchAppRequest launch;
   launch.set_app("pricey");
   launch.set_request_id("launch-p");
   v1::Instance app;
-  ASSERT_TRUE(market->LaunchApp(Context(buyer).get(), launch, &app).ok());
+  ASSERT_TRUE(market_->LaunchApp(Context(buyer_).get(), launch, &app).ok());
   ASSERT_TRUE(WaitFor([&] {
     v1::GetInstanceRequest get;
     get.set_id(app.id());
     v1::Instance i;
-    return instances->GetInstance(Context(buyer).get(), get, &i).ok() &&
+    return instances_->GetInstance(Context(buyer_).get(), get, &i).ok() &&
            i.state() == v1::RUNNING;
   }));
 
-  store::DatabaseOptions db_options;
-  db_options.url = options.database_url;
-  store::Database db(db_options);
-  store::Store store(db);
-  pqxx::connection sql(options.database_url);
-  int64_t running_since_minute = 0;
-  {
-    pqxx::work txn(sql);
-    running_since_minute = txn.exec_params1(
-        "SELECT (extract(epoch from running_since) / 60)::bigint FROM instances WHERE id = $1",
-        app.id())[0].as<int64_t>();
-  }
-  FakeClock clock(absl::FromUnixSeconds(running_since_minute * 60 + 5));
-  billing::BillingOptions billing_options;
-  billing_options.metering_lag = absl::ZeroDuration();
-  billing::Billing billing(db, store, clock, billing_options);
+  pqxx::connection sql(options_.database_url);
+  const int64_t running_since_minute = RunningSinceMinute(sql, app.id());
+  billing::Billing& billing =
+      FakeClockBilling(absl::FromUnixSeconds(running_since_minute * 60 + 5));
+  FakeClock& clock = *clock_;
   for (int k = 1; k <= 4; ++k) {
     clock.Set(absl::FromUnixSeconds((running_since_minute + k) * 60 + 5));
     ASSERT_TRUE(billing.RunOnce(clock.Now()).ok());
