@@ -61,6 +61,15 @@ MetricVerdict JudgeOne(const InstanceHourWindow& w, const SlotMask& judged,
   }
   const std::string name = MetricName(d.metric);
   const char* op = d.comparison == Comparison::kAtLeast ? "at least" : "at most";
+  if (v.missing_telemetry && d.metric != Metric::kGpuUsable && judged.none()) {
+    // Every charged minute starts or ends a run and nothing reported in
+    // them: a run shorter than one report. As with the GPUs, no time was
+    // judged, so a missing probe is no breach.
+    v.missing_telemetry = false;
+    v.explanation = absl::StrCat(name, ": not judged, no report came in the paid time (runs "
+                                 "shorter than one telemetry report)");
+    return v;
+  }
   if (v.missing_telemetry && d.metric != Metric::kGpuUsable) {
     v.breached = true;
     v.explanation = absl::StrCat(name, ": no telemetry during paid time (promised ", op, " ",

@@ -197,6 +197,27 @@ TEST(JudgeTest, SilentRunStillBreachesAfterItsFirstMinute) {
   EXPECT_TRUE(j.verdicts[0].missing_telemetry);
 }
 
+// Created at :10:55 and deleted at :11:03: two minutes charged, no report
+// possible. Storage and latency had no probe, as the GPUs had no sample;
+// neither is a breach.
+TEST(JudgeTest, RunShorterThanOneReportIsNotJudged) {
+  Telemetry t(8);
+  const uint64_t charged = MinuteBits(kHour, At(10, 55), At(11, 3));
+  ASSERT_EQ(JudgedSlots(t.window, charged).count(), 0u);
+  HourJudgement j = Judge(t.window, charged, Rent(8, 2), DefaultDefinitions());
+  EXPECT_EQ(Breaches(j), 0);
+  EXPECT_EQ(j.refund_micros_total, 0);
+  for (const auto& v : j.verdicts) {
+    EXPECT_FALSE(v.missing_telemetry) << v.explanation;
+    EXPECT_FALSE(v.explanation.empty());
+  }
+  // One GPU report in the run: the probes of that report are due too.
+  t.Healthy(At(11), At(11, 1));
+  j = Judge(t.window, charged, Rent(8, 2), DefaultDefinitions());
+  EXPECT_EQ(Breaches(j), 2);
+  EXPECT_TRUE(j.verdicts[1].missing_telemetry);
+}
+
 TEST(WindowTest, MinuteBitsAreTheMinutesTouched) {
   EXPECT_EQ(MinuteBits(kHour, At(0), At(1)), 1u);
   EXPECT_EQ(MinuteBits(kHour, At(0, 30), At(2, 1)), 7u);
