@@ -122,9 +122,14 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
       if (!current.ok()) {
         status = current.status();
       } else if (current->state == store::InstanceState::kStopped) {
-        status = deps_.billing->CheckCreditForCreate(who->tenant_id, current->spec.gpu_count,
-                                                     current->spec.gpu_model,
-                                                     deps_.clock->Now());
+        // An app's fee too: one stopped for its unpaid fee would otherwise
+        // start, run a minute on trial credit and stop again.
+        auto app_price = deps_.billing->AppPriceOf(current->id);
+        status = app_price.ok()
+                     ? deps_.billing->CheckCreditForCreate(
+                           who->tenant_id, current->spec.gpu_count, current->spec.gpu_model,
+                           deps_.clock->Now(), *app_price)
+                     : app_price.status();
       }
     }
     if (status.ok()) {
@@ -301,8 +306,10 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
       SV_ASSIGN_OR_RETURN(auto current, deps_.store->GetInstance(who.tenant_id, request.id()));
       if (current.state == store::InstanceState::kRunning &&
           request.gpu_count() > current.spec.gpu_count) {
+        SV_ASSIGN_OR_RETURN(int64_t app_price, deps_.billing->AppPriceOf(current.id));
         SV_RETURN_IF_ERROR(deps_.billing->CheckCreditForCreate(
-            who.tenant_id, request.gpu_count(), current.spec.gpu_model, deps_.clock->Now()));
+            who.tenant_id, request.gpu_count(), current.spec.gpu_model, deps_.clock->Now(),
+            app_price));
       }
     }
     SV_ASSIGN_OR_RETURN(int previous,

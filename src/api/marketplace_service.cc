@@ -9,6 +9,7 @@
 #include "api/internal/instance_extras.h"
 #include "api/internal/service_util.h"
 #include "api/validation.h"
+#include "billing/billing.h"
 #include "common/ids.h"
 #include "common/status.h"
 #include "google/protobuf/util/time_util.h"
@@ -362,8 +363,24 @@ class MarketplaceServiceImpl final : public v1::MarketplaceService::Service {
   absl::Status Launch(const store::Principal& who, const v1::LaunchAppRequest& request,
                       v1::Instance* response) {
     SV_RETURN_IF_ERROR(CheckRef(request.app()));
-    SV_ASSIGN_OR_RETURN(auto image, market_.ResolveImage(request.app()));
-    if (!image.listed) {
+    // A retry of a launch that was made names the image it launched, even
+    // if a newer version is listed or this one was delisted since; it is
+    // answered with that launch (the create's idempotency lookup), not
+    // held to today's catalog or wallet.
+    std::optional<store::ImageRecord> earlier;
+    if (!request.request_id().empty()) {
+      SV_ASSIGN_OR_RETURN(earlier, market_.LaunchedImage(who.tenant_id, request.request_id()));
+    }
+    const bool retry = earlier.has_value() &&
+                       (request.app() == earlier->id || request.app() == earlier->name ||
+                        request.app() == absl::StrCat(earlier->name, ":", earlier->version));
+    store::ImageRecord image;
+    if (retry) {
+      image = *std::move(earlier);
+    } else {
+      SV_ASSIGN_OR_RETURN(image, market_.ResolveImage(request.app()));
+    }
+    if (!retry && !image.listed) {
       return Error(absl::StatusCode::kFailedPrecondition, "IMAGE_DELISTED",
                    absl::StrCat(image.name, ":", image.version, " is no longer offered"));
     }
@@ -388,6 +405,15 @@ class MarketplaceServiceImpl final : public v1::MarketplaceService::Service {
     store::InstanceSpec spec{in.name(), in.gpu_count(), "", in.image(), 0};
     SV_RETURN_IF_ERROR(ReadInstanceExtras(in, spec));
     spec.extras.app_image_id = image.id;
+    if (!retry && image.price_per_hour_micros > 0 && deps_.billing != nullptr) {
+      // The create's own gate checks the rent only. Without this a buyer
+      // with trial credit alone got an instance that ran one minute and
+      // stopped for its unpaid fee.
+      SV_ASSIGN_OR_RETURN(store::InstanceSpec normal, NormalizeInstanceSpec(spec));
+      SV_RETURN_IF_ERROR(deps_.billing->CheckCreditForCreate(
+          who.tenant_id, normal.gpu_count, normal.gpu_model, deps_.clock->Now(),
+          image.price_per_hour_micros));
+    }
     return CreateInstanceFor(deps_, who, std::move(spec), request.request_id(), response);
   }
 

@@ -1,4 +1,5 @@
 // Trial grants, prices, top-ups, billing modes and the credit gate.
+#include <algorithm>
 #include <cassert>
 
 #include "absl/strings/str_cat.h"
@@ -189,12 +190,40 @@ absl::Status Billing::SetBillingMode(const std::string& tenant_id, BillingMode m
 }
 
 absl::Status Billing::CheckCreditForCreate(const std::string& tenant_id, int gpu_count,
-                                           const std::string& gpu_model, absl::Time now) {
+                                           const std::string& gpu_model, absl::Time now,
+                                           int64_t app_price_per_hour_micros) {
   SV_ASSIGN_OR_RETURN(Balance balance, GetBalance(tenant_id, now));
   SV_ASSIGN_OR_RETURN(int64_t price, GpuPrice(gpu_model, now));
-  const int64_t needed = price * gpu_count * options_.create_credit_minutes;
-  if (balance.available_micros >= needed) return absl::OkStatus();
-  return CreditRefusal(gpu_count, gpu_model, needed, balance.available_micros);
+  const int minutes = options_.create_credit_minutes;
+  const int64_t needed = price * gpu_count * minutes;
+  if (balance.available_micros < needed) {
+    return CreditRefusal(gpu_count, gpu_model, needed, balance.available_micros);
+  }
+  if (app_price_per_hour_micros <= 0) return absl::OkStatus();
+  // Minute fees floor a share of the hourly price (docs/marketplace.md);
+  // any `minutes` of them add up to at most this.
+  const int64_t fee = (app_price_per_hour_micros * minutes + 59) / 60;
+  const int64_t trial = std::max<int64_t>(balance.trial_micros, 0);
+  const int64_t paid = balance.available_micros - trial;
+  const int64_t paid_needed = fee + std::max<int64_t>(needed - trial, 0);
+  if (paid >= paid_needed) return absl::OkStatus();
+  return Error(absl::StatusCode::kFailedPrecondition, "INSUFFICIENT_CREDIT",
+               absl::StrCat("the first ", minutes, " minutes of the app cost ", fee,
+                            " micro-yuan in app fees on top of ", needed,
+                            " of rent; trial credit pays rent only, never app fees, so ",
+                            paid_needed, " must come from paid credit, which holds ", paid,
+                            "; top up first"));
+}
+
+absl::StatusOr<int64_t> Billing::AppPriceOf(const std::string& instance_id) {
+  int64_t price = 0;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    auto rows = txn.exec_params(
+        "SELECT price_per_hour_micros FROM instance_apps WHERE instance_id = $1", instance_id);
+    price = rows.empty() ? 0 : rows[0][0].as<int64_t>();
+    return absl::OkStatus();
+  }));
+  return price;
 }
 
 void Billing::FillCreateGate(const std::string& user_id, absl::Time now,

@@ -265,6 +265,22 @@ absl::StatusOr<ImageRecord> MarketplaceStore::ResolveImage(const std::string& re
   return *found;
 }
 
+absl::StatusOr<std::optional<ImageRecord>> MarketplaceStore::LaunchedImage(
+    const std::string& tenant_id, const std::string& request_id) {
+  std::optional<ImageRecord> found;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    found.reset();
+    auto rows = txn.exec_params(
+        "SELECT " + kImageColumns + " FROM marketplace_images WHERE id = "
+        "(SELECT a.image_id FROM instances i JOIN instance_apps a ON a.instance_id = i.id "
+        " WHERE i.tenant_id = $1 AND i.request_id = $2)",
+        tenant_id, request_id);
+    if (!rows.empty()) found = ImageFromRow(rows[0]);
+    return absl::OkStatus();
+  }));
+  return found;
+}
+
 absl::StatusOr<std::vector<ImageRecord>> MarketplaceStore::ListImages(
     const std::string& publisher_tenant_id, const std::string& after_id, int limit) {
   std::vector<ImageRecord> list;

@@ -21,6 +21,7 @@
 #include "store/dashboard_store.h"
 #include "store/database.h"
 #include "store/store.h"
+#include "sv/v1/billing.grpc.pb.h"
 #include "sv/v1/instance.grpc.pb.h"
 #include "sv/v1/marketplace.grpc.pb.h"
 #include "sv/v1/volume.grpc.pb.h"
@@ -80,12 +81,31 @@ class MarketplaceBillingTest : public ::testing::Test {
  protected:
   void SetUp() override {
     options_ = {CreateTestDatabase(), 2, 1, {"--billing-interval-ms", "200"}};
+    options_.billing_create_credit_minutes = 10;  // svd's default: the gate is under test.
     svd_ = std::make_unique<SvdProcess>(options_);
     ASSERT_TRUE(svd_->Start());
     publisher_ = CreateTenant(*svd_, "studio");
     buyer_ = CreateTenant(*svd_, "buyer");
     market_ = v1::MarketplaceService::NewStub(svd_->channel());
     instances_ = v1::InstanceService::NewStub(svd_->channel());
+  }
+
+  // An operator's top-up of the buyer's paid wallet (payment `payment_id`).
+  void TopUpBuyer(const std::string& payment_id, int64_t amount_micros) {
+    auto admin = v1::BillingAdminService::NewStub(svd_->channel());
+    v1::ListTenantBalancesResponse tenants;
+    ASSERT_TRUE(
+        admin->ListTenantBalances(Context(svd_->admin_key()).get(), {}, &tenants).ok());
+    v1::TopUpRequest topup;
+    for (const auto& t : tenants.balances()) {
+      if (t.tenant_name() == "buyer") topup.set_tenant_id(t.tenant_id());
+    }
+    ASSERT_FALSE(topup.tenant_id().empty());
+    topup.set_payment_id(payment_id);
+    topup.set_amount_micros(amount_micros);
+    v1::Transfer transfer;
+    grpc::Status status = admin->TopUp(Context(svd_->admin_key()).get(), topup, &transfer);
+    ASSERT_TRUE(status.ok()) << status.error_message();
   }
 
   // The real metering on the same database, on a fake clock at `start`
@@ -137,6 +157,8 @@ TEST_F(MarketplaceBillingTest, LaunchChargesRentAndSplitAppFeeEveryMinute) {
   EXPECT_EQ(market->RegisterImage(Context(publisher).get(), reg, &dup).error_code(),
             grpc::StatusCode::ALREADY_EXISTS);
 
+  // App fees are paid from paid credit only, so the launch needs some.
+  TopUpBuyer("pay-1", 100 * billing::kMicrosPerYuan);
   v1::LaunchAppRequest launch;
   launch.set_app("sd-webui");
   launch.set_request_id("launch-1");
@@ -180,14 +202,6 @@ TEST_F(MarketplaceBillingTest, LaunchChargesRentAndSplitAppFeeEveryMinute) {
   // The trial (10 CNY) pays rent until it runs out within the hour; the app
   // fee is paid from the top-up from the first minute: trial credit never
   // pays app fees (docs/marketplace.md).
-  std::string buyer_tenant;
-  {
-    pqxx::work txn(sql);
-    buyer_tenant = txn.exec_params1("SELECT tenant_id FROM instances WHERE id = $1",
-                                    app.id())[0].as<std::string>();
-  }
-  ASSERT_TRUE(billing.TopUp(buyer_tenant, "pay-1", 100 * billing::kMicrosPerYuan,
-                            clock.Now()).ok());
   // Minute by minute, as the billing loop runs.
   const absl::Time end = clock.Now();
   for (absl::Time t = absl::FromUnixSeconds(running_since_minute * 60 + 5); t <= end;
@@ -325,18 +339,44 @@ TEST_F(MarketplaceBillingTest, LaunchChargesRentAndSplitAppFeeEveryMinute) {
   EXPECT_TRUE(audit->empty()) << (audit->empty() ? "" : audit->front());
 }
 
-// Goal: trial credit never reaches a publisher. A buyer with only its
-// trial launches a paid app: the trial pays the rent, the fee is not
-// collected (app_fee_shortfalls), the instance stops at the end of the rent
-// charged, and the publisher's payable, money it can be paid out, gets
-// nothing. (Trial credit used to pay app fees: anyone could publish an app
-// and turn each new tenant's trial into 70% cash.)
+// Goal: trial credit never reaches a publisher, and a buyer learns so
+// before launching, not a minute after. (Trial credit used to pay app fees:
+// anyone could publish an app and turn each new tenant's trial into 70%
+// cash. Then a buyer with only its trial got an instance that ran a minute
+// on the trial and stopped for its unpaid fee.)
+//
+// 600 CNY an hour is 10 CNY a minute. With trial credit only the launch is
+// refused; with 100 CNY paid it starts, the trial pays the rent and the
+// paid wallet the fees for ten minutes; the eleventh fee is not collected
+// (app_fee_shortfalls) and the instance stops. The publisher's payable,
+// money it can be paid out, holds 70% of the paid 100 CNY and not a micro
+// more. Started again with the trial alone, it is refused; a retry of the
+// launch gets its instance back.
 TEST_F(MarketplaceBillingTest, TrialCreditPaysNoAppFee) {
-  RegisterApp(*market_, publisher_, "pricey", 1, 600'000'000, {});  // 600 CNY an hour.
+  constexpr int64_t kPerMinute = 10 * billing::kMicrosPerYuan;
+  RegisterApp(*market_, publisher_, "pricey", 1, 60 * kPerMinute, {});
   v1::LaunchAppRequest launch;
   launch.set_app("pricey");
   launch.set_request_id("launch-p");
   v1::Instance app;
+  grpc::Status refused = market_->LaunchApp(Context(buyer_).get(), launch, &app);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(api::ReasonOf(refused), "INSUFFICIENT_CREDIT");
+  EXPECT_NE(refused.error_message().find("trial credit pays rent only"), std::string::npos)
+      << refused.error_message();
+  pqxx::connection sql(options_.database_url);
+  auto count = [&](const std::string& query) {
+    pqxx::work txn(sql);
+    return txn.exec1(query)[0].as<int64_t>();
+  };
+  EXPECT_EQ(count("SELECT count(*) FROM instances"), 0) << "a refused launch writes nothing";
+
+  // Ten minutes of fees are needed (the trial covers the rent): a micro
+  // short is refused, the full amount launches.
+  TopUpBuyer("pay-1", 10 * kPerMinute - 1);
+  refused = market_->LaunchApp(Context(buyer_).get(), launch, &app);
+  EXPECT_EQ(api::ReasonOf(refused), "INSUFFICIENT_CREDIT") << refused.error_message();
+  TopUpBuyer("pay-2", 1);
   ASSERT_TRUE(market_->LaunchApp(Context(buyer_).get(), launch, &app).ok());
   ASSERT_TRUE(WaitFor([&] {
     v1::GetInstanceRequest get;
@@ -346,31 +386,48 @@ TEST_F(MarketplaceBillingTest, TrialCreditPaysNoAppFee) {
            i.state() == v1::RUNNING;
   }));
 
-  pqxx::connection sql(options_.database_url);
   const int64_t running_since_minute = RunningSinceMinute(sql, app.id());
   billing::Billing& billing =
       FakeClockBilling(absl::FromUnixSeconds(running_since_minute * 60 + 5));
   FakeClock& clock = *clock_;
-  for (int k = 1; k <= 4; ++k) {
+  for (int k = 1; k <= 13; ++k) {
     clock.Set(absl::FromUnixSeconds((running_since_minute + k) * 60 + 5));
     ASSERT_TRUE(billing.RunOnce(clock.Now()).ok());
   }
-  pqxx::work txn(sql);
-  EXPECT_EQ(txn.exec_params1("SELECT count(*) FROM ledger_transfers WHERE instance_id = $1 "
-                             "AND kind = 'app_fee'",
-                             app.id())[0].as<int>(), 0);
-  EXPECT_GT(txn.exec_params1("SELECT count(*) FROM app_fee_shortfalls WHERE instance_id = $1",
-                             app.id())[0].as<int>(), 0);
-  EXPECT_EQ(txn.exec_params1("SELECT coalesce(sum(balance_micros), 0)::bigint FROM "
-                             "ledger_accounts WHERE kind = 'publisher_payable'")[0]
-                .as<int64_t>(),
+  EXPECT_EQ(count("SELECT coalesce(sum(amount_micros), 0)::bigint FROM ledger_transfers "
+                  "WHERE kind = 'app_fee'"),
+            10 * kPerMinute);
+  EXPECT_EQ(count("SELECT coalesce(sum(balance_micros), 0)::bigint FROM ledger_accounts "
+                  "WHERE kind = 'publisher_payable'"),
+            7 * kPerMinute);
+  EXPECT_EQ(count("SELECT balance_micros FROM ledger_accounts a JOIN tenants t "
+                  "ON t.id = a.tenant_id WHERE t.name = 'buyer' AND a.kind = 'paid_wallet'"),
             0);
-  EXPECT_EQ(txn.exec_params1("SELECT state FROM instances WHERE id = $1", app.id())[0]
-                .as<std::string>(),
-            "STOPPED");
-  EXPECT_GT(txn.exec_params1("SELECT count(*) FROM ledger_charge_legs WHERE instance_id = $1",
-                             app.id())[0].as<int>(), 0);
-  txn.commit();
+  EXPECT_GT(count("SELECT count(*) FROM app_fee_shortfalls"), 0);
+  {
+    pqxx::work txn(sql);
+    EXPECT_EQ(txn.exec_params1("SELECT state FROM instances WHERE id = $1", app.id())[0]
+                  .as<std::string>(),
+              "STOPPED");
+  }
+  // The trial paid every minute's rent and still holds most of its 10 CNY.
+  const int64_t trial_left =
+      count("SELECT balance_micros FROM ledger_accounts a JOIN tenants t "
+            "ON t.id = a.tenant_id WHERE t.name = 'buyer' AND a.kind = 'trial_wallet'");
+  EXPECT_GT(trial_left, 9 * billing::kMicrosPerYuan);
+  EXPECT_LT(trial_left, 10 * billing::kMicrosPerYuan);
+
+  v1::StartInstanceRequest start;
+  start.set_id(app.id());
+  v1::Instance started;
+  refused = instances_->StartInstance(Context(buyer_).get(), start, &started);
+  EXPECT_EQ(api::ReasonOf(refused), "INSUFFICIENT_CREDIT") << refused.error_message();
+  v1::Instance again;
+  grpc::Status retried = market_->LaunchApp(Context(buyer_).get(), launch, &again);
+  ASSERT_TRUE(retried.ok()) << retried.error_message();
+  EXPECT_EQ(again.id(), app.id());
+  EXPECT_EQ(count("SELECT count(*) FROM instances"), 1);
+
   auto audit = billing.Audit();
   ASSERT_TRUE(audit.ok());
   EXPECT_TRUE(audit->empty()) << (audit->empty() ? "" : audit->front());
