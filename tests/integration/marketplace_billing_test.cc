@@ -354,7 +354,8 @@ TEST_F(MarketplaceBillingTest, LaunchChargesRentAndSplitAppFeeEveryMinute) {
 // launch gets its instance back.
 TEST_F(MarketplaceBillingTest, TrialCreditPaysNoAppFee) {
   constexpr int64_t kPerMinute = 10 * billing::kMicrosPerYuan;
-  RegisterApp(*market_, publisher_, "pricey", 1, 60 * kPerMinute, {});
+  const v1::MarketplaceImage pricey =
+      RegisterApp(*market_, publisher_, "pricey", 1, 60 * kPerMinute, {});
   v1::LaunchAppRequest launch;
   launch.set_app("pricey");
   launch.set_request_id("launch-p");
@@ -426,6 +427,21 @@ TEST_F(MarketplaceBillingTest, TrialCreditPaysNoAppFee) {
   grpc::Status retried = market_->LaunchApp(Context(buyer_).get(), launch, &again);
   ASSERT_TRUE(retried.ok()) << retried.error_message();
   EXPECT_EQ(again.id(), app.id());
+  // Delisted since, the retry is still answered with its launch (by name,
+  // which now resolves to no listed version); a new launch is refused.
+  v1::DelistImageRequest delist;
+  delist.set_id(pricey.id());
+  v1::MarketplaceImage delisted;
+  ASSERT_TRUE(market_->DelistImage(Context(publisher_).get(), delist, &delisted).ok());
+  retried = market_->LaunchApp(Context(buyer_).get(), launch, &again);
+  ASSERT_TRUE(retried.ok()) << retried.error_message();
+  EXPECT_EQ(again.id(), app.id());
+  launch.set_request_id("launch-q");
+  EXPECT_EQ(api::ReasonOf(market_->LaunchApp(Context(buyer_).get(), launch, &again)),
+            "IMAGE_NOT_FOUND");
+  launch.set_app("pricey:1.0");
+  EXPECT_EQ(api::ReasonOf(market_->LaunchApp(Context(buyer_).get(), launch, &again)),
+            "IMAGE_DELISTED");
   EXPECT_EQ(count("SELECT count(*) FROM instances"), 1);
 
   auto audit = billing.Audit();
