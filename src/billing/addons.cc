@@ -177,6 +177,23 @@ absl::StatusOr<int64_t> PostStorage(pqxx::work& txn, int64_t platform, int64_t f
     ON CONFLICT (idempotency_key, leg) DO NOTHING)sql"),
                                  platform, SqlTime(now));
   SV_RETURN_IF_ERROR(CheckClash(txn, "addon_storage", key, hash));
+  // One notice per tenant for the volumes whose storage goes unpaid from a
+  // minute of this batch on (the minute before was paid, or not a
+  // shortfall): unpaid storage stops nothing, so this is how the tenant
+  // learns of it.
+  txn.exec_params(
+      "INSERT INTO billing_notices (tenant_id, kind, message, at) "
+      "SELECT b.tenant_id, 'credit_exhausted', 'credit ran out for storage in minute ' "
+      "|| to_char(to_timestamp(min(b.minute) * 60) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') "
+      "|| ' UTC; volumes ' || string_agg(DISTINCT b.id, ', ') "
+      "|| ' are kept but not paid for; top up', "
+      "$1::timestamptz FROM addon_storage b WHERE b.charged < b.fee "
+      "AND NOT EXISTS (SELECT 1 FROM storage_shortfalls s WHERE s.volume_id = b.id "
+      "  AND s.usage_minute = b.minute - 1) "
+      "AND NOT EXISTS (SELECT 1 FROM addon_storage p WHERE p.id = b.id "
+      "  AND p.minute = b.minute - 1 AND p.charged < p.fee) "
+      "GROUP BY b.tenant_id",
+      SqlTime(now));
   txn.exec_params(
       "INSERT INTO storage_shortfalls (volume_id, usage_minute, tenant_id, fee_micros, "
       "charged_micros, at) SELECT id, minute, tenant_id, fee, charged, $1::timestamptz "

@@ -685,12 +685,29 @@ absl::Status Billing::WarnLowCredit(absl::Time now) {
   return db_.Transact([&](pqxx::work& txn) {
     // Tenants whose running instances can run fewer than the warning
     // minutes, warned at most once an hour.
-    txn.exec_params(absl::StrCat(kRunningPricesCte, R"sql(, burn AS (
+    txn.exec_params(absl::StrCat(kRunningPricesCte, R"sql(, storage_price AS MATERIALIZED (
+        SELECT k.kind, coalesce(
+          (SELECT p.unit_price_micros FROM price_book p WHERE p.item_kind = 'storage_gib_hour'
+             AND p.item IN (k.kind, '*') AND p.effective_from <= $1::timestamptz
+           ORDER BY (p.item = '*'), p.effective_from DESC LIMIT 1), 0) AS unit
+        FROM (VALUES ('network'), ('node_local')) k (kind)
+      ), burn AS (
         -- The price once per GPU model: looked up per instance, it was most
         -- of this statement's time (0.55 s for 100,000 running instances).
-        SELECT i.tenant_id, sum(i.gpu_count * pr.unit)::bigint AS per_minute
-        FROM instances i JOIN price pr USING (gpu_model)
-        WHERE i.state = 'RUNNING' GROUP BY i.tenant_id
+        -- With the running apps' fees and the live volumes' storage, which
+        -- have hourly prices: a tenant with only volumes is warned too.
+        SELECT c.tenant_id, (sum(c.per_minute) + div(sum(c.per_hour), 60))::bigint AS per_minute
+        FROM (SELECT i.tenant_id, i.gpu_count * pr.unit AS per_minute, 0 AS per_hour
+              FROM instances i JOIN price pr USING (gpu_model) WHERE i.state = 'RUNNING'
+              UNION ALL
+              SELECT i.tenant_id, 0, ap.price_per_hour_micros
+              FROM instance_apps ap JOIN instances i ON i.id = ap.instance_id
+              WHERE i.state = 'RUNNING'
+              UNION ALL
+              SELECT v.tenant_id, 0, v.size_gib * sp.unit
+              FROM volumes v JOIN storage_price sp USING (kind)
+              WHERE v.deleted_at IS NULL) c
+        GROUP BY c.tenant_id
       ), funds AS (
         SELECT b.tenant_id, b.per_minute, sum(CASE
             WHEN a.kind = 'trial_wallet' THEN a.balance_micros
@@ -705,7 +722,8 @@ absl::Status Billing::WarnLowCredit(absl::Time now) {
       INSERT INTO billing_notices (tenant_id, kind, message, at)
       SELECT f.tenant_id, 'low_credit',
              'credit for about ' || (f.available / f.per_minute) || ' more minutes at '
-             || f.per_minute || ' micro-yuan per minute; top up to keep instances running',
+             || f.per_minute || ' micro-yuan per minute; top up to keep instances running '
+             || 'and volumes paid for',
              $1::timestamptz
       FROM funds f
       WHERE f.per_minute > 0 AND f.available < f.per_minute * $2::bigint

@@ -30,10 +30,19 @@ constexpr char kFundsColumns[] =
     "max(a.credit_limit_micros) FILTER (WHERE a.kind = 'receivable'), "
     "(SELECT max((extract(epoch from g.expires_at) * 1000000)::bigint) FROM trial_grants g "
     " WHERE g.tenant_id = t.id AND NOT g.expired AND g.amount_micros > 0), "
-    "coalesce((SELECT sum(i.gpu_count * coalesce((SELECT p.unit_price_micros FROM price_book p "
+    "(coalesce((SELECT sum(i.gpu_count * coalesce((SELECT p.unit_price_micros FROM price_book p "
     "  WHERE p.item_kind = 'gpu_minute' AND p.item IN (i.gpu_model, '*') "
     "  AND p.effective_from <= $2::timestamptz ORDER BY (p.item = '*'), p.effective_from DESC "
-    "  LIMIT 1), 0)) FROM instances i WHERE i.tenant_id = t.id AND i.state = 'RUNNING'), 0)"
+    "  LIMIT 1), 0)) FROM instances i WHERE i.tenant_id = t.id AND i.state = 'RUNNING'), 0) "
+    // Hourly prices: the fees of running apps and the tenant's live volumes.
+    " + div(coalesce((SELECT sum(ap.price_per_hour_micros) FROM instances i "
+    "    JOIN instance_apps ap ON ap.instance_id = i.id "
+    "    WHERE i.tenant_id = t.id AND i.state = 'RUNNING'), 0) "
+    "  + coalesce((SELECT sum(v.size_gib * coalesce((SELECT p.unit_price_micros FROM price_book p "
+    "      WHERE p.item_kind = 'storage_gib_hour' AND p.item IN (v.kind, '*') "
+    "      AND p.effective_from <= $2::timestamptz "
+    "      ORDER BY (p.item = '*'), p.effective_from DESC LIMIT 1), 0)) "
+    "    FROM volumes v WHERE v.tenant_id = t.id AND v.deleted_at IS NULL), 0), 60))"
     "::bigint";
 
 Balance ReadBalance(const pqxx::row& row, int offset) {

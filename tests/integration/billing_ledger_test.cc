@@ -559,6 +559,67 @@ TEST_F(BillingTest, WarnsBeforeCreditRunsOut) {
   for (const auto& n : balance->notices) EXPECT_NE(n.kind, "low_credit") << n.message;
 }
 
+// Volumes cost money with no instance running: their storage counts in the
+// running cost, warns before the credit runs out, and going unpaid is
+// noticed once (it stops nothing). Until 2026-12-04 a tenant with only a
+// 64 TiB volume saw a running cost of 0, was never warned and was never
+// told its storage went unpaid.
+TEST_F(BillingTest, VolumesWarnAndAreNoticedWhenUnpaid) {
+  Billing billing = MakeBilling();
+  auto [tenant, user] = NewTenant("hoarder");
+  ASSERT_TRUE(billing.EnsureTrialGrant(user, clock_.Now()).ok());
+  // 65,536 GiB at 400 micro-yuan per GiB-hour: 26.2 CNY an hour, so the
+  // 10 CNY trial lasts about 23 minutes.
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+                   txn.exec_params(
+                       "INSERT INTO volumes (id, tenant_id, name, size_gib, kind, request_id, "
+                       "request_fingerprint, created_at, updated_at) VALUES ('vol-big', $1, "
+                       "'big', 65536, 'network', 'r-big', 'f', $2::timestamptz, $2::timestamptz)",
+                       tenant, absl::FormatTime(absl::RFC3339_full, clock_.Now(),
+                                                absl::UTCTimeZone()));
+                   return absl::OkStatus();
+                 }).ok());
+  auto balance = billing.GetBalance(tenant, clock_.Now());
+  ASSERT_TRUE(balance.ok());
+  EXPECT_EQ(balance->burn_micros_per_minute, 65536 * 400 / 60);
+  auto once = billing.RunOnce(clock_.Now());
+  ASSERT_TRUE(once.ok()) << once.status();
+  balance = billing.GetBalance(tenant, clock_.Now());
+  ASSERT_TRUE(balance.ok()) << balance.status();
+  ASSERT_FALSE(balance->notices.empty());
+  EXPECT_EQ(balance->notices[0].kind, "low_credit") << balance->notices[0].message;
+
+  auto exhausted = [&] {
+    std::vector<std::string> messages;
+    auto now = billing.GetBalance(tenant, clock_.Now());
+    EXPECT_TRUE(now.ok()) << now.status();
+    for (const auto& n : now->notices) {
+      if (n.kind == "credit_exhausted") messages.push_back(n.message);
+    }
+    return messages;
+  };
+  for (int minute = 1; minute <= 40; ++minute) {
+    clock_.Advance(absl::Minutes(1));
+    ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+    if (minute == 20) EXPECT_TRUE(exhausted().empty());
+  }
+  const std::vector<std::string> notices = exhausted();
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_NE(notices[0].find("vol-big"), std::string::npos) << notices[0];
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+    EXPECT_GT(txn.exec("SELECT count(*) FROM storage_shortfalls")[0][0].as<int64_t>(), 10);
+    return absl::OkStatus();
+  }).ok());
+  // Paid again after a top-up, then unpaid again: a second notice.
+  ASSERT_TRUE(billing.TopUp(tenant, "refill", 1 * kMicrosPerYuan, clock_.Now()).ok());
+  for (int minute = 1; minute <= 10; ++minute) {
+    clock_.Advance(absl::Minutes(1));
+    ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  }
+  EXPECT_EQ(exhausted().size(), 2u);
+  ExpectAuditClean(billing);
+}
+
 // A top-up's payment id is its idempotency key: a replay is a no-op, a
 // different amount under the same id is refused.
 TEST_F(BillingTest, TopUpIdempotency) {
