@@ -6,6 +6,7 @@
 #include "api/internal/instance_extras.h"
 #include "api/internal/service_util.h"
 #include "api/validation.h"
+#include "billing/billing.h"
 #include "common/ids.h"
 #include "common/status.h"
 #include "spdlog/spdlog.h"
@@ -228,8 +229,12 @@ class VolumeServiceImpl final : public v1::VolumeService::Service {
     } else {
       SV_RETURN_IF_ERROR(ValidateRequestId(request_id));
     }
+    const absl::Time now = deps_.clock->Now();
+    store::CreateGate gate;  // The instance create's credit minutes hold here too.
+    if (deps_.billing != nullptr) deps_.billing->FillCreateGate(who.user_id, now, &gate);
     SV_ASSIGN_OR_RETURN(auto v, volumes_.Create(who.tenant_id, spec, request_id,
-                                                VolumeFingerprint(spec), deps_.clock->Now()));
+                                                VolumeFingerprint(spec), now,
+                                                gate.credit_minutes));
     spdlog::info("api: volume {} {} GiB tenant={} request_id={}", v.id, v.spec.size_gib,
                  who.tenant_id, request_id);
     ToProto(v, response);

@@ -239,7 +239,7 @@ absl::StatusOr<VolumeRecord> VolumeStore::Create(const std::string& tenant_id,
                                                  const VolumeSpec& spec,
                                                  const std::string& request_id,
                                                  const std::string& fingerprint,
-                                                 absl::Time now) {
+                                                 absl::Time now, int credit_minutes) {
   VolumeRecord result;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
     // Creates of one tenant queue here, which keeps the volume limit exact.
@@ -269,14 +269,42 @@ absl::StatusOr<VolumeRecord> VolumeStore::Create(const std::string& tenant_id,
       return Error(absl::StatusCode::kInvalidArgument, "UNKNOWN_NODE",
                    absl::StrCat("node ", spec.node_id, " does not exist"));
     }
+    const char* kind = spec.kind == VolumeKind::kNodeLocal ? "node_local" : "network";
+    if (credit_minutes >= 0) {
+      // Storage is charged for as long as the volume lives, paid or not
+      // (unpaid minutes are shortfall), so a tenant without credit must
+      // not be able to create it.
+      auto gate = txn.exec_params1(
+          "SELECT (SELECT coalesce(max(a.balance_micros) FILTER (WHERE a.kind = 'trial_wallet'), 0) "
+          "  + CASE WHEN t.billing_mode = 'postpaid' "
+          "    THEN coalesce(max(a.balance_micros + a.credit_limit_micros) "
+          "                  FILTER (WHERE a.kind = 'receivable'), 0) "
+          "    ELSE coalesce(max(a.balance_micros) FILTER (WHERE a.kind = 'paid_wallet'), 0) END "
+          "  FROM tenants t JOIN ledger_accounts a ON a.tenant_id = t.id "
+          "  WHERE t.id = $1 GROUP BY t.billing_mode)::bigint, "
+          "(($2::bigint * coalesce((SELECT p.unit_price_micros FROM price_book p "
+          "   WHERE p.item_kind = 'storage_gib_hour' AND p.item IN ($3, '*') "
+          "   AND p.effective_from <= $4::timestamptz "
+          "   ORDER BY (p.item = '*'), p.effective_from DESC LIMIT 1), 0) * $5::bigint + 59) "
+          " / 60)::bigint",
+          tenant_id, spec.size_gib, kind, SqlTime(now), credit_minutes);
+      const int64_t available = gate[0].is_null() ? 0 : gate[0].as<int64_t>();
+      const int64_t needed = gate[1].as<int64_t>();
+      if (available < needed) {
+        return Error(absl::StatusCode::kFailedPrecondition, "INSUFFICIENT_CREDIT",
+                     absl::StrCat("the first ", credit_minutes, " minutes of a ", spec.size_gib,
+                                  " GiB ", kind, " volume cost ", needed,
+                                  " micro-yuan but only ", available,
+                                  " is available; top up first"));
+      }
+    }
     const std::string id = NewId("vol");
     txn.exec_params(
         "INSERT INTO volumes (id, tenant_id, name, size_gib, kind, read_many, node_id, "
         "request_id, request_fingerprint, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, "
         "$6, (SELECT id FROM nodes WHERE id = $7 OR name = $7), $8, $9, $10::timestamptz, "
         "$10::timestamptz)",
-        id, tenant_id, spec.name.empty() ? id : spec.name, spec.size_gib,
-        spec.kind == VolumeKind::kNodeLocal ? "node_local" : "network", spec.read_many,
+        id, tenant_id, spec.name.empty() ? id : spec.name, spec.size_gib, kind, spec.read_many,
         spec.node_id, request_id, fingerprint, SqlTime(now));
     SV_ASSIGN_OR_RETURN(result, Reread(txn, id));
     return absl::OkStatus();

@@ -64,9 +64,14 @@ class VolumeStore {
  public:
   explicit VolumeStore(Database& db) : db_(db) {}
 
+  // `credit_minutes` >= 0: FAILED_PRECONDITION / INSUFFICIENT_CREDIT unless
+  // the tenant's credit (trial, plus the paid wallet or the receivable and
+  // its limit) covers that many minutes of the volume's storage, checked
+  // under the tenant's row lock after the request_id lookup.
   absl::StatusOr<VolumeRecord> Create(const std::string& tenant_id, const VolumeSpec& spec,
                                       const std::string& request_id,
-                                      const std::string& fingerprint, absl::Time now);
+                                      const std::string& fingerprint, absl::Time now,
+                                      int credit_minutes = -1);
   absl::StatusOr<VolumeRecord> Get(const std::string& tenant_id, const std::string& id);
   absl::StatusOr<std::vector<VolumeRecord>> List(const std::string& tenant_id,
                                                  const std::optional<VolumeListCursor>& after,

@@ -430,5 +430,57 @@ TEST_F(VolumeTest, PublicLibraryMount) {
   EXPECT_EQ(all.instances_size(), 1) << "a refused create leaves nothing behind";
 }
 
+// Goal: a volume is charged for as long as it lives, paid or not, so it is
+// created only if the tenant's credit covers its first minutes, as an
+// instance is (svd's default gate, 10 minutes); a retry of a create that
+// was made is answered with its volume whatever the wallet holds now.
+// (Until 2026-12-04 a tenant without any credit could keep up to 1,000
+// volumes of 64 TiB, stored unpaid.)
+TEST(VolumeCreditTest, CreateNeedsCreditForItsFirstMinutes) {
+  SvdOptions options{CreateTestDatabase(), 1, 1, {}};
+  options.billing_create_credit_minutes = 10;
+  SvdProcess svd(options);
+  ASSERT_TRUE(svd.Start());
+  const std::string token = CreateTenant(svd, "thrifty");
+  auto volumes = v1::VolumeService::NewStub(svd.channel());
+  pqxx::connection sql(options.database_url);
+  auto set_price = [&](int64_t per_gib_hour) {
+    pqxx::work txn(sql);
+    txn.exec_params("INSERT INTO price_book (item_kind, item, unit_price_micros, "
+                    "effective_from, created_at) VALUES ('storage_gib_hour', 'network', $1, "
+                    "clock_timestamp(), clock_timestamp())",
+                    per_gib_hour);
+    txn.commit();
+  };
+  auto create = [&](const std::string& request_id, int size_gib, v1::Volume* out) {
+    v1::CreateVolumeRequest request;
+    request.mutable_volume()->set_size_gib(size_gib);
+    request.set_request_id(request_id);
+    return volumes->CreateVolume(Context(token).get(), request, out);
+  };
+  // At 60,000 micro-yuan per GiB-hour, 10 minutes of 100 GiB cost 1 CNY
+  // and of 1,000 GiB 10 CNY: the trial's 10 CNY covers both, exactly.
+  set_price(60'000);
+  v1::Volume small, big, out;
+  ASSERT_TRUE(create("small", 100, &small).ok());
+  grpc::Status status = create("big", 1000, &big);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  status = create("bigger", 1001, &out);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(api::ReasonOf(status), "INSUFFICIENT_CREDIT");
+  EXPECT_NE(status.error_message().find("10010000"), std::string::npos)
+      << status.error_message();
+  // Just over ten times the price (10 minutes of 100 GiB now cost more
+  // than the trial's 10 CNY): the retry still gets its volume.
+  set_price(600'001);
+  status = create("small", 100, &out);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(out.id(), small.id());
+  EXPECT_EQ(api::ReasonOf(create("small-2", 100, &out)), "INSUFFICIENT_CREDIT");
+  v1::ListVolumesResponse listed;
+  ASSERT_TRUE(volumes->ListVolumes(Context(token).get(), {}, &listed).ok());
+  EXPECT_EQ(listed.volumes_size(), 2) << "a refused create writes nothing";
+}
+
 }  // namespace
 }  // namespace sv::testing
