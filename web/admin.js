@@ -11,6 +11,12 @@ function showError(e) {
     e ? (e.status === 403 ? 'This key is not an operator key.' : `Could not load: ${e.message}`) : '';
 }
 
+// What ran but was not paid in a period: GPU rent, storage and app fees.
+function unpaidOf(p) {
+  return BigInt(p.shortfallMicros || 0) + BigInt(p.storageShortfallMicros || 0) +
+    BigInt(p.appFeeShortfallMicros || 0);
+}
+
 async function refreshRevenue() {
   const [days, months] = await Promise.all([
     api('GET', '/v1/admin/dashboard/revenue?granularity=REVENUE_GRANULARITY_DAY'),
@@ -32,7 +38,7 @@ async function refreshRevenue() {
     charged += BigInt(p.chargedMicros);
     net += BigInt(p.netRevenueMicros);
     refunds += BigInt(p.slaRefundsMicros);
-    unpaid += BigInt(p.shortfallMicros || 0);
+    unpaid += unpaidOf(p);
   }
   const kpi = document.getElementById('kpi-charged');
   kpi.textContent = formatMoney(charged);
@@ -43,7 +49,7 @@ async function refreshRevenue() {
   fillTable(document.querySelector('#revenue-table tbody'), dayPoints.slice().reverse(), (p) => [
     p.period, formatMoney(p.chargedMicros), formatMoney(p.trialChargedMicros),
     formatMoney(p.appFeesMicros || 0), formatMoney(p.storageMicros || 0),
-    formatMoney(p.slaRefundsMicros), formatMoney(p.shortfallMicros || 0),
+    formatMoney(p.slaRefundsMicros), formatMoney(unpaidOf(p)),
     formatMoney(p.topupsMicros), formatMoney(p.netRevenueMicros)]);
 }
 

@@ -282,6 +282,8 @@ class BillingAdminServiceImpl final : public v1::BillingAdminService::Service {
       response->set_trial_expired_micros(s.trial_expired_micros);
       response->set_sla_refunds_micros(s.sla_refunds_micros);
       response->set_shortfall_micros(s.shortfall_micros);
+      response->set_storage_shortfall_micros(s.storage_shortfall_micros);
+      response->set_app_fee_shortfall_micros(s.app_fee_shortfall_micros);
       response->set_platform_revenue_balance_micros(s.platform_revenue_balance_micros);
       response->set_app_fees_micros(s.app_fees_micros);
       response->set_app_fees_to_publishers_micros(s.app_fees_to_publishers_micros);

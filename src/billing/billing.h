@@ -142,7 +142,9 @@ struct RevenueSummary {
   int64_t trial_granted_micros = 0;
   int64_t trial_expired_micros = 0;
   int64_t sla_refunds_micros = 0;
-  int64_t shortfall_micros = 0;
+  int64_t shortfall_micros = 0;          // GPU rent run but not paid.
+  int64_t storage_shortfall_micros = 0;  // Storage of volumes kept but not paid.
+  int64_t app_fee_shortfall_micros = 0;  // App fees of minutes run but not paid.
   int64_t platform_revenue_balance_micros = 0;  // All time.
   int64_t app_fees_micros = 0;
   int64_t app_fees_to_publishers_micros = 0;

@@ -370,6 +370,14 @@ absl::StatusOr<RevenueSummary> Billing::GetRevenueSummary(absl::Time from, absl:
         "WHERE at >= $1::timestamptz AND at < $2::timestamptz",
         SqlTime(from), SqlTime(to));
     s.shortfall_micros = shortfall[0][0].as<int64_t>();
+    auto addons = txn.exec_params(
+        "SELECT (SELECT coalesce(sum(fee_micros - charged_micros), 0) FROM storage_shortfalls "
+        "        WHERE at >= $1::timestamptz AND at < $2::timestamptz)::bigint, "
+        "       (SELECT coalesce(sum(fee_micros - charged_micros), 0) FROM app_fee_shortfalls "
+        "        WHERE at >= $1::timestamptz AND at < $2::timestamptz)::bigint",
+        SqlTime(from), SqlTime(to));
+    s.storage_shortfall_micros = addons[0][0].as<int64_t>();
+    s.app_fee_shortfall_micros = addons[0][1].as<int64_t>();
     s.platform_revenue_balance_micros =
         txn.exec("SELECT balance_micros FROM ledger_accounts WHERE tenant_id IS NULL "
                  "AND kind = 'platform_revenue'")[0][0].as<int64_t>();

@@ -67,6 +67,14 @@ WITH t AS (
   UNION ALL
   SELECT 'shortfall', s.shortfall_micros, '', to_timestamp(s.usage_minute * 60)
   FROM billing_shortfalls s WHERE s.usage_minute >= $3 AND s.usage_minute < $4
+  UNION ALL
+  SELECT 'storage_shortfall', s.fee_micros - s.charged_micros, '',
+         to_timestamp(s.usage_minute * 60)
+  FROM storage_shortfalls s WHERE s.usage_minute >= $3 AND s.usage_minute < $4
+  UNION ALL
+  SELECT 'app_fee_shortfall', s.fee_micros - s.charged_micros, '',
+         to_timestamp(s.usage_minute * 60)
+  FROM app_fee_shortfalls s WHERE s.usage_minute >= $3 AND s.usage_minute < $4
 ), p AS (
   SELECT date_trunc(')sql", monthly ? "month" : "day", R"sql(', ts AT TIME ZONE 'Asia/Shanghai') AS period, *
   FROM t
@@ -81,7 +89,9 @@ SELECT to_char(period, ')sql", monthly ? "YYYY-MM" : "YYYY-MM-DD", R"sql('),
        coalesce(sum(amount_micros) FILTER (WHERE kind = 'app_fee' AND from_kind = 'trial_wallet'), 0)::bigint,
        coalesce(sum(amount_micros) FILTER (WHERE kind = 'storage'), 0)::bigint,
        coalesce(sum(amount_micros) FILTER (WHERE kind = 'storage' AND from_kind = 'trial_wallet'), 0)::bigint,
-       coalesce(sum(amount_micros) FILTER (WHERE kind = 'shortfall'), 0)::bigint
+       coalesce(sum(amount_micros) FILTER (WHERE kind = 'shortfall'), 0)::bigint,
+       coalesce(sum(amount_micros) FILTER (WHERE kind = 'storage_shortfall'), 0)::bigint,
+       coalesce(sum(amount_micros) FILTER (WHERE kind = 'app_fee_shortfall'), 0)::bigint
 FROM p GROUP BY period ORDER BY period
 )sql");
   const int64_t from_minute = absl::ToUnixSeconds(from) / 60;
@@ -102,6 +112,8 @@ FROM p GROUP BY period ORDER BY period
       r.storage_micros = row[8].as<int64_t>();
       r.storage_trial_micros = row[9].as<int64_t>();
       r.shortfall_micros = row[10].as<int64_t>();
+      r.storage_shortfall_micros = row[11].as<int64_t>();
+      r.app_fee_shortfall_micros = row[12].as<int64_t>();
       out.push_back(std::move(r));
     }
     return absl::OkStatus();

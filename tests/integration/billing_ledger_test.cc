@@ -606,10 +606,26 @@ TEST_F(BillingTest, VolumesWarnAndAreNoticedWhenUnpaid) {
   const std::vector<std::string> notices = exhausted();
   ASSERT_EQ(notices.size(), 1u);
   EXPECT_NE(notices[0].find("vol-big"), std::string::npos) << notices[0];
+  int64_t unpaid_storage = 0;
   ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
     EXPECT_GT(txn.exec("SELECT count(*) FROM storage_shortfalls")[0][0].as<int64_t>(), 10);
+    unpaid_storage = txn.exec("SELECT sum(fee_micros - charged_micros)::bigint "
+                              "FROM storage_shortfalls")[0][0].as<int64_t>();
     return absl::OkStatus();
   }).ok());
+  // The operator sees it: in the revenue summary and the dashboard's series
+  // (until 2026-12-04 both counted unpaid GPU rent only).
+  auto summary = billing.GetRevenueSummary(absl::InfinitePast(), absl::InfiniteFuture());
+  ASSERT_TRUE(summary.ok());
+  EXPECT_GT(unpaid_storage, 10 * 436'000);
+  EXPECT_EQ(summary->storage_shortfall_micros, unpaid_storage);
+  EXPECT_EQ(summary->shortfall_micros, 0);
+  store::DashboardStore dashboard(*db_);
+  auto points = dashboard.RevenueSeries(clock_.Now() - absl::Hours(2), clock_.Now(), false);
+  ASSERT_TRUE(points.ok()) << points.status();
+  int64_t series_unpaid = 0;
+  for (const auto& p : *points) series_unpaid += p.storage_shortfall_micros;
+  EXPECT_EQ(series_unpaid, unpaid_storage);
   // Paid again after a top-up, then unpaid again: a second notice.
   ASSERT_TRUE(billing.TopUp(tenant, "refill", 1 * kMicrosPerYuan, clock_.Now()).ok());
   for (int minute = 1; minute <= 10; ++minute) {

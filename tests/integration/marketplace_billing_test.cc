@@ -405,6 +405,12 @@ TEST_F(MarketplaceBillingTest, TrialCreditPaysNoAppFee) {
                   "ON t.id = a.tenant_id WHERE t.name = 'buyer' AND a.kind = 'paid_wallet'"),
             0);
   EXPECT_GT(count("SELECT count(*) FROM app_fee_shortfalls"), 0);
+  // The operator's revenue summary shows the fees that went uncollected.
+  auto summary = billing.GetRevenueSummary(absl::InfinitePast(), absl::InfiniteFuture());
+  ASSERT_TRUE(summary.ok());
+  EXPECT_GE(summary->app_fee_shortfall_micros, kPerMinute);
+  EXPECT_EQ(summary->app_fee_shortfall_micros,
+            count("SELECT sum(fee_micros - charged_micros)::bigint FROM app_fee_shortfalls"));
   {
     pqxx::work txn(sql);
     EXPECT_EQ(txn.exec_params1("SELECT state FROM instances WHERE id = $1", app.id())[0]
