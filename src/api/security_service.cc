@@ -408,7 +408,8 @@ absl::Status SpendCapRefusal(int64_t cap_micros, int64_t spent_micros) {
   return Error(absl::StatusCode::kResourceExhausted, "SPEND_CAP_REACHED",
                absl::StrCat("the tenant's monthly spend cap of ", cap_micros,
                             " micro-yuan is reached (", spent_micros,
-                            " spent this month); raise or remove it to create instances"));
+                            " spent this month); raise or remove it to create instances or "
+                            "volumes"));
 }
 
 std::unique_ptr<grpc::Service> NewApiKeyService(const ApiDependencies& deps,

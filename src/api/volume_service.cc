@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "api/internal/instance_extras.h"
+#include "api/internal/security_util.h"
 #include "api/internal/service_util.h"
 #include "api/validation.h"
 #include "billing/billing.h"
@@ -229,12 +230,27 @@ class VolumeServiceImpl final : public v1::VolumeService::Service {
     } else {
       SV_RETURN_IF_ERROR(ValidateRequestId(request_id));
     }
+    // The instance create's gate holds here too: credit for its first
+    // minutes, and the monthly spend cap.
     const absl::Time now = deps_.clock->Now();
-    store::CreateGate gate;  // The instance create's credit minutes hold here too.
+    store::CreateGate gate;
     if (deps_.billing != nullptr) deps_.billing->FillCreateGate(who.user_id, now, &gate);
-    SV_ASSIGN_OR_RETURN(auto v, volumes_.Create(who.tenant_id, spec, request_id,
-                                                VolumeFingerprint(spec), now,
-                                                gate.credit_minutes));
+    gate.spend_cap_since_minute = absl::ToUnixSeconds(SpendCapMonthStart(now)) / 60;
+    SV_ASSIGN_OR_RETURN(store::VolumeCreateOutcome outcome,
+                        volumes_.Create(who.tenant_id, spec, request_id,
+                                        VolumeFingerprint(spec), now, gate));
+    if (outcome.refusal.has_value()) {
+      const store::CreateRefusal& r = *outcome.refusal;
+      if (r.reason == "SPEND_CAP_REACHED") return SpendCapRefusal(r.allowed, r.used);
+      return Error(absl::StatusCode::kFailedPrecondition, "INSUFFICIENT_CREDIT",
+                   absl::StrCat("the first ", gate.credit_minutes, " minutes of a ",
+                                spec.size_gib, " GiB ",
+                                spec.kind == store::VolumeKind::kNodeLocal ? "node-local"
+                                                                           : "network",
+                                " volume cost ", r.used, " micro-yuan but only ", r.allowed,
+                                " is available; top up first"));
+    }
+    const store::VolumeRecord& v = outcome.record;
     spdlog::info("api: volume {} {} GiB tenant={} request_id={}", v.id, v.spec.size_gib,
                  who.tenant_id, request_id);
     ToProto(v, response);

@@ -235,13 +235,15 @@ absl::Status CheckWriters(const VolumeRecord& v, bool read_only) {
 
 }  // namespace
 
-absl::StatusOr<VolumeRecord> VolumeStore::Create(const std::string& tenant_id,
-                                                 const VolumeSpec& spec,
-                                                 const std::string& request_id,
-                                                 const std::string& fingerprint,
-                                                 absl::Time now, int credit_minutes) {
-  VolumeRecord result;
+absl::StatusOr<VolumeCreateOutcome> VolumeStore::Create(const std::string& tenant_id,
+                                                        const VolumeSpec& spec,
+                                                        const std::string& request_id,
+                                                        const std::string& fingerprint,
+                                                        absl::Time now, const CreateGate& gate) {
+  VolumeCreateOutcome outcome;
+  VolumeRecord& result = outcome.record;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    outcome = {};
     // Creates of one tenant queue here, which keeps the volume limit exact.
     txn.exec_params("SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE", tenant_id);
     auto existing = txn.exec_params(
@@ -270,11 +272,11 @@ absl::StatusOr<VolumeRecord> VolumeStore::Create(const std::string& tenant_id,
                    absl::StrCat("node ", spec.node_id, " does not exist"));
     }
     const char* kind = spec.kind == VolumeKind::kNodeLocal ? "node_local" : "network";
-    if (credit_minutes >= 0) {
+    if (gate.credit_minutes >= 0) {
       // Storage is charged for as long as the volume lives, paid or not
       // (unpaid minutes are shortfall), so a tenant without credit must
       // not be able to create it.
-      auto gate = txn.exec_params1(
+      auto row = txn.exec_params1(
           "SELECT (SELECT coalesce(max(a.balance_micros) FILTER (WHERE a.kind = 'trial_wallet'), 0) "
           "  + CASE WHEN t.billing_mode = 'postpaid' "
           "    THEN coalesce(max(a.balance_micros + a.credit_limit_micros) "
@@ -287,15 +289,23 @@ absl::StatusOr<VolumeRecord> VolumeStore::Create(const std::string& tenant_id,
           "   AND p.effective_from <= $4::timestamptz "
           "   ORDER BY (p.item = '*'), p.effective_from DESC LIMIT 1), 0) * $5::bigint + 59) "
           " / 60)::bigint",
-          tenant_id, spec.size_gib, kind, SqlTime(now), credit_minutes);
-      const int64_t available = gate[0].is_null() ? 0 : gate[0].as<int64_t>();
-      const int64_t needed = gate[1].as<int64_t>();
+          tenant_id, spec.size_gib, kind, SqlTime(now), gate.credit_minutes);
+      const int64_t available = row[0].is_null() ? 0 : row[0].as<int64_t>();
+      const int64_t needed = row[1].as<int64_t>();
       if (available < needed) {
-        return Error(absl::StatusCode::kFailedPrecondition, "INSUFFICIENT_CREDIT",
-                     absl::StrCat("the first ", credit_minutes, " minutes of a ", spec.size_gib,
-                                  " GiB ", kind, " volume cost ", needed,
-                                  " micro-yuan but only ", available,
-                                  " is available; top up first"));
+        outcome.refusal = CreateRefusal{"INSUFFICIENT_CREDIT", needed, available};
+        return absl::OkStatus();
+      }
+    }
+    if (gate.spend_cap_since_minute >= 0) {
+      auto cap = txn.exec_params(
+          "SELECT b.monthly_spend_cap_micros, sv_tenant_spent_since(b.tenant_id, $2) "
+          "FROM tenant_budgets b WHERE b.tenant_id = $1",
+          tenant_id, gate.spend_cap_since_minute);
+      if (!cap.empty() && cap[0][1].as<int64_t>() >= cap[0][0].as<int64_t>()) {
+        outcome.refusal = CreateRefusal{"SPEND_CAP_REACHED", cap[0][1].as<int64_t>(),
+                                        cap[0][0].as<int64_t>()};
+        return absl::OkStatus();
       }
     }
     const std::string id = NewId("vol");
@@ -309,7 +319,7 @@ absl::StatusOr<VolumeRecord> VolumeStore::Create(const std::string& tenant_id,
     SV_ASSIGN_OR_RETURN(result, Reread(txn, id));
     return absl::OkStatus();
   }));
-  return result;
+  return outcome;
 }
 
 absl::StatusOr<VolumeRecord> VolumeStore::Get(const std::string& tenant_id,

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "store/database.h"
+#include "store/store.h"
 
 namespace sv::store {
 
@@ -60,18 +61,28 @@ inline constexpr int kVolumeSizeGibMax = 65536;
 inline constexpr int kTenantVolumesMax = 1000;
 inline constexpr int kInstanceAttachmentsMax = 16;
 
+struct VolumeCreateOutcome {
+  VolumeRecord record;  // Unset when refused.
+  std::optional<CreateRefusal> refusal;
+};
+
 class VolumeStore {
  public:
   explicit VolumeStore(Database& db) : db_(db) {}
 
-  // `credit_minutes` >= 0: FAILED_PRECONDITION / INSUFFICIENT_CREDIT unless
-  // the tenant's credit (trial, plus the paid wallet or the receivable and
-  // its limit) covers that many minutes of the volume's storage, checked
-  // under the tenant's row lock after the request_id lookup.
-  absl::StatusOr<VolumeRecord> Create(const std::string& tenant_id, const VolumeSpec& spec,
-                                      const std::string& request_id,
-                                      const std::string& fingerprint, absl::Time now,
-                                      int credit_minutes = -1);
+  // The create gate, under the tenant's row lock after the request_id
+  // lookup, as for instances (store::CreateGate; its trial fields are not
+  // used): `credit_minutes` >= 0 refuses INSUFFICIENT_CREDIT unless the
+  // tenant's credit (trial, plus the paid wallet or the receivable and its
+  // limit) covers that many minutes of the volume's storage (needed,
+  // available); `spend_cap_since_minute` >= 0 refuses SPEND_CAP_REACHED once
+  // the month's spending reaches the tenant's cap (spent, cap). A refusal
+  // writes nothing; the caller words it.
+  absl::StatusOr<VolumeCreateOutcome> Create(const std::string& tenant_id,
+                                             const VolumeSpec& spec,
+                                             const std::string& request_id,
+                                             const std::string& fingerprint, absl::Time now,
+                                             const CreateGate& gate = {});
   absl::StatusOr<VolumeRecord> Get(const std::string& tenant_id, const std::string& id);
   absl::StatusOr<std::vector<VolumeRecord>> List(const std::string& tenant_id,
                                                  const std::optional<VolumeListCursor>& after,

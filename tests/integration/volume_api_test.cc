@@ -12,6 +12,7 @@
 #include "api/errors.h"
 #include "sv/v1/instance.grpc.pb.h"
 #include "sv/v1/marketplace.grpc.pb.h"
+#include "sv/v1/security.grpc.pb.h"
 #include "sv/v1/volume.grpc.pb.h"
 #include "tests/integration/harness.h"
 
@@ -433,7 +434,8 @@ TEST_F(VolumeTest, PublicLibraryMount) {
 // Goal: a volume is charged for as long as it lives, paid or not, so it is
 // created only if the tenant's credit covers its first minutes, as an
 // instance is (svd's default gate, 10 minutes); a retry of a create that
-// was made is answered with its volume whatever the wallet holds now.
+// was made is answered with its volume whatever the wallet holds now. A
+// spend cap that is reached refuses it too.
 // (Until 2026-12-04 a tenant without any credit could keep up to 1,000
 // volumes of 64 TiB, stored unpaid.)
 TEST(VolumeCreditTest, CreateNeedsCreditForItsFirstMinutes) {
@@ -477,6 +479,18 @@ TEST(VolumeCreditTest, CreateNeedsCreditForItsFirstMinutes) {
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(out.id(), small.id());
   EXPECT_EQ(api::ReasonOf(create("small-2", 100, &out)), "INSUFFICIENT_CREDIT");
+  // A spend cap reached this month refuses volumes as it refuses
+  // instances (a cap of 0 is reached at once).
+  set_price(400);
+  auto budgets = v1::BudgetService::NewStub(svd.channel());
+  v1::SetSpendCapRequest cap;
+  cap.mutable_cap()->set_enabled(true);
+  cap.mutable_cap()->set_monthly_cap_micros(0);
+  v1::SpendCap set;
+  ASSERT_TRUE(budgets->SetSpendCap(Context(token).get(), cap, &set).ok());
+  status = create("capped", 100, &out);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(api::ReasonOf(status), "SPEND_CAP_REACHED") << status.error_message();
   v1::ListVolumesResponse listed;
   ASSERT_TRUE(volumes->ListVolumes(Context(token).get(), {}, &listed).ok());
   EXPECT_EQ(listed.volumes_size(), 2) << "a refused create writes nothing";
