@@ -177,22 +177,24 @@ absl::StatusOr<int64_t> PostStorage(pqxx::work& txn, int64_t platform, int64_t f
     ON CONFLICT (idempotency_key, leg) DO NOTHING)sql"),
                                  platform, SqlTime(now));
   SV_RETURN_IF_ERROR(CheckClash(txn, "addon_storage", key, hash));
-  // One notice per tenant for the volumes whose storage goes unpaid from a
-  // minute of this batch on (the minute before was paid, or not a
-  // shortfall): unpaid storage stops nothing, so this is how the tenant
-  // learns of it.
+  // One notice when a tenant's storage goes unpaid: in the first minute of
+  // this batch with a shortfall after a minute without any (of any of its
+  // volumes). Unpaid storage stops nothing, so this is how the tenant
+  // learns of it. It names the volumes unpaid in this batch.
   txn.exec_params(
       "INSERT INTO billing_notices (tenant_id, kind, message, at) "
-      "SELECT b.tenant_id, 'credit_exhausted', 'credit ran out for storage in minute ' "
-      "|| to_char(to_timestamp(min(b.minute) * 60) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') "
-      "|| ' UTC; volumes ' || string_agg(DISTINCT b.id, ', ') "
-      "|| ' are kept but not paid for; top up', "
-      "$1::timestamptz FROM addon_storage b WHERE b.charged < b.fee "
-      "AND NOT EXISTS (SELECT 1 FROM storage_shortfalls s WHERE s.volume_id = b.id "
-      "  AND s.usage_minute = b.minute - 1) "
-      "AND NOT EXISTS (SELECT 1 FROM addon_storage p WHERE p.id = b.id "
-      "  AND p.minute = b.minute - 1 AND p.charged < p.fee) "
-      "GROUP BY b.tenant_id",
+      "SELECT u.tenant_id, 'credit_exhausted', 'credit ran out for storage in minute ' "
+      "|| to_char(to_timestamp(min(u.minute) * 60) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') "
+      "|| ' UTC; volumes ' || (SELECT string_agg(DISTINCT a.id, ', ') FROM addon_storage a "
+      "  WHERE a.tenant_id = u.tenant_id AND a.charged < a.fee) "
+      "|| ' are kept but not paid for; top up', $1::timestamptz "
+      "FROM (SELECT DISTINCT b.tenant_id, b.minute FROM addon_storage b "
+      "      WHERE b.charged < b.fee) u "
+      "WHERE NOT EXISTS (SELECT 1 FROM addon_storage p WHERE p.tenant_id = u.tenant_id "
+      "  AND p.minute = u.minute - 1 AND p.charged < p.fee) "
+      "AND NOT EXISTS (SELECT 1 FROM volumes v JOIN storage_shortfalls s ON s.volume_id = v.id "
+      "  WHERE v.tenant_id = u.tenant_id AND s.usage_minute = u.minute - 1) "
+      "GROUP BY u.tenant_id",
       SqlTime(now));
   txn.exec_params(
       "INSERT INTO storage_shortfalls (volume_id, usage_minute, tenant_id, fee_micros, "

@@ -568,15 +568,22 @@ TEST_F(BillingTest, VolumesWarnAndAreNoticedWhenUnpaid) {
   Billing billing = MakeBilling();
   auto [tenant, user] = NewTenant("hoarder");
   ASSERT_TRUE(billing.EnsureTrialGrant(user, clock_.Now()).ok());
-  // 65,536 GiB at 400 micro-yuan per GiB-hour: 26.2 CNY an hour, so the
-  // 10 CNY trial lasts about 23 minutes.
+  // 65,536 GiB at 400 micro-yuan per GiB-hour, 26.2 CNY an hour, and a
+  // small one: the 10 CNY trial lasts about 23 minutes. The small one is
+  // paid a minute longer (volumes are charged in id order), and both going
+  // unpaid is one notice.
   ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
-                   txn.exec_params(
-                       "INSERT INTO volumes (id, tenant_id, name, size_gib, kind, request_id, "
-                       "request_fingerprint, created_at, updated_at) VALUES ('vol-big', $1, "
-                       "'big', 65536, 'network', 'r-big', 'f', $2::timestamptz, $2::timestamptz)",
-                       tenant, absl::FormatTime(absl::RFC3339_full, clock_.Now(),
-                                                absl::UTCTimeZone()));
+                   for (const auto& [id, gib] : {std::pair<std::string, int>{"vol-a", 1},
+                                                 {"vol-big", 65535}}) {
+                     txn.exec_params(
+                         "INSERT INTO volumes (id, tenant_id, name, size_gib, kind, "
+                         "request_id, request_fingerprint, created_at, updated_at) VALUES "
+                         "($1, $2, $1, $3, 'network', $1, 'f', $4::timestamptz, "
+                         "$4::timestamptz)",
+                         id, tenant, gib,
+                         absl::FormatTime(absl::RFC3339_full, clock_.Now(),
+                                          absl::UTCTimeZone()));
+                   }
                    return absl::OkStatus();
                  }).ok());
   auto balance = billing.GetBalance(tenant, clock_.Now());
