@@ -155,7 +155,8 @@ absl::StatusOr<int64_t> PostAppFees(pqxx::work& txn, int64_t platform, absl::Tim
 }
 
 absl::StatusOr<int64_t> PostStorage(pqxx::work& txn, int64_t platform, int64_t from_minute,
-                                    int64_t to_minute, absl::Time now) {
+                                    int64_t to_minute, absl::Time now,
+                                    int64_t grace_minutes) {
   txn.exec_params(absl::StrCat(
                       "CREATE TEMP TABLE addon_storage ON COMMIT DROP AS WITH fees AS ("
                       "SELECT s.volume_id AS id, s.tenant_id, s.minute, s.fee FROM (",
@@ -179,15 +180,23 @@ absl::StatusOr<int64_t> PostStorage(pqxx::work& txn, int64_t platform, int64_t f
   SV_RETURN_IF_ERROR(CheckClash(txn, "addon_storage", key, hash));
   // One notice when a tenant's storage goes unpaid: in the first minute of
   // this batch with a shortfall after a minute without any (of any of its
-  // volumes). Unpaid storage stops nothing, so this is how the tenant
-  // learns of it. It names the volumes unpaid in this batch.
+  // volumes). Unpaid storage stops nothing at once, so this is how the
+  // tenant learns of it. It names the volumes unpaid in this batch, and
+  // when they are deleted if they stay unpaid (Billing::DeleteUnpaidVolumes).
+  const std::string deadline =
+      grace_minutes <= 0
+          ? "'; top up'"
+          : absl::StrCat("'; top up, or they are deleted at ' || to_char(to_timestamp("
+                         "(min(u.minute) + ", grace_minutes, "::bigint) * 60) AT TIME ZONE "
+                         "'UTC', 'YYYY-MM-DD HH24:MI') || ' UTC, when they have been unpaid "
+                         "for ", GraceText(grace_minutes), "'");
   txn.exec_params(
       "INSERT INTO billing_notices (tenant_id, kind, message, at) "
       "SELECT u.tenant_id, 'credit_exhausted', 'credit ran out for storage in minute ' "
       "|| to_char(to_timestamp(min(u.minute) * 60) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') "
       "|| ' UTC; volumes ' || (SELECT string_agg(DISTINCT a.id, ', ') FROM addon_storage a "
       "  WHERE a.tenant_id = u.tenant_id AND a.charged < a.fee) "
-      "|| ' are kept but not paid for; top up', $1::timestamptz "
+      "|| ' are kept but not paid for' || " + deadline + ", $1::timestamptz "
       "FROM (SELECT DISTINCT b.tenant_id, b.minute FROM addon_storage b "
       "      WHERE b.charged < b.fee) u "
       "WHERE NOT EXISTS (SELECT 1 FROM addon_storage p WHERE p.tenant_id = u.tenant_id "
@@ -201,10 +210,34 @@ absl::StatusOr<int64_t> PostStorage(pqxx::work& txn, int64_t platform, int64_t f
       "charged_micros, at) SELECT id, minute, tenant_id, fee, charged, $1::timestamptz "
       "FROM addon_storage WHERE charged < fee ON CONFLICT DO NOTHING",
       SqlTime(now));
+  // Each volume's current run of unpaid minutes (migration 0102): from the
+  // first unpaid minute after the batch's last paid one; none when the
+  // batch ends paid; still the earlier start when no minute was paid.
+  txn.exec(R"sql(
+    UPDATE volumes v SET unpaid_since_minute = x.since
+    FROM (SELECT p.id, CASE
+                 WHEN min(b.minute) FILTER (WHERE b.charged < b.fee
+                   AND b.minute > coalesce(p.last_paid, -1)) IS NULL THEN NULL
+                 WHEN p.last_paid IS NULL THEN coalesce(w.unpaid_since_minute, min(b.minute))
+                 ELSE min(b.minute) FILTER (WHERE b.charged < b.fee AND b.minute > p.last_paid)
+                 END AS since
+          FROM (SELECT id, max(minute) FILTER (WHERE charged >= fee) AS last_paid
+                FROM addon_storage GROUP BY id) p
+          JOIN addon_storage b ON b.id = p.id
+          JOIN volumes w ON w.id = p.id
+          GROUP BY p.id, p.last_paid, w.unpaid_since_minute) x
+    WHERE v.id = x.id AND v.unpaid_since_minute IS DISTINCT FROM x.since)sql");
   return static_cast<int64_t>(written.affected_rows());
 }
 
 }  // namespace
+
+// "7 days", "90 minutes": the grace period in a notice.
+std::string GraceText(int64_t minutes) {
+  if (minutes % 1440 == 0) return absl::StrCat(minutes / 1440, minutes == 1440 ? " day" : " days");
+  if (minutes % 60 == 0) return absl::StrCat(minutes / 60, minutes == 60 ? " hour" : " hours");
+  return absl::StrCat(minutes, minutes == 1 ? " minute" : " minutes");
+}
 
 std::string VolumesLiveSql(const std::string& lo, const std::string& hi) {
   return absl::StrCat("EXISTS (SELECT 1 FROM volumes v WHERE v.created_at < to_timestamp(", hi,
@@ -222,8 +255,9 @@ absl::StatusOr<int64_t> PostAddOnCharges(pqxx::work& txn, int64_t from_minute,
     SV_ASSIGN_OR_RETURN(app_legs, PostAppFees(txn, batch.platform_account, now));
   }
   if (batch.volumes_live) {
-    SV_ASSIGN_OR_RETURN(storage_legs, PostStorage(txn, batch.platform_account, from_minute,
-                                                  to_minute, now));
+    SV_ASSIGN_OR_RETURN(storage_legs,
+                        PostStorage(txn, batch.platform_account, from_minute, to_minute, now,
+                                    batch.unpaid_storage_grace_minutes));
   }
   return app_legs + storage_legs;
 }

@@ -46,6 +46,9 @@ struct BillingOptions {
   // RUNNING end this close before the metering cursor (an end whose
   // transaction committed out of id order is still caught).
   absl::Duration late_event_recent_window = absl::Minutes(10);
+  // A live volume whose storage has gone unpaid this long without a break
+  // is deleted (docs/storage.md, "Unpaid storage"); zero keeps it for good.
+  absl::Duration unpaid_storage_grace = absl::Hours(24 * 7);
 };
 
 enum class BillingMode { kPrepaid, kPostpaid };
@@ -159,6 +162,7 @@ struct MeteringResult {
   int64_t stopped_instances = 0;
   std::optional<int64_t> billed_before_minute;
   int64_t adjustment_legs = 0;  // RecheckLateEvents.
+  int64_t deleted_volumes = 0;  // DeleteUnpaidVolumes.
 
 };
 
@@ -263,6 +267,12 @@ class Billing {
   // metering gets there"). Adds the instances it stopped to *stopped_count.
   absl::Status StopUnfunded(absl::Time now, int64_t* stopped_count);
   absl::Status WarnLowCredit(absl::Time now);
+  // Deletes the live volumes whose storage has gone unpaid, without a
+  // break, for unpaid_storage_grace up to the metering cursor, each with a
+  // volume_deleted notice (docs/storage.md, "Unpaid storage"). A volume
+  // still attached to an instance that holds a node is left for a later
+  // turn. Adds the volumes it deleted to *deleted_count.
+  absl::Status DeleteUnpaidVolumes(absl::Time now, int64_t* deleted_count);
   absl::Status IssueDueInvoices(absl::Time now);
 
   store::Database& db_;

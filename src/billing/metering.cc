@@ -444,6 +444,7 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
                               "; SET LOCAL sv.charges_balanced = off"));
       }
       internal::AddOnBatch addons;
+      addons.unpaid_storage_grace_minutes = absl::ToInt64Minutes(options_.unpaid_storage_grace);
       addons.platform_account = revenue;
       bool present = false;
       // Whether the cursor has moved and no stop can have been recorded:
@@ -681,6 +682,73 @@ absl::Status Billing::StopUnfunded(absl::Time now, int64_t* stopped_count) {
   return absl::OkStatus();
 }
 
+absl::Status Billing::DeleteUnpaidVolumes(absl::Time now, int64_t* deleted_count) {
+  const int64_t grace = absl::ToInt64Minutes(options_.unpaid_storage_grace);
+  if (grace <= 0) return absl::OkStatus();
+  std::vector<std::array<std::string, 2>> due;  // volume, tenant
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    due.clear();
+    // Unpaid from a minute at least `grace` before the first minute not
+    // yet billed: every minute since has been billed, and none was paid.
+    for (const auto& r : txn.exec_params(
+             "SELECT v.id, v.tenant_id FROM volumes v, billing_cursor b "
+             "WHERE v.unpaid_since_minute IS NOT NULL AND v.deleted_at IS NULL "
+             "  AND v.unpaid_since_minute <= b.billed_before_minute - $1::bigint "
+             "ORDER BY v.unpaid_since_minute, v.id LIMIT 1000",
+             grace)) {
+      due.push_back({r[0].as<std::string>(), r[1].as<std::string>()});
+    }
+    return absl::OkStatus();
+  }));
+  for (const auto& [volume, tenant] : due) {
+    bool deleted = false;
+    SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+      deleted = false;
+      // The same checks under the volume's lock, as DeleteVolume takes it.
+      auto row = txn.exec_params(
+          "SELECT v.size_gib, v.unpaid_since_minute FROM volumes v, billing_cursor b "
+          "WHERE v.id = $1 AND v.deleted_at IS NULL AND v.unpaid_since_minute IS NOT NULL "
+          "  AND v.unpaid_since_minute <= b.billed_before_minute - $2::bigint "
+          "FOR UPDATE OF v",
+          volume, grace);
+      if (row.empty()) return absl::OkStatus();
+      auto held = txn.exec_params(
+          "SELECT a.instance_id FROM volume_attachments a JOIN instances i "
+          "ON i.id = a.instance_id WHERE a.volume_id = $1 "
+          "AND i.state IN ('SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING')",
+          volume);
+      if (!held.empty()) {
+        spdlog::warn("billing: volume {} unpaid past its grace is attached to {}, which "
+                     "holds a node; it is deleted once that instance stops",
+                     volume, held[0][0].as<std::string>());
+        return absl::OkStatus();
+      }
+      // Attachments to instances that hold no node are only rows.
+      txn.exec_params("DELETE FROM volume_attachments WHERE volume_id = $1", volume);
+      txn.exec_params(
+          "UPDATE volumes SET deleted_at = $2::timestamptz, updated_at = $2::timestamptz, "
+          "move_to_instance_id = NULL, move_mount_path = NULL WHERE id = $1",
+          volume, SqlTime(now));
+      txn.exec_params(
+          "INSERT INTO billing_notices (tenant_id, kind, message, at) VALUES "
+          "($1, 'volume_deleted', 'volume ' || $2 || ' (' || $3 || ' GiB) is deleted: its "
+          "storage was not paid for from minute ' || to_char(to_timestamp($4::bigint * 60) AT "
+          "TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') || ' UTC on, for ' || $5 || ' or more', "
+          "$6::timestamptz)",
+          tenant, volume, row[0][0].as<int>(), row[0][1].as<int64_t>(),
+          internal::GraceText(grace), SqlTime(now));
+      deleted = true;
+      return absl::OkStatus();
+    }));
+    if (deleted) {
+      ++*deleted_count;
+      spdlog::info("billing: deleted volume {} tenant={}: storage unpaid for {}", volume,
+                   tenant, internal::GraceText(grace));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Billing::WarnLowCredit(absl::Time now) {
   return db_.Transact([&](pqxx::work& txn) {
     // Tenants whose running instances can run fewer than the warning
@@ -760,6 +828,7 @@ absl::StatusOr<MeteringResult> Billing::RunOnce(absl::Time now) {
   SV_ASSIGN_OR_RETURN(MeteringResult result, BillMinutesBefore(target, now));
   SV_ASSIGN_OR_RETURN(result.adjustment_legs, RecheckLateEvents(now));
   SV_RETURN_IF_ERROR(StopUnfunded(now, &result.stopped_instances));
+  SV_RETURN_IF_ERROR(DeleteUnpaidVolumes(now, &result.deleted_volumes));
   SV_RETURN_IF_ERROR(WarnLowCredit(now));
   SV_RETURN_IF_ERROR(IssueDueInvoices(now));
   return result;

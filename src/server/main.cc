@@ -154,11 +154,15 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 3600000))
       ->capture_default_str();
   app.add_option("--trial-amount-micros", o.trial_amount_micros,
-                 "Trial credit granted once per user, micro-yuan")
+                 "Trial credit granted once per tenant, micro-yuan")
       ->check(CLI::Range(0LL, 1'000'000'000LL))
       ->capture_default_str();
   app.add_option("--trial-days", o.trial_days, "Days until a trial grant expires")
       ->check(CLI::Range(1, 3650))
+      ->capture_default_str();
+  app.add_option("--unpaid-storage-grace-days", o.unpaid_storage_grace_days,
+                 "A volume whose storage goes unpaid this many days is deleted (0: kept)")
+      ->check(CLI::Range(0, 3650))
       ->capture_default_str();
   app.add_option("--sla-definitions", o.sla_definitions_file,
                  "SLA definitions, a JSON file (docs/sla.md); default: design.md's");

@@ -71,6 +71,7 @@ struct ServerOptions {
   int billing_lag_ms = 60000;  // Above the node heartbeat timeout (30 s).
   long long trial_amount_micros = 10'000'000;
   int trial_days = 30;
+  int unpaid_storage_grace_days = 7;  // 0: volumes with unpaid storage are kept.
   // Leader election (docs/reliability.md): the lease, its renewal period and
   // this replica's name in the lease row (default: host-pid-random).
   int leader_lease_ms = 5000;

@@ -643,6 +643,119 @@ TEST_F(BillingTest, VolumesWarnAndAreNoticedWhenUnpaid) {
   ExpectAuditClean(billing);
 }
 
+// A volume whose storage stays unpaid for the grace period is deleted, with
+// a notice; its attachment to a stopped instance goes with it. A tenant who
+// tops up within the grace keeps its volume, as does a tenant who pays.
+// (Until 2026-12-04 unpaid volumes were kept for good, and each added a
+// storage_shortfalls row a minute.)
+TEST_F(BillingTest, UnpaidVolumesAreDeletedAfterTheGrace) {
+  BillingOptions options;
+  options.unpaid_storage_grace = absl::Hours(1);
+  Billing billing = MakeBilling(options);
+  auto volume = [&](const std::string& id, const std::string& tenant, int gib) {
+    ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+                     txn.exec_params(
+                         "INSERT INTO volumes (id, tenant_id, name, size_gib, kind, "
+                         "request_id, request_fingerprint, created_at, updated_at) VALUES "
+                         "($1, $2, $1, $3, 'network', $1, 'f', $4::timestamptz, "
+                         "$4::timestamptz)",
+                         id, tenant, gib,
+                         absl::FormatTime(absl::RFC3339_full, clock_.Now(),
+                                          absl::UTCTimeZone()));
+                     return absl::OkStatus();
+                   }).ok());
+  };
+  auto [broke, broke_user] = NewTenant("broke");
+  auto [returner, returner_user] = NewTenant("returner");
+  auto [payer, payer_user] = NewTenant("payer");
+  for (const std::string& user : {broke_user, returner_user, payer_user}) {
+    ASSERT_TRUE(billing.EnsureTrialGrant(user, clock_.Now()).ok());
+  }
+  ASSERT_TRUE(billing.TopUp(payer, "payer-1", 1000 * kMicrosPerYuan, clock_.Now()).ok());
+  // 65,536 GiB: 436,906 micro-yuan a minute, so the trials last 22 minutes.
+  volume("vol-broke", broke, 65536);
+  volume("vol-returner", returner, 65536);
+  volume("vol-payer", payer, 65536);
+  // The broke tenant's instance stops when its credit runs out; its volume
+  // stays attached to it.
+  const std::string instance = Run(broke, 1);
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+    txn.exec_params("INSERT INTO volume_attachments (volume_id, instance_id, tenant_id, "
+                    "read_only, mount_path, state, requested_at) VALUES ('vol-broke', $1, "
+                    "$2, false, '/mnt/data', 'attached', now())",
+                    instance, broke);
+    return absl::OkStatus();
+  }).ok());
+
+  auto unpaid_since = [&](const std::string& id) {
+    std::optional<int64_t> since;
+    EXPECT_TRUE(db_->Transact([&](pqxx::work& txn) {
+      auto r = txn.exec_params1("SELECT unpaid_since_minute FROM volumes WHERE id = $1", id);
+      since.reset();
+      if (!r[0].is_null()) since = r[0].as<int64_t>();
+      return absl::OkStatus();
+    }).ok());
+    return since;
+  };
+  auto deleted = [&](const std::string& id) {
+    bool gone = false;
+    EXPECT_TRUE(db_->Transact([&](pqxx::work& txn) {
+      gone = !txn.exec_params1("SELECT deleted_at FROM volumes WHERE id = $1", id)[0].is_null();
+      return absl::OkStatus();
+    }).ok());
+    return gone;
+  };
+  std::optional<int64_t> broke_since;
+  int64_t deleted_in_minute = 0;
+  for (int minute = 1; minute <= 100; ++minute) {
+    clock_.Advance(absl::Minutes(1));
+    if (minute == 40) {  // Unpaid for about 18 minutes: in time.
+      ASSERT_TRUE(unpaid_since("vol-returner").has_value());
+      ASSERT_TRUE(billing.TopUp(returner, "returner-1", 100 * kMicrosPerYuan,
+                                clock_.Now()).ok());
+    }
+    auto result = billing.RunOnce(clock_.Now());
+    ASSERT_TRUE(result.ok()) << result.status();
+    if (!broke_since) broke_since = unpaid_since("vol-broke");
+    if (deleted_in_minute == 0 && deleted("vol-broke")) {
+      deleted_in_minute = MinuteOf(clock_.Now());
+      EXPECT_EQ(result->deleted_volumes, 1);
+    }
+  }
+  ASSERT_TRUE(broke_since.has_value());
+  // Billed through minute since + 59, all unpaid: deleted in the turn that
+  // billed that minute.
+  EXPECT_EQ(deleted_in_minute, *broke_since + 60);
+  EXPECT_FALSE(deleted("vol-returner"));
+  EXPECT_FALSE(unpaid_since("vol-returner").has_value());
+  EXPECT_FALSE(deleted("vol-payer"));
+  EXPECT_EQ(store_->GetInstance(broke, instance)->state, store::InstanceState::kStopped);
+
+  std::vector<std::string> deleted_notices, exhausted_notices;
+  auto balance = billing.GetBalance(broke, clock_.Now());
+  ASSERT_TRUE(balance.ok());
+  for (const auto& n : balance->notices) {
+    if (n.kind == "volume_deleted") deleted_notices.push_back(n.message);
+    if (n.kind == "credit_exhausted" && n.instance_id.empty()) {
+      exhausted_notices.push_back(n.message);
+    }
+  }
+  ASSERT_EQ(deleted_notices.size(), 1u);
+  EXPECT_NE(deleted_notices[0].find("vol-broke"), std::string::npos) << deleted_notices[0];
+  ASSERT_EQ(exhausted_notices.size(), 1u);
+  EXPECT_NE(exhausted_notices[0].find("deleted at"), std::string::npos) << exhausted_notices[0];
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+    EXPECT_EQ(txn.exec("SELECT count(*) FROM volume_attachments")[0][0].as<int64_t>(), 0);
+    // Nothing is charged or recorded after the minute it was deleted in.
+    EXPECT_EQ(txn.exec_params1("SELECT count(*) FROM storage_shortfalls WHERE volume_id = "
+                               "'vol-broke' AND usage_minute > $1",
+                               deleted_in_minute)[0].as<int64_t>(),
+              0);
+    return absl::OkStatus();
+  }).ok());
+  ExpectAuditClean(billing);
+}
+
 // A top-up's payment id is its idempotency key: a replay is a no-op, a
 // different amount under the same id is refused.
 TEST_F(BillingTest, TopUpIdempotency) {

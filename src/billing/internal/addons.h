@@ -37,10 +37,16 @@ std::string VolumesLiveSql(const std::string& lo, const std::string& hi);
 // What PostAddOnCharges needs to know about the batch, found by the
 // metering statements themselves so that a batch without app instances or
 // volumes costs no round trip here.
+// "7 days", "90 minutes": a grace period in a notice.
+std::string GraceText(int64_t minutes);
+
 struct AddOnBatch {
   int64_t platform_account = 0;  // platform_revenue
   bool app_rent_rows = false;    // billing_batch has rows
   bool volumes_live = false;     // VolumesLiveSql over the batch's minutes
+  // BillingOptions::unpaid_storage_grace in minutes, for the notice of
+  // storage going unpaid (0: volumes are kept).
+  int64_t unpaid_storage_grace_minutes = 0;
 };
 
 // Posts the app fees of the rent minutes in billing_batch (the temp table
