@@ -62,6 +62,21 @@ class BillingTest : public ::testing::Test {
     return created->id;
   }
 
+  // A network volume of the tenant, created at the clock's time.
+  void NetworkVolume(const std::string& id, const std::string& tenant, int gib) {
+    ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+                     txn.exec_params(
+                         "INSERT INTO volumes (id, tenant_id, name, size_gib, kind, "
+                         "request_id, request_fingerprint, created_at, updated_at) VALUES "
+                         "($1, $2, $1, $3, 'network', $1, 'f', $4::timestamptz, "
+                         "$4::timestamptz)",
+                         id, tenant, gib,
+                         absl::FormatTime(absl::RFC3339_full, clock_.Now(),
+                                          absl::UTCTimeZone()));
+                     return absl::OkStatus();
+                   }).ok());
+  }
+
   void Stop(const std::string& tenant, const std::string& id) {
     ASSERT_TRUE(store_->StopInstance(tenant, id, "stopped by the user", clock_.Now()).ok());
   }
@@ -572,20 +587,8 @@ TEST_F(BillingTest, VolumesWarnAndAreNoticedWhenUnpaid) {
   // small one: the 10 CNY trial lasts about 23 minutes. The small one is
   // paid a minute longer (volumes are charged in id order), and both going
   // unpaid is one notice.
-  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
-                   for (const auto& [id, gib] : {std::pair<std::string, int>{"vol-a", 1},
-                                                 {"vol-big", 65535}}) {
-                     txn.exec_params(
-                         "INSERT INTO volumes (id, tenant_id, name, size_gib, kind, "
-                         "request_id, request_fingerprint, created_at, updated_at) VALUES "
-                         "($1, $2, $1, $3, 'network', $1, 'f', $4::timestamptz, "
-                         "$4::timestamptz)",
-                         id, tenant, gib,
-                         absl::FormatTime(absl::RFC3339_full, clock_.Now(),
-                                          absl::UTCTimeZone()));
-                   }
-                   return absl::OkStatus();
-                 }).ok());
+  NetworkVolume("vol-a", tenant, 1);
+  NetworkVolume("vol-big", tenant, 65535);
   auto balance = billing.GetBalance(tenant, clock_.Now());
   ASSERT_TRUE(balance.ok());
   EXPECT_EQ(balance->burn_micros_per_minute, 65536 * 400 / 60);
@@ -652,19 +655,6 @@ TEST_F(BillingTest, UnpaidVolumesAreDeletedAfterTheGrace) {
   BillingOptions options;
   options.unpaid_storage_grace = absl::Hours(1);
   Billing billing = MakeBilling(options);
-  auto volume = [&](const std::string& id, const std::string& tenant, int gib) {
-    ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
-                     txn.exec_params(
-                         "INSERT INTO volumes (id, tenant_id, name, size_gib, kind, "
-                         "request_id, request_fingerprint, created_at, updated_at) VALUES "
-                         "($1, $2, $1, $3, 'network', $1, 'f', $4::timestamptz, "
-                         "$4::timestamptz)",
-                         id, tenant, gib,
-                         absl::FormatTime(absl::RFC3339_full, clock_.Now(),
-                                          absl::UTCTimeZone()));
-                     return absl::OkStatus();
-                   }).ok());
-  };
   auto [broke, broke_user] = NewTenant("broke");
   auto [returner, returner_user] = NewTenant("returner");
   auto [payer, payer_user] = NewTenant("payer");
@@ -673,9 +663,9 @@ TEST_F(BillingTest, UnpaidVolumesAreDeletedAfterTheGrace) {
   }
   ASSERT_TRUE(billing.TopUp(payer, "payer-1", 1000 * kMicrosPerYuan, clock_.Now()).ok());
   // 65,536 GiB: 436,906 micro-yuan a minute, so the trials last 22 minutes.
-  volume("vol-broke", broke, 65536);
-  volume("vol-returner", returner, 65536);
-  volume("vol-payer", payer, 65536);
+  NetworkVolume("vol-broke", broke, 65536);
+  NetworkVolume("vol-returner", returner, 65536);
+  NetworkVolume("vol-payer", payer, 65536);
   // The broke tenant's instance stops when its credit runs out; its volume
   // stays attached to it.
   const std::string instance = Run(broke, 1);
@@ -816,15 +806,7 @@ TEST_F(BillingTest, PostpaidInvoiceEqualsLedger) {
   const std::string id = Run(tenant, 3);
   // A 100 GiB network disk from the same instant: storage is charged to the
   // receivable too and must be invoiced (400 micro-yuan per GiB-hour).
-  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
-                   txn.exec_params(
-                       "INSERT INTO volumes (id, tenant_id, name, size_gib, kind, request_id, "
-                       "request_fingerprint, created_at, updated_at) VALUES ('vol-inv', $1, "
-                       "'data', 100, 'network', 'r-vol', 'f', $2::timestamptz, $2::timestamptz)",
-                       tenant, absl::FormatTime(absl::RFC3339_full, clock_.Now(),
-                                                absl::UTCTimeZone()));
-                   return absl::OkStatus();
-                 }).ok());
+  NetworkVolume("vol-inv", tenant, 100);
   clock_.Advance(absl::Hours(3));
   ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
   auto early = billing.IssueInvoice(tenant, clock_.Now(), clock_.Now());
