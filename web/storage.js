@@ -56,7 +56,10 @@ async function refreshVolumes() {
   fillTable(document.querySelector('#volumes-table tbody'), volumes, (v) => [
     v.name || '—', el('code', { text: v.id }), `${v.sizeGib} GiB`,
     v.kind === 'NODE_LOCAL' ? `node-local${v.nodeId ? ' on ' + v.nodeId : ''}` : 'network',
-    el('span', { class: `state state-${v.state}`, text: v.state }),
+    v.unpaidSinceTime
+      ? el('span', { class: 'state state-FAILED', text: `${v.state}, unpaid` +
+          (v.unpaidDeleteTime ? `: deleted ${v.unpaidDeleteTime} unless storage is paid` : '') })
+      : el('span', { class: `state state-${v.state}`, text: v.state }),
     (v.attachments || []).map((a) => `${a.instanceId} at ${a.mountPath} ${a.readOnly ? '(ro)' : '(rw)'} ` +
       `${(a.state || '').replace('ATTACHMENT_', '')}${a.reason ? ': ' + a.reason : ''}`).join('; ') || '—',
     volumeActions(v),

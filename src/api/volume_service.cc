@@ -28,7 +28,8 @@ absl::Status CheckVolumeId(const std::string& id) {
   return absl::OkStatus();
 }
 
-void ToProto(const store::VolumeRecord& r, v1::Volume* out) {
+// `grace`: after how long unpaid storage deletes the volume (zero: never).
+void ToProto(const store::VolumeRecord& r, absl::Duration grace, v1::Volume* out) {
   out->set_id(r.id);
   out->set_name(r.spec.name);
   out->set_size_gib(r.spec.size_gib);
@@ -40,6 +41,12 @@ void ToProto(const store::VolumeRecord& r, v1::Volume* out) {
   out->set_move_to_instance_id(r.move_to_instance_id);
   *out->mutable_create_time() = internal::ToProto(r.created_at);
   if (r.deleted_at) *out->mutable_delete_time() = internal::ToProto(*r.deleted_at);
+  if (r.unpaid_since && !r.deleted_at) {
+    *out->mutable_unpaid_since_time() = internal::ToProto(*r.unpaid_since);
+    if (grace > absl::ZeroDuration()) {
+      *out->mutable_unpaid_delete_time() = internal::ToProto(*r.unpaid_since + grace);
+    }
+  }
   bool attached = false, attaching = false, detaching = false;
   for (const auto& a : r.attachments) {
     auto* o = out->add_attachments();
@@ -119,7 +126,7 @@ class VolumeServiceImpl final : public v1::VolumeService::Service {
     if (status.ok()) {
       auto v = volumes_.Get(who->tenant_id, request->id());
       status = v.status();
-      if (v.ok()) ToProto(*v, response);
+      if (v.ok()) ToProto(*v, Grace(), response);
     }
     return Finish("GetVolume", &*who, "", status);
   }
@@ -140,7 +147,7 @@ class VolumeServiceImpl final : public v1::VolumeService::Service {
       auto v = volumes_.Delete(who->tenant_id, request->id(), deps_.clock->Now());
       status = v.status();
       if (v.ok()) {
-        ToProto(*v, response);
+        ToProto(*v, Grace(), response);
         spdlog::info("api: deleted volume {} tenant={}", v->id, who->tenant_id);
       }
     }
@@ -158,7 +165,7 @@ class VolumeServiceImpl final : public v1::VolumeService::Service {
                                request->read_only(), request->mount_path(), deps_.clock->Now());
       status = v.status();
       if (v.ok()) {
-        ToProto(*v, response);
+        ToProto(*v, Grace(), response);
         spdlog::info("api: attach volume {} to {} tenant={}", v->id, request->instance_id(),
                      who->tenant_id);
       }
@@ -176,7 +183,7 @@ class VolumeServiceImpl final : public v1::VolumeService::Service {
       auto v = volumes_.Detach(who->tenant_id, request->volume_id(), request->instance_id(),
                                deps_.clock->Now());
       status = v.status();
-      if (v.ok()) ToProto(*v, response);
+      if (v.ok()) ToProto(*v, Grace(), response);
     }
     return Finish("DetachVolume", &*who, "", status);
   }
@@ -191,12 +198,17 @@ class VolumeServiceImpl final : public v1::VolumeService::Service {
       auto v = volumes_.Move(who->tenant_id, request->volume_id(), request->to_instance_id(),
                              request->mount_path(), deps_.clock->Now());
       status = v.status();
-      if (v.ok()) ToProto(*v, response);
+      if (v.ok()) ToProto(*v, Grace(), response);
     }
     return Finish("MoveVolume", &*who, "", status);
   }
 
  private:
+  absl::Duration Grace() const {
+    return deps_.billing != nullptr ? deps_.billing->options().unpaid_storage_grace
+                                    : absl::ZeroDuration();
+  }
+
   absl::Status Create(const store::Principal& who, const v1::CreateVolumeRequest& request,
                       v1::Volume* response) {
     const v1::Volume& in = request.volume();
@@ -253,7 +265,7 @@ class VolumeServiceImpl final : public v1::VolumeService::Service {
     const store::VolumeRecord& v = outcome.record;
     spdlog::info("api: volume {} {} GiB tenant={} request_id={}", v.id, v.spec.size_gib,
                  who.tenant_id, request_id);
-    ToProto(v, response);
+    ToProto(v, Grace(), response);
     return absl::OkStatus();
   }
 
@@ -265,7 +277,7 @@ class VolumeServiceImpl final : public v1::VolumeService::Service {
                         volumes_.List(who.tenant_id, cursor, page + 1, request.show_deleted()));
     const bool more = static_cast<int>(list.size()) > page;
     if (more) list.resize(page);
-    for (const auto& v : list) ToProto(v, response->add_volumes());
+    for (const auto& v : list) ToProto(v, Grace(), response->add_volumes());
     if (more) {
       response->set_next_page_token(EncodeToken(
           {absl::ToUnixMicros(list.back().created_at), list.back().id}, request.show_deleted()));

@@ -11,12 +11,13 @@
 #include "google/protobuf/util/time_util.h"
 
 namespace sv::cli {
-namespace {
 
 std::string FormatTime(const google::protobuf::Timestamp& t) {
   absl::Time at = absl::FromUnixMicros(google::protobuf::util::TimeUtil::TimestampToMicroseconds(t));
   return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", at, absl::UTCTimeZone());
 }
+
+namespace {
 
 std::string NodesOf(const v1::Instance& instance) {
   std::vector<std::string> parts;

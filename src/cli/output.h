@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "google/protobuf/message.h"
+#include "google/protobuf/timestamp.pb.h"
 #include "sv/v1/account.pb.h"
 #include "sv/v1/admin.pb.h"
 #include "sv/v1/instance.pb.h"
@@ -28,6 +29,8 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows, std::ostream&
 
 // Money for people: 12345678 micro-yuan -> "12.345678 CNY".
 std::string Yuan(int64_t micros);
+// "2026-12-04 19:09:00 UTC".
+std::string FormatTime(const google::protobuf::Timestamp& t);
 // A tenant role as svctl writes and reads it: viewer, billing, member,
 // owner ("-" for none).
 std::string RoleText(v1::TenantRole role);

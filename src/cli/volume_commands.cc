@@ -36,6 +36,13 @@ void PrintVolume(const v1::Volume& v, Format format) {
                                                 a.reason().empty() ? "" : ": " + a.reason())});
   }
   if (!v.move_to_instance_id().empty()) rows.push_back({"moving to:", v.move_to_instance_id()});
+  if (v.has_unpaid_since_time()) {
+    rows.push_back({"unpaid since:", FormatTime(v.unpaid_since_time())});
+    if (v.has_unpaid_delete_time()) {
+      rows.push_back({"deleted at:", absl::StrCat(FormatTime(v.unpaid_delete_time()),
+                                                  " unless storage is paid (top up)")});
+    }
+  }
   PrintTable(rows, std::cout);
 }
 

@@ -20,7 +20,7 @@ constexpr char kPlacedStates[] = "('SCHEDULED', 'STARTING', 'RUNNING')";
 const std::string kVolumeColumns =
     "id, tenant_id, name, size_gib, kind, read_many, coalesce(node_id, ''), request_id, " +
     MicrosOf("created_at") + ", " + MicrosOf("deleted_at") +
-    ", coalesce(move_to_instance_id, '')";
+    ", coalesce(move_to_instance_id, ''), unpaid_since_minute";
 
 VolumeRecord VolumeFromRow(const pqxx::row& r) {
   VolumeRecord v;
@@ -36,6 +36,7 @@ VolumeRecord VolumeFromRow(const pqxx::row& r) {
   v.created_at = TimeFromMicros(r[8].as<int64_t>());
   if (!r[9].is_null()) v.deleted_at = TimeFromMicros(r[9].as<int64_t>());
   v.move_to_instance_id = r[10].as<std::string>();
+  if (!r[11].is_null()) v.unpaid_since = absl::FromUnixSeconds(r[11].as<int64_t>() * 60);
   return v;
 }
 

@@ -49,6 +49,8 @@ struct VolumeRecord {
   std::optional<absl::Time> deleted_at;
   std::string move_to_instance_id;
   std::vector<AttachmentRecord> attachments;
+  // The first minute of its current run of unpaid storage (migration 0102).
+  std::optional<absl::Time> unpaid_since;
 };
 
 struct VolumeListCursor {

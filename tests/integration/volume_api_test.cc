@@ -494,6 +494,25 @@ TEST(VolumeCreditTest, CreateNeedsCreditForItsFirstMinutes) {
   v1::ListVolumesResponse listed;
   ASSERT_TRUE(volumes->ListVolumes(Context(token).get(), {}, &listed).ok());
   EXPECT_EQ(listed.volumes_size(), 2) << "a refused create writes nothing";
+
+  // A volume whose storage goes unpaid shows since when, and when svd
+  // deletes it unless storage is paid (the default grace: 7 days).
+  const int64_t since_minute = 29'000'000;
+  {
+    pqxx::work txn(sql);
+    txn.exec_params("UPDATE volumes SET unpaid_since_minute = $1 WHERE id = $2", since_minute,
+                    small.id());
+    txn.commit();
+  }
+  v1::GetVolumeRequest get;
+  get.set_id(small.id());
+  ASSERT_TRUE(volumes->GetVolume(Context(token).get(), get, &out).ok());
+  EXPECT_EQ(out.unpaid_since_time().seconds(), since_minute * 60);
+  EXPECT_EQ(out.unpaid_delete_time().seconds(), since_minute * 60 + 7 * 86400);
+  get.set_id(big.id());
+  ASSERT_TRUE(volumes->GetVolume(Context(token).get(), get, &out).ok());
+  EXPECT_FALSE(out.has_unpaid_since_time());
+  EXPECT_FALSE(out.has_unpaid_delete_time());
 }
 
 }  // namespace
