@@ -21,6 +21,7 @@
 #include "sv/v1/instance.grpc.pb.h"
 #include "tests/chaos/chaos_util.h"
 #include "tests/integration/harness.h"
+#include "tests/integration/janitor.h"
 
 namespace sv::testing {
 namespace {
@@ -48,6 +49,8 @@ std::string MakeDir(const std::string& prefix) {
   std::string pattern = "/tmp/" + prefix + "XXXXXX";
   std::string dir = mkdtemp(pattern.data());
   chmod(dir.c_str(), 0755);
+  // Its clusters are stopped and it is removed should this process die.
+  janitor::WatchDir(dir, /*remove=*/true);
   return dir;
 }
 
@@ -143,6 +146,7 @@ TEST(PostgresFailoverTest, RestartUnderLoadRecoversWithinSecondsAndLosesNothing)
   EXPECT_TRUE(pg.Stop().ok());
   std::error_code ec;
   fs::remove_all(dir, ec);
+  janitor::ForgetDir(dir);
 }
 
 TEST(PostgresFailoverTest, PromotedStreamingReplicaTakesOverThroughAMultiHostUrl) {
@@ -223,6 +227,7 @@ TEST(PostgresFailoverTest, PromotedStreamingReplicaTakesOverThroughAMultiHostUrl
   EXPECT_TRUE(standby.Stop().ok());
   std::error_code ec;
   fs::remove_all(dir, ec);
+  janitor::ForgetDir(dir);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "sv/v1/sla.grpc.pb.h"
 #include "store/embedded_postgres.h"
 #include "tests/integration/harness.h"
+#include "tests/integration/janitor.h"
 
 namespace sv::testing {
 namespace {
@@ -70,6 +71,7 @@ class AgentProcess {
       execv(argv[0], argv.data());
       _exit(127);
     }
+    if (pid_ > 0) janitor::Watch(pid_);
   }
 
   // SIGKILL, as in a crash; the instances it started keep running.
@@ -77,6 +79,7 @@ class AgentProcess {
     if (pid_ <= 0) return;
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
+    janitor::Forget(pid_);
     pid_ = -1;
   }
 
@@ -111,6 +114,8 @@ class AgentLifecycleTest : public ::testing::Test {
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
+    // The instances of an agent write their pid files under it.
+    janitor::WatchDir(dir_, /*remove=*/false);
   }
 
   void TearDown() override {
@@ -123,6 +128,7 @@ class AgentLifecycleTest : public ::testing::Test {
       std::ifstream(entry.path()) >> pid;
       if (pid > 0) kill(-pid, SIGKILL);
     }
+    janitor::ForgetDir(dir_);
     stub_.reset();
     svd_.reset();
     if (!HasFailure()) fs::remove_all(dir_);

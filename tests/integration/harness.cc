@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "store/migrations.h"
+#include "tests/integration/janitor.h"
 #include "sv/v1/account.grpc.pb.h"
 #include "sv/v1/admin.grpc.pb.h"
 
@@ -46,6 +47,7 @@ std::string ReadFile(const std::string& path) {
 struct PostgresHolder {
   PostgresHolder() {
     data_dir = MakeTempDir("sv-test-pg-");
+    janitor::WatchDir(data_dir, /*remove=*/true);
     store::EmbeddedPostgresOptions options;
     options.data_dir = data_dir + "/data";
     options.durable = false;
@@ -62,6 +64,7 @@ struct PostgresHolder {
     postgres.reset();
     std::error_code ec;
     fs::remove_all(data_dir, ec);
+    janitor::ForgetDir(data_dir);
   }
   std::string data_dir;
   std::unique_ptr<store::EmbeddedPostgres> postgres;
@@ -109,10 +112,13 @@ SvdProcess::SvdProcess(SvdOptions options) : options_(std::move(options)) {
   work_dir_ = MakeTempDir("sv-test-svd-");
   admin_key_file_ = work_dir_ + "/admin.key";
   log_path_ = work_dir_ + "/svd.log";
+  // Kept for its log, but `svd --dev` keeps its PostgreSQL under it.
+  janitor::WatchDir(work_dir_, /*remove=*/false);
 }
 
 SvdProcess::~SvdProcess() {
   if (pid_ > 0) Stop();
+  janitor::ForgetDir(work_dir_);
   std::error_code ec;
   if (!::testing::Test::HasFailure() && getenv("SV_KEEP_TEST_DIRS") == nullptr) {
     fs::remove_all(work_dir_, ec);
@@ -161,10 +167,12 @@ bool SvdProcess::Start() {
     execv(argv[0], argv.data());
     _exit(127);
   }
+  if (pid_ > 0) janitor::Watch(pid_);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline) {
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      janitor::Forget(pid_);
       pid_ = -1;
       fprintf(stderr, "svd exited early; log:\n%s\n", ReadFile(log_path_).c_str());
       return false;
@@ -201,6 +209,7 @@ int SvdProcess::Stop() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  janitor::Forget(pid_);
   pid_ = -1;
   channel_.reset();
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -210,6 +219,7 @@ void SvdProcess::Kill() {
   if (pid_ <= 0) return;
   kill(pid_, SIGKILL);
   waitpid(pid_, nullptr, 0);
+  janitor::Forget(pid_);
   pid_ = -1;
   channel_.reset();
 }

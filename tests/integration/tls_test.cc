@@ -22,6 +22,7 @@
 #include "sv/v1/admin.grpc.pb.h"
 #include "sv/v1/agent.grpc.pb.h"
 #include "tests/integration/harness.h"
+#include "tests/integration/janitor.h"
 
 namespace sv::testing {
 namespace {
@@ -81,6 +82,7 @@ class TlsTest : public ::testing::Test {
     if (agent_pid_ > 0) {
       kill(agent_pid_, SIGKILL);
       waitpid(agent_pid_, nullptr, 0);
+      janitor::Forget(agent_pid_);
     }
     svd_.reset();
     if (!HasFailure()) fs::remove_all(dir_);
@@ -218,6 +220,7 @@ TEST_F(TlsTest, MutualTlsRequiresATrustedClientCertificate) {
     execv(argv[0], argv.data());
     _exit(127);
   }
+  if (agent_pid_ > 0) janitor::Watch(agent_pid_);
   v1::SchedulerAdminService::Stub admin(Channel("client"));
   bool registered = false;
   for (int i = 0; i < 150 && !registered; ++i) {
