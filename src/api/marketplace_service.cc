@@ -366,17 +366,33 @@ class MarketplaceServiceImpl final : public v1::MarketplaceService::Service {
     // A retry of a launch that was made names the image it launched, even
     // if a newer version is listed or this one was delisted since; it is
     // answered with that launch (the create's idempotency lookup), not
-    // held to today's catalog or wallet.
-    std::optional<store::ImageRecord> earlier;
+    // held to today's catalog or wallet. Any other use of a request_id
+    // already taken is refused first, whatever the catalog or the wallet
+    // would have said.
+    std::optional<store::MarketplaceStore::EarlierCreate> earlier;
     if (!request.request_id().empty()) {
-      SV_ASSIGN_OR_RETURN(earlier, market_.LaunchedImage(who.tenant_id, request.request_id()));
+      SV_ASSIGN_OR_RETURN(earlier, market_.EarlierCreateOf(who.tenant_id, request.request_id()));
     }
-    const bool retry = earlier.has_value() &&
-                       (request.app() == earlier->id || request.app() == earlier->name ||
-                        request.app() == absl::StrCat(earlier->name, ":", earlier->version));
+    if (earlier.has_value()) {
+      const std::optional<store::ImageRecord>& launched = earlier->image;
+      const bool same_app =
+          launched.has_value() &&
+          (request.app() == launched->id || request.app() == launched->name ||
+           request.app() == absl::StrCat(launched->name, ":", launched->version));
+      if (!same_app) {
+        return Error(absl::StatusCode::kAlreadyExists, "REQUEST_ID_REUSED",
+                     absl::StrCat("request_id '", request.request_id(),
+                                  "' was already used for instance ", earlier->instance_id,
+                                  launched.has_value()
+                                      ? absl::StrCat(", a launch of ", launched->name, ":",
+                                                     launched->version)
+                                      : std::string(", which is not an app launch")));
+      }
+    }
+    const bool retry = earlier.has_value();
     store::ImageRecord image;
     if (retry) {
-      image = *std::move(earlier);
+      image = *std::move(earlier->image);
     } else {
       SV_ASSIGN_OR_RETURN(image, market_.ResolveImage(request.app()));
     }

@@ -265,17 +265,22 @@ absl::StatusOr<ImageRecord> MarketplaceStore::ResolveImage(const std::string& re
   return *found;
 }
 
-absl::StatusOr<std::optional<ImageRecord>> MarketplaceStore::LaunchedImage(
+absl::StatusOr<std::optional<MarketplaceStore::EarlierCreate>> MarketplaceStore::EarlierCreateOf(
     const std::string& tenant_id, const std::string& request_id) {
-  std::optional<ImageRecord> found;
+  std::optional<EarlierCreate> found;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
     found.reset();
-    auto rows = txn.exec_params(
-        "SELECT " + kImageColumns + " FROM marketplace_images WHERE id = "
-        "(SELECT a.image_id FROM instances i JOIN instance_apps a ON a.instance_id = i.id "
-        " WHERE i.tenant_id = $1 AND i.request_id = $2)",
+    auto created = txn.exec_params(
+        "SELECT i.id, a.image_id FROM instances i LEFT JOIN instance_apps a "
+        "ON a.instance_id = i.id WHERE i.tenant_id = $1 AND i.request_id = $2",
         tenant_id, request_id);
-    if (!rows.empty()) found = ImageFromRow(rows[0]);
+    if (created.empty()) return absl::OkStatus();
+    found = EarlierCreate{created[0][0].as<std::string>(), std::nullopt};
+    if (created[0][1].is_null()) return absl::OkStatus();
+    auto rows = txn.exec_params(
+        "SELECT " + kImageColumns + " FROM marketplace_images WHERE id = $1",
+        created[0][1].as<std::string>());
+    if (!rows.empty()) found->image = ImageFromRow(rows[0]);
     return absl::OkStatus();
   }));
   return found;

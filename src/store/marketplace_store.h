@@ -123,11 +123,17 @@ class MarketplaceStore {
                                             const std::string& request_id, absl::Time now);
   // `ref`: an image id, "name" (newest listed version) or "name:version".
   absl::StatusOr<ImageRecord> ResolveImage(const std::string& ref);
-  // The image of the tenant's earlier launch with `request_id`, if one was
-  // made: a retry gets that launch's answer, whatever the catalog lists
-  // or the wallet holds now.
-  absl::StatusOr<std::optional<ImageRecord>> LaunchedImage(const std::string& tenant_id,
-                                                           const std::string& request_id);
+  // The tenant's earlier create with `request_id`, if one was made, and
+  // the image it launched (none for a plain create): a retry of a launch
+  // gets that launch's answer, whatever the catalog lists or the wallet
+  // holds now, and any other reuse of the request_id is refused before
+  // them.
+  struct EarlierCreate {
+    std::string instance_id;
+    std::optional<ImageRecord> image;
+  };
+  absl::StatusOr<std::optional<EarlierCreate>> EarlierCreateOf(const std::string& tenant_id,
+                                                               const std::string& request_id);
   absl::StatusOr<std::vector<ImageRecord>> ListImages(const std::string& publisher_tenant_id,
                                                       const std::string& after_id, int limit);
   absl::StatusOr<ImageRecord> DelistImage(const std::string& publisher_tenant_id,

@@ -450,6 +450,28 @@ TEST_F(MarketplaceBillingTest, TrialCreditPaysNoAppFee) {
             "IMAGE_DELISTED");
   EXPECT_EQ(count("SELECT count(*) FROM instances"), 1);
 
+  // A request_id already taken is refused as such, before the catalog and
+  // the wallet are asked: by a launch of another app (which the empty paid
+  // wallet could not pay for), and by a plain create (whose request_id now
+  // names a delisted app).
+  RegisterApp(*market_, publisher_, "pricier", 1, 90 * kPerMinute, {});
+  v1::LaunchAppRequest other = launch;
+  other.set_app("pricier");
+  other.set_request_id("launch-p");
+  grpc::Status reused = market_->LaunchApp(Context(buyer_).get(), other, &again);
+  EXPECT_EQ(reused.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(api::ReasonOf(reused), "REQUEST_ID_REUSED") << reused.error_message();
+  EXPECT_NE(reused.error_message().find(app.id()), std::string::npos) << reused.error_message();
+  v1::CreateInstanceRequest plain;
+  plain.set_request_id("plain-1");
+  plain.mutable_instance()->set_gpu_count(1);
+  v1::Instance created;
+  ASSERT_TRUE(instances_->CreateInstance(Context(buyer_).get(), plain, &created).ok());
+  launch.set_request_id("plain-1");
+  reused = market_->LaunchApp(Context(buyer_).get(), launch, &again);
+  EXPECT_EQ(api::ReasonOf(reused), "REQUEST_ID_REUSED") << reused.error_message();
+  EXPECT_EQ(count("SELECT count(*) FROM instances"), 2);
+
   auto audit = billing.Audit();
   ASSERT_TRUE(audit.ok());
   EXPECT_TRUE(audit->empty()) << (audit->empty() ? "" : audit->front());
