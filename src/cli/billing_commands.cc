@@ -22,12 +22,6 @@ std::string Fen(int64_t fen) {
   return absl::StrFormat("%s%d.%02d CNY", negative ? "-" : "", abs / 100, abs % 100);
 }
 
-std::string Time(const google::protobuf::Timestamp& t) {
-  if (t.seconds() == 0 && t.nanos() == 0) return "-";
-  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::FromUnixSeconds(t.seconds()),
-                          absl::UTCTimeZone());
-}
-
 bool ParseTime(const std::string& text, google::protobuf::Timestamp* out) {
   absl::Time t;
   std::string error;
@@ -41,7 +35,7 @@ void PrintBalance(const v1::Balance& b, std::ostream& out) {
       {"mode", b.mode() == v1::POSTPAID ? "postpaid" : "prepaid"},
       {"paid", Yuan(b.paid_micros())},
       {"trial", Yuan(b.trial_micros())},
-      {"trial expires", Time(b.trial_expire_time())},
+      {"trial expires", FormatTime(b.trial_expire_time())},
   };
   if (b.mode() == v1::POSTPAID) {
     rows.push_back({"receivable", Yuan(b.receivable_micros())});
@@ -51,7 +45,8 @@ void PrintBalance(const v1::Balance& b, std::ostream& out) {
   rows.push_back({"running cost", Yuan(b.burn_micros_per_minute()) + " per minute"});
   PrintTable(rows, out);
   for (const auto& n : b.notices()) {
-    out << "notice " << Time(n.create_time()) << " " << n.kind() << ": " << n.message() << "\n";
+    out << "notice " << FormatTime(n.create_time()) << " " << n.kind() << ": " << n.message()
+        << "\n";
   }
 }
 
@@ -151,13 +146,13 @@ void AddTenantCommands(CLI::App& app, Action* action) {
                                                      "TO", "INSTANCE", "MINUTE"}};
       for (const auto& t : response.transfers()) {
         // A minute charge's legs have no transfer id (docs/billing.md).
-        rows.push_back({t.id() == 0 ? "-" : std::to_string(t.id()), Time(t.create_time()),
+        rows.push_back({t.id() == 0 ? "-" : std::to_string(t.id()), FormatTime(t.create_time()),
                         t.kind(),
                         Yuan(t.tenant_delta_micros() != 0 ? t.tenant_delta_micros()
                                                           : t.amount_micros()),
                         t.from_account(), t.to_account(),
                         t.instance_id().empty() ? "-" : t.instance_id(),
-                        Time(t.usage_minute_time())});
+                        FormatTime(t.usage_minute_time())});
       }
       PrintTable(rows, std::cout);
       if (!response.next_page_token().empty()) {
@@ -187,9 +182,9 @@ void AddTenantCommands(CLI::App& app, Action* action) {
         }
         PrintTable({{"invoice", invoice.id()},
                     {"period", absl::StrCat(invoice.period(), " (Asia/Shanghai; ",
-                                            Time(invoice.period_start_time()), " to ",
-                                            Time(invoice.period_end_time()), ")")},
-                    {"issued", Time(invoice.issue_time())},
+                                            FormatTime(invoice.period_start_time()), " to ",
+                                            FormatTime(invoice.period_end_time()), ")")},
+                    {"issued", FormatTime(invoice.issue_time())},
                     {"total", absl::StrCat(Fen(invoice.total_fen()), " (exact ",
                                            Yuan(invoice.total_micros()), ")")}},
                    std::cout);
@@ -222,7 +217,8 @@ void AddTenantCommands(CLI::App& app, Action* action) {
       }
       std::vector<std::vector<std::string>> rows = {{"ID", "PERIOD", "TOTAL", "ISSUED"}};
       for (const auto& inv : all.invoices()) {
-        rows.push_back({inv.id(), inv.period(), Fen(inv.total_fen()), Time(inv.issue_time())});
+        rows.push_back(
+            {inv.id(), inv.period(), Fen(inv.total_fen()), FormatTime(inv.issue_time())});
       }
       PrintTable(rows, std::cout);
       if (all.invoices_size() == 0) {
@@ -271,7 +267,7 @@ void AddAdminBillingCommands(CLI::App& app, Action* action) {
                     {"payment", topup->payment_id()},
                     {"amount", Yuan(transfer.amount_micros())},
                     {"transfer", transfer.idempotency_key()},
-                    {"time", Time(transfer.create_time())}},
+                    {"time", FormatTime(transfer.create_time())}},
                    std::cout);
       }
       return kExitOk;

@@ -13,13 +13,6 @@ namespace {
 
 constexpr int kEventsPagesMax = 100;  // 100 pages of 1,000 events.
 
-// Milliseconds matter here: billing charges the exact RUNNING intervals.
-std::string ExactTime(const google::protobuf::Timestamp& t) {
-  absl::Time at =
-      absl::FromUnixMicros(google::protobuf::util::TimeUtil::TimestampToMicroseconds(t));
-  return absl::FormatTime("%Y-%m-%d %H:%M:%E3S UTC", at, absl::UTCTimeZone());
-}
-
 int RunStop(Session& s, const std::string& id) {
   std::string error;
   if (!s.Connect(&error)) return Fail(error);
@@ -68,7 +61,8 @@ int RunEvents(Session& s, const std::string& id) {
   }
   std::vector<std::vector<std::string>> rows = {{"TIME", "FROM", "TO", "REASON"}};
   for (const auto& e : all.events()) {
-    rows.push_back({ExactTime(e.event_time()),
+    // Milliseconds matter here: billing charges the exact RUNNING intervals.
+    rows.push_back({FormatTime(e.event_time(), TimePrecision::kMilliseconds),
                     e.from_state() == v1::INSTANCE_STATE_UNSPECIFIED ? "-"
                                                                      : StateName(e.from_state()),
                     StateName(e.to_state()), e.reason()});

@@ -12,9 +12,13 @@
 
 namespace sv::cli {
 
-std::string FormatTime(const google::protobuf::Timestamp& t) {
-  absl::Time at = absl::FromUnixMicros(google::protobuf::util::TimeUtil::TimestampToMicroseconds(t));
-  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", at, absl::UTCTimeZone());
+std::string FormatTime(const google::protobuf::Timestamp& t, TimePrecision precision) {
+  if (t.seconds() == 0 && t.nanos() == 0) return "-";
+  const absl::Time at =
+      absl::FromUnixMicros(google::protobuf::util::TimeUtil::TimestampToMicroseconds(t));
+  const char* format = precision == TimePrecision::kMilliseconds ? "%Y-%m-%d %H:%M:%E3S UTC"
+                                                                 : "%Y-%m-%d %H:%M:%S UTC";
+  return absl::FormatTime(format, at, absl::UTCTimeZone());
 }
 
 namespace {

@@ -29,8 +29,11 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows, std::ostream&
 
 // Money for people: 12345678 micro-yuan -> "12.345678 CNY".
 std::string Yuan(int64_t micros);
-// "2026-12-04 19:09:00 UTC".
-std::string FormatTime(const google::protobuf::Timestamp& t);
+// "2026-12-04 19:09:00 UTC", or with milliseconds "2026-12-04 19:09:00.125
+// UTC"; "-" for an unset time.
+enum class TimePrecision { kSeconds, kMilliseconds };
+std::string FormatTime(const google::protobuf::Timestamp& t,
+                       TimePrecision precision = TimePrecision::kSeconds);
 // A tenant role as svctl writes and reads it: viewer, billing, member,
 // owner ("-" for none).
 std::string RoleText(v1::TenantRole role);

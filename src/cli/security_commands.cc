@@ -12,12 +12,6 @@ namespace {
 
 using google::protobuf::util::TimeUtil;
 
-std::string TimeText(const google::protobuf::Timestamp& t) {
-  if (t.seconds() == 0 && t.nanos() == 0) return "-";
-  return absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixSeconds(t.seconds()),
-                          absl::UTCTimeZone());
-}
-
 bool ParseRole(const std::string& text, v1::TenantRole* role) {
   for (auto r : {v1::TENANT_ROLE_VIEWER, v1::TENANT_ROLE_BILLING, v1::TENANT_ROLE_MEMBER,
                  v1::TENANT_ROLE_OWNER}) {
@@ -52,8 +46,8 @@ void PrintKeys(const google::protobuf::RepeatedPtrField<v1::ApiKey>& keys) {
   for (const auto& k : keys) {
     rows.push_back({k.id(), k.user_email(), k.name().empty() ? "-" : k.name(),
                     ScopeText(k.scope()),
-                    TimeText(k.create_time()), TimeText(k.expire_time()),
-                    TimeText(k.revoke_time())});
+                    FormatTime(k.create_time()), FormatTime(k.expire_time()),
+                    FormatTime(k.revoke_time())});
   }
   PrintTable(rows, std::cout);
 }
@@ -133,7 +127,7 @@ void AddKeyCommands(CLI::App& app, Action* action) {
 void PrintUsers(const v1::ListUsersResponse& r) {
   std::vector<std::vector<std::string>> rows{{"ID", "EMAIL", "ROLE", "ADDED"}};
   for (const auto& u : r.users()) {
-    rows.push_back({u.id(), u.email(), RoleText(u.role()), TimeText(u.create_time())});
+    rows.push_back({u.id(), u.email(), RoleText(u.role()), FormatTime(u.create_time())});
   }
   PrintTable(rows, std::cout);
 }
@@ -233,7 +227,7 @@ void AddAuditCommand(CLI::App& app, Action* action) {
               std::string method = e.method().substr(e.method().rfind('/') + 1);
               std::string result = e.code();
               if (!e.reason().empty()) result += " (" + e.reason() + ")";
-              rows.push_back({TimeText(e.time()), e.tenant_id(), e.user_email(), method,
+              rows.push_back({FormatTime(e.time()), e.tenant_id(), e.user_email(), method,
                               e.request_id().empty() ? "-" : e.request_id(), result});
             }
             PrintTable(rows, std::cout);
