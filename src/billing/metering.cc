@@ -612,69 +612,105 @@ absl::Status Billing::StopUnfunded(absl::Time now, int64_t* stopped_count) {
   // of `now`, at its present size, in metering's order (minute, then
   // instance id); those the tenant's credit cannot pay in full are stopped
   // now. The estimate counts no more than metering will charge (stopped
-  // instances and earlier sizes are left out), so an instance the credit
-  // covers is never stopped; metering charges and caps the minutes later
-  // as usual.
-  std::vector<std::array<std::string, 3>> unfunded;  // instance, tenant, minute text
+  // instances, earlier sizes and storage are left out, and an app's fee is
+  // its hourly price / 60 rounded down), so an instance the credit covers
+  // is never stopped; metering charges and caps the minutes later as usual.
+  //
+  // An app's fee is paid from the paid wallet (or the receivable) alone,
+  // after the minute's rent, and the rent takes the trial credit first
+  // (docs/marketplace.md). So an app instance is also stopped when what
+  // the rent leaves of the paid credit cannot pay the tenant's fees
+  // through its own: the rent of every minute up to the present one, then
+  // the fees in the same order.
+  struct Unfunded {
+    std::string instance;
+    std::string tenant;
+    std::string minute;  // "YYYY-MM-DD HH:MM"
+    bool for_fee = false;  // The rent would be paid, the app fee not.
+  };
+  std::vector<Unfunded> unfunded;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
     unfunded.clear();
     for (const auto& r : txn.exec_params(absl::StrCat(kRunningPricesCte, R"sql(,
       run AS MATERIALIZED (
         SELECT i.id, i.tenant_id, (i.gpu_count * pr.unit)::bigint AS per_minute,
+               coalesce(ap.price_per_hour_micros / 60, 0)::bigint AS fee_per_minute,
                greatest(coalesce((SELECT b.billed_before_minute FROM billing_cursor b), 0),
                         floor(extract(epoch from i.running_since) / 60)::bigint) AS from_minute
         FROM instances i JOIN price pr USING (gpu_model)
+        LEFT JOIN instance_apps ap ON ap.instance_id = i.id
         WHERE i.state = 'RUNNING' AND i.running_since IS NOT NULL AND pr.unit > 0
       ), short AS (
         -- Tenants whose credit cannot pay all of it; only theirs are ordered.
-        SELECT o.tenant_id, coalesce(sum(CASE
-            WHEN a.kind = 'trial_wallet' THEN a.balance_micros
-            WHEN a.kind = 'paid_wallet' AND t.billing_mode = 'prepaid' THEN a.balance_micros
-            WHEN a.kind = 'receivable' AND t.billing_mode = 'postpaid'
-              THEN a.balance_micros + a.credit_limit_micros
-            ELSE 0 END), 0)::bigint AS available, o.owed
+        SELECT o.tenant_id, o.rent_owed, o.fee_owed,
+               coalesce(sum(a.balance_micros) FILTER (WHERE a.kind = 'trial_wallet'),
+                        0)::bigint AS trial,
+               coalesce(sum(CASE
+                   WHEN a.kind = 'paid_wallet' AND t.billing_mode = 'prepaid'
+                     THEN a.balance_micros
+                   WHEN a.kind = 'receivable' AND t.billing_mode = 'postpaid'
+                     THEN a.balance_micros + a.credit_limit_micros
+                   ELSE 0 END), 0)::bigint AS main
         FROM (SELECT tenant_id,
-                     sum(per_minute * ($2::bigint - from_minute + 1))::bigint AS owed
+                     sum(per_minute * ($2::bigint - from_minute + 1))::bigint AS rent_owed,
+                     sum(fee_per_minute * ($2::bigint - from_minute + 1))::bigint AS fee_owed
               FROM run GROUP BY tenant_id) o
         JOIN tenants t ON t.id = o.tenant_id
         LEFT JOIN ledger_accounts a ON a.tenant_id = o.tenant_id
-        GROUP BY o.tenant_id, o.owed
+        GROUP BY o.tenant_id, o.rent_owed, o.fee_owed
       ), owed AS (
-        SELECT r.id, r.tenant_id, s.available,
+        SELECT r.id, r.tenant_id, r.fee_per_minute, s.trial, s.main,
+               -- The paid credit the rent of every minute through the
+               -- present one leaves for the fees.
+               s.main - greatest(0, s.rent_owed - s.trial) AS left_for_fees,
                sum(r.per_minute * greatest($2::bigint - r.from_minute, 0))
                  OVER (PARTITION BY r.tenant_id) AS earlier,
                sum(r.per_minute) OVER (PARTITION BY r.tenant_id ORDER BY r.id
-                                       ROWS UNBOUNDED PRECEDING) AS this_minute
+                                       ROWS UNBOUNDED PRECEDING) AS this_minute,
+               sum(r.fee_per_minute * greatest($2::bigint - r.from_minute, 0))
+                 OVER (PARTITION BY r.tenant_id) AS fees_earlier,
+               sum(r.fee_per_minute) OVER (PARTITION BY r.tenant_id ORDER BY r.id
+                                           ROWS UNBOUNDED PRECEDING) AS fees_this_minute
         FROM run r JOIN short s USING (tenant_id)
-        WHERE s.available < s.owed
+        WHERE s.trial + s.main < s.rent_owed
+           OR (s.fee_owed > 0 AND s.main - greatest(0, s.rent_owed - s.trial) < s.fee_owed)
+      ), verdict AS (
+        SELECT id, tenant_id, trial + main < earlier + this_minute AS for_rent,
+               fee_per_minute > 0 AND left_for_fees < fees_earlier + fees_this_minute AS for_fee
+        FROM owed
       )
-      SELECT id, tenant_id FROM owed WHERE available < earlier + this_minute
+      SELECT id, tenant_id, NOT for_rent FROM verdict WHERE for_rent OR for_fee
       ORDER BY tenant_id, id)sql"),
                                          SqlTime(now), MinuteOf(now))) {
       unfunded.push_back({r[0].as<std::string>(), r[1].as<std::string>(),
                           absl::FormatTime("%Y-%m-%d %H:%M", MinuteStart(MinuteOf(now)),
-                                           absl::UTCTimeZone())});
+                                           absl::UTCTimeZone()),
+                          r[2].as<bool>()});
     }
     return absl::OkStatus();
   }));
-  for (const auto& [id, tenant, minute] : unfunded) {
-    auto before = store_.GetInstance(tenant, id);
+  for (const Unfunded& u : unfunded) {
+    auto before = store_.GetInstance(u.tenant, u.instance);
     if (!before.ok() || before->state != store::InstanceState::kRunning) continue;
-    auto stopped = store_.StopInstance(tenant, id, "credit exhausted", now);
+    auto stopped = store_.StopInstance(u.tenant, u.instance, "credit exhausted", now);
     if (!stopped.ok()) {
       if (ReasonOf(stopped.status()) == "INSTANCE_FINISHED") continue;
       return stopped.status();
     }
     ++*stopped_count;
-    spdlog::info("billing: stopped {} tenant={}: credit exhausted in minute {} UTC", id, tenant,
-                 minute);
+    spdlog::info("billing: stopped {} tenant={}: {} in minute {} UTC", u.instance, u.tenant,
+                 u.for_fee ? "paid credit exhausted for the app fee" : "credit exhausted",
+                 u.minute);
     SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
       txn.exec_params(
           "INSERT INTO billing_notices (tenant_id, kind, instance_id, message, at) "
           "VALUES ($1, 'credit_exhausted', $2, $3, $4::timestamptz)",
-          tenant, id,
-          absl::StrCat("credit ran out in minute ", minute,
-                       " UTC; the instance is stopped; top up to start it again"),
+          u.tenant, u.instance,
+          u.for_fee ? absl::StrCat("credit ran out for the app fee in minute ", u.minute,
+                                   " UTC (trial credit pays rent only); the instance is "
+                                   "stopped; top up to start it again")
+                    : absl::StrCat("credit ran out in minute ", u.minute,
+                                   " UTC; the instance is stopped; top up to start it again"),
           SqlTime(now));
       return absl::OkStatus();
     }));

@@ -109,15 +109,16 @@ class MarketplaceBillingTest : public ::testing::Test {
   }
 
   // The real metering on the same database, on a fake clock at `start`
-  // with no lag, as the billing loop runs it.
-  billing::Billing& FakeClockBilling(absl::Time start) {
+  // with no lag (or `lag`), as the billing loop runs it.
+  billing::Billing& FakeClockBilling(absl::Time start,
+                                     absl::Duration lag = absl::ZeroDuration()) {
     store::DatabaseOptions db_options;
     db_options.url = options_.database_url;
     db_ = std::make_unique<store::Database>(db_options);
     store_ = std::make_unique<store::Store>(*db_);
     clock_ = std::make_unique<FakeClock>(start);
     billing::BillingOptions billing_options;
-    billing_options.metering_lag = absl::ZeroDuration();
+    billing_options.metering_lag = lag;
     billing_ = std::make_unique<billing::Billing>(*db_, *store_, *clock_, billing_options);
     return *billing_;
   }
@@ -472,6 +473,59 @@ TEST_F(MarketplaceBillingTest, TrialCreditPaysNoAppFee) {
   EXPECT_EQ(api::ReasonOf(reused), "REQUEST_ID_REUSED") << reused.error_message();
   EXPECT_EQ(count("SELECT count(*) FROM instances"), 2);
 
+  auto audit = billing.Audit();
+  ASSERT_TRUE(audit.ok());
+  EXPECT_TRUE(audit->empty()) << (audit->empty() ? "" : audit->front());
+}
+
+// Goal: an app's instance stops in the first minute whose fee its paid
+// credit cannot pay, although metering, 60 s behind, learns of it two
+// minutes later; and not a turn earlier. (It used to run on until metering
+// capped the fee, two minutes later: three minutes of fees, 30 CNY here,
+// went unpaid, 70% of them the publisher's.)
+//
+// 100 CNY of paid credit pays ten minutes of a 600 CNY/h app; the trial
+// pays the rent. The loop's turns fall every 5 s from 2 s into a minute.
+TEST_F(MarketplaceBillingTest, StopsAsPaidCreditRunsOutForTheAppFee) {
+  constexpr int64_t kPerMinute = 10 * billing::kMicrosPerYuan;
+  RegisterApp(*market_, publisher_, "metered", 1, 60 * kPerMinute, {});
+  TopUpBuyer("pay-m", 10 * kPerMinute);
+  v1::LaunchAppRequest launch;
+  launch.set_app("metered");
+  launch.set_request_id("launch-m");
+  v1::Instance app;
+  grpc::Status launched = market_->LaunchApp(Context(buyer_).get(), launch, &app);
+  ASSERT_TRUE(launched.ok()) << launched.error_message();
+  pqxx::connection sql(options_.database_url);
+  ASSERT_TRUE(WaitFor([&] {
+    pqxx::work txn(sql);
+    return txn.exec_params1("SELECT state FROM instances WHERE id = $1", app.id())[0]
+               .as<std::string>() == "RUNNING";
+  }));
+  const int64_t r = RunningSinceMinute(sql, app.id());
+  billing::Billing& billing =
+      FakeClockBilling(absl::FromUnixSeconds((r + 1) * 60 + 2), absl::Seconds(60));
+  FakeClock& clock = *clock_;
+  while (clock.Now() < absl::FromUnixSeconds((r + 14) * 60)) {
+    ASSERT_TRUE(billing.RunOnce(clock.Now()).ok());
+    clock.Advance(absl::Seconds(5));
+  }
+  auto count = [&](const std::string& query) {
+    pqxx::work txn(sql);
+    return txn.exec_params1(query, app.id())[0].as<int64_t>();
+  };
+  // Minutes r to r + 9 paid their fees; the first turn in minute r + 10
+  // stopped the instance.
+  EXPECT_EQ(count("SELECT (extract(epoch from max(at)) * 1000)::bigint FROM instance_events "
+                  "WHERE instance_id = $1 AND to_state = 'STOPPED'"),
+            ((r + 10) * 60 + 2) * 1000);
+  EXPECT_EQ(count("SELECT coalesce(sum(amount_micros), 0)::bigint FROM ledger_transfers "
+                  "WHERE kind = 'app_fee' AND instance_id = $1"),
+            10 * kPerMinute);
+  EXPECT_EQ(count("SELECT count(*) FROM app_fee_shortfalls WHERE instance_id = $1"), 1);
+  EXPECT_EQ(count("SELECT count(*) FROM billing_notices WHERE instance_id = $1 "
+                  "AND kind = 'credit_exhausted' AND message LIKE '%app fee%'"),
+            1);
   auto audit = billing.Audit();
   ASSERT_TRUE(audit.ok());
   EXPECT_TRUE(audit->empty()) << (audit->empty() ? "" : audit->front());
