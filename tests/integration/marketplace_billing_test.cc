@@ -72,7 +72,7 @@ v1::MarketplaceImage RegisterApp(v1::MarketplaceService::Stub& market,
 int64_t RunningSinceMinute(pqxx::connection& sql, const std::string& id) {
   pqxx::work txn(sql);
   return txn.exec_params1(
-      "SELECT (extract(epoch from running_since) / 60)::bigint FROM instances WHERE id = $1",
+      "SELECT floor(extract(epoch from running_since) / 60)::bigint FROM instances WHERE id = $1",
       id)[0].as<int64_t>();
 }
 
