@@ -57,13 +57,13 @@ SELECT g.instance_id, g.tenant_id, g.minute, coalesce(p.gross, 0) AS owed,
        coalesce(c.net, 0) + coalesce(a.net, 0) AS net,
        coalesce(c.trial, 0) + coalesce(a.trial, 0) AS net_trial,
        coalesce(s.shortfall_micros, 0) AS shortfall,
-       coalesce(a.n, 0) AS adjustments, c.main_id, coalesce(p.gpu_model, c.gpu_model) AS gpu_model
+       coalesce(a.n, 0) AS adjustments, coalesce(p.gpu_model, c.gpu_model) AS gpu_model
 FROM grid g
 LEFT JOIN priced p ON p.instance_id = g.instance_id AND p.minute = g.minute
 LEFT JOIN LATERAL (
   SELECT (ch.trial_micros + ch.main_micros)::bigint AS net,
          CASE WHEN ch.trial_account = g.trial_id THEN ch.trial_micros END AS trial,
-         ch.main_account AS main_id, i.gpu_model
+         i.gpu_model
   FROM instances i JOIN tenants tn ON tn.id = i.tenant_id
   JOIN ledger_charges ch
     ON ch.minute = g.minute AND ch.tenant_no = tn.billing_no AND ch.instance_no = i.billing_no
@@ -161,9 +161,10 @@ absl::StatusOr<int64_t> Billing::RecheckLateEvents(absl::Time now) {
           const int64_t refund = std::min(-diff, net);
           const int64_t main_back = std::clamp<int64_t>(net - net_trial, 0, refund);
           const int64_t trial_back = refund - main_back;
-          const int64_t main_id = row["main_id"].is_null() ? main_now
-                                                           : row["main_id"].as<int64_t>();
-          if (main_back > 0) legs.push_back({revenue, main_id, main_back});
+          // The paid part goes to the account the tenant's mode charges
+          // now: the charge's own, unless the mode changed since, and
+          // then the balance went there too (SetBillingMode).
+          if (main_back > 0) legs.push_back({revenue, main_now, main_back});
           if (trial_back > 0) legs.push_back({revenue, trial_valid ? trial_id : promotion,
                                               trial_back});
         } else {

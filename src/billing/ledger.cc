@@ -25,6 +25,32 @@ int64_t MinuteOf(absl::Time t) {
 
 absl::Time MinuteStart(int64_t minute) { return absl::FromUnixSeconds(minute * 60); }
 
+namespace {
+
+// Moves all of a tenant's `from_kind` account, if positive, to its
+// `to_kind` account (a billing mode switch).
+absl::Status MoveBalance(pqxx::work& txn, const std::string& tenant_id,
+                         const std::string& from_kind, const std::string& to_kind,
+                         absl::Time now) {
+  const int64_t from = internal::TenantAccount(txn, tenant_id, from_kind);
+  const int64_t amount =
+      txn.exec_params("SELECT balance_micros FROM ledger_accounts WHERE id = $1 FOR UPDATE",
+                      from)[0][0]
+          .as<int64_t>();
+  if (amount <= 0) return absl::OkStatus();
+  // The tenant row is locked, so the count (and the key) is stable.
+  const int64_t moves =
+      txn.exec_params("SELECT count(*) FROM ledger_transfers WHERE tenant_id = $1 "
+                      "AND kind = 'balance_move'",
+                      tenant_id)[0][0]
+          .as<int64_t>();
+  return internal::PostSingle(
+      txn, {absl::StrCat("balance_move:", tenant_id, ":", moves + 1), "balance_move", tenant_id,
+            from, internal::TenantAccount(txn, tenant_id, to_kind), amount, now});
+}
+
+}  // namespace
+
 Billing::Billing(store::Database& db, store::Store& store, const Clock& clock,
                  BillingOptions options)
     : db_(db), store_(store), clock_(clock), options_(options) {}
@@ -162,20 +188,34 @@ absl::Status Billing::SetBillingMode(const std::string& tenant_id, BillingMode m
     return Error(absl::StatusCode::kInvalidArgument, "INVALID_CREDIT_LIMIT",
                  "credit_limit_micros must be >= 0, and 0 for prepaid tenants");
   }
+  const bool postpaid = mode == BillingMode::kPostpaid;
+  const absl::Time now = clock_.Now();
   return db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    // Metering charges the account of the mode it reads; holding its lock,
+    // no run charges the account whose balance moves away below.
+    txn.exec_params("SELECT pg_advisory_xact_lock($1)", internal::kMeteringLockKey);
+    auto before = txn.exec_params("SELECT billing_mode FROM tenants WHERE id = $1 FOR UPDATE",
+                                  tenant_id);
+    if (before.empty()) {
+      return Error(absl::StatusCode::kNotFound, "TENANT_NOT_FOUND", "no such tenant");
+    }
+    const bool switching = (before[0][0].as<std::string>() == "postpaid") != postpaid;
     // A switch records when postpaid began or ended (for the invoicer);
     // setting the mode a tenant already has keeps the times.
-    auto rows = txn.exec_params(
+    txn.exec_params(
         "UPDATE tenants SET billing_mode = $2, "
         "postpaid_since = CASE WHEN $2 = 'postpaid' AND billing_mode <> 'postpaid' "
         "  THEN $3::timestamptz ELSE postpaid_since END, "
         "postpaid_until = CASE WHEN $2 = 'prepaid' AND billing_mode = 'postpaid' "
         "  THEN $3::timestamptz ELSE postpaid_until END "
-        "WHERE id = $1 RETURNING id",
-        tenant_id, mode == BillingMode::kPostpaid ? "postpaid" : "prepaid",
-        store::SqlTime(clock_.Now()));
-    if (rows.empty()) {
-      return Error(absl::StatusCode::kNotFound, "TENANT_NOT_FOUND", "no such tenant");
+        "WHERE id = $1",
+        tenant_id, postpaid ? "postpaid" : "prepaid", store::SqlTime(now));
+    if (switching) {
+      // The money goes with the mode: a paid wallet into the receivable
+      // (spent before any debt), a receivable's credit into the wallet.
+      // A debt stays where it is, and is refused below.
+      SV_RETURN_IF_ERROR(MoveBalance(txn, tenant_id, postpaid ? "paid_wallet" : "receivable",
+                                     postpaid ? "receivable" : "paid_wallet", now));
     }
     auto limited = txn.exec_params(
         "UPDATE ledger_accounts SET credit_limit_micros = $2 WHERE tenant_id = $1 "
@@ -183,7 +223,9 @@ absl::Status Billing::SetBillingMode(const std::string& tenant_id, BillingMode m
         tenant_id, credit_limit_micros);
     if (limited.empty()) {
       return Error(absl::StatusCode::kFailedPrecondition, "CREDIT_LIMIT_BELOW_DEBT",
-                   "the tenant already owes more than that credit limit");
+                   postpaid ? "the tenant already owes more than that credit limit"
+                            : "the tenant owes money on its receivable; it goes back to "
+                              "prepaid once that is paid (top up)");
     }
     return absl::OkStatus();
   });

@@ -110,7 +110,8 @@ void AddTenantCommands(CLI::App& app, Action* action) {
                       [list](std::int64_t n) { list->set_newest_first(n > 0); },
                       "Newest first (the page token keeps the order)");
   transfers->add_option("--kind", *list->mutable_kind(),
-                        "charge, trial_grant, trial_expiry, topup or sla_refund");
+                        "charge, trial_grant, trial_expiry, topup, sla_refund, adjustment, "
+                        "app_fee, storage, payout or balance_move");
   transfers->add_option("--instance", *list->mutable_instance_id(), "Only this instance");
   auto transfers_from = std::make_shared<std::string>();
   auto transfers_to = std::make_shared<std::string>();

@@ -765,6 +765,87 @@ TEST_F(BillingTest, TopUpIdempotency) {
             absl::StatusCode::kNotFound);
 }
 
+// A change of billing mode takes the tenant's money along: the paid wallet
+// of a prepaid tenant made postpaid goes into its receivable and pays the
+// charges before any debt is run up; going back to prepaid takes what the
+// receivable holds into the paid wallet. A debt is not moved: the tenant
+// stays postpaid, and loses nothing, until it is paid.
+TEST_F(BillingTest, BillingModeSwitchMovesTheBalance) {
+  Billing billing = MakeBilling();
+  auto [tenant, user] = NewTenant("switcher");
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-s1", 100 * kMicrosPerYuan, clock_.Now()).ok());
+  const std::string id = Run(tenant, 8);
+  clock_.Advance(absl::Hours(1));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  auto prepaid = billing.GetBalance(tenant, clock_.Now());
+  ASSERT_TRUE(prepaid.ok()) << prepaid.status();
+  ASSERT_EQ(prepaid->trial_micros, 0);  // 10 CNY of trial is 38 minutes of 8 GPUs.
+  ASSERT_GT(prepaid->paid_micros, 0);
+  ASSERT_LT(prepaid->paid_micros, 100 * kMicrosPerYuan);
+
+  ASSERT_TRUE(billing.SetBillingMode(tenant, BillingMode::kPostpaid, 50 * kMicrosPerYuan).ok());
+  auto postpaid = billing.GetBalance(tenant, clock_.Now());
+  EXPECT_EQ(postpaid->mode, BillingMode::kPostpaid);
+  EXPECT_EQ(postpaid->paid_micros, 0);
+  EXPECT_EQ(postpaid->receivable_micros, prepaid->paid_micros);
+  EXPECT_EQ(postpaid->available_micros, prepaid->paid_micros + 50 * kMicrosPerYuan);
+  // Setting the mode it has (a new limit) moves nothing.
+  ASSERT_TRUE(billing.SetBillingMode(tenant, BillingMode::kPostpaid, 60 * kMicrosPerYuan).ok());
+  EXPECT_EQ(billing.GetBalance(tenant, clock_.Now())->receivable_micros, prepaid->paid_micros);
+
+  // The next hour is paid from the moved money.
+  clock_.Advance(absl::Hours(1));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  auto spent = billing.GetBalance(tenant, clock_.Now());
+  EXPECT_EQ(spent->paid_micros, 0);
+  EXPECT_EQ(spent->receivable_micros, prepaid->paid_micros - 60 * 8 * kPrice);
+
+  ASSERT_TRUE(billing.SetBillingMode(tenant, BillingMode::kPrepaid, 0).ok());
+  auto back = billing.GetBalance(tenant, clock_.Now());
+  EXPECT_EQ(back->mode, BillingMode::kPrepaid);
+  EXPECT_EQ(back->receivable_micros, 0);
+  EXPECT_EQ(back->paid_micros, spent->receivable_micros);
+
+  // Both moves are in the tenant's statement, as neither a payment nor a
+  // charge.
+  auto moves = billing.ListTransfers(tenant, {.kind = "balance_move", .limit = 10});
+  ASSERT_TRUE(moves.ok()) << moves.status();
+  ASSERT_EQ(moves->size(), 2u);
+  EXPECT_EQ((*moves)[0].from_kind, "paid_wallet");
+  EXPECT_EQ((*moves)[0].to_kind, "receivable");
+  EXPECT_EQ((*moves)[0].amount_micros, prepaid->paid_micros);
+  EXPECT_EQ((*moves)[1].from_kind, "receivable");
+  EXPECT_EQ((*moves)[1].to_kind, "paid_wallet");
+  for (const auto& move : *moves) EXPECT_EQ(move.tenant_delta_micros, 0);
+
+  // A tenant in debt cannot go back to prepaid, and nothing moves.
+  Stop(tenant, id);
+  auto [debtor, debtor_user] = NewTenant("debtor");
+  ASSERT_TRUE(billing.SetBillingMode(debtor, BillingMode::kPostpaid, 50 * kMicrosPerYuan).ok());
+  const std::string debt_id = Run(debtor, 8);
+  clock_.Advance(absl::Hours(1));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  Stop(debtor, debt_id);
+  auto owing = billing.GetBalance(debtor, clock_.Now());
+  ASSERT_LT(owing->receivable_micros, 0);
+  auto refused = billing.SetBillingMode(debtor, BillingMode::kPrepaid, 0);
+  EXPECT_EQ(ReasonOf(refused), "CREDIT_LIMIT_BELOW_DEBT");
+  auto unchanged = billing.GetBalance(debtor, clock_.Now());
+  EXPECT_EQ(unchanged->mode, BillingMode::kPostpaid);
+  EXPECT_EQ(unchanged->receivable_micros, owing->receivable_micros);
+  EXPECT_EQ(unchanged->credit_limit_micros, 50 * kMicrosPerYuan);
+  // Paid, and 5 CNY more: the 5 CNY go to the paid wallet.
+  ASSERT_TRUE(billing
+                  .TopUp(debtor, "pay-d1", -owing->receivable_micros + 5 * kMicrosPerYuan,
+                         clock_.Now())
+                  .ok());
+  ASSERT_TRUE(billing.SetBillingMode(debtor, BillingMode::kPrepaid, 0).ok());
+  auto settled = billing.GetBalance(debtor, clock_.Now());
+  EXPECT_EQ(settled->receivable_micros, 0);
+  EXPECT_EQ(settled->paid_micros, 5 * kMicrosPerYuan);
+  ExpectAuditClean(billing);
+}
+
 // Two billers (two svd replicas) and concurrent top-ups on a tenant close to
 // empty: no minute is charged twice and no wallet goes negative.
 TEST_F(BillingTest, ConcurrentSpendingNeverNegative) {
@@ -1194,6 +1275,39 @@ TEST_F(BillingTest, LateEndIsRefundedByAdjustments) {
   EXPECT_EQ(billing.ListTransfers(tenant, {.kind = "adjustment", .limit = 1000})->size(), 14u);
   auto summary = billing.GetRevenueSummary(absl::InfinitePast(), absl::InfiniteFuture());
   EXPECT_EQ(summary->platform_revenue_balance_micros, 46 * 264'000);
+  ExpectAuditClean(billing);
+}
+
+// A late refund of minutes charged to the paid wallet, after the tenant
+// became postpaid, goes to the receivable, where the wallet's balance went:
+// not to a wallet that postpaid charges never touch.
+TEST_F(BillingTest, LateRefundFollowsTheMovedBalance) {
+  Billing billing = MakeBilling();
+  auto [tenant, user] = NewTenant("switchlate");
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-sl", 50 * kMicrosPerYuan, clock_.Now()).ok());
+  const absl::Time t0 = clock_.Now();
+  const std::string id = Run(tenant, 8);  // 264,000 per minute.
+  clock_.Advance(absl::Minutes(60));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  ASSERT_TRUE(billing.SetBillingMode(tenant, BillingMode::kPostpaid, 10 * kMicrosPerYuan).ok());
+  auto before = billing.GetBalance(tenant, clock_.Now());
+  EXPECT_EQ(before->paid_micros, 0);
+  EXPECT_EQ(before->receivable_micros, 60 * kMicrosPerYuan - 60 * 264'000);
+
+  // The end arrives late: 14 of the minutes charged were not owed.
+  ASSERT_TRUE(store_->StopInstance(tenant, id, "node lost", t0 + absl::Minutes(45) +
+                                                                absl::Seconds(10)).ok());
+  clock_.Advance(absl::Minutes(1));
+  auto result = billing.RunOnce(clock_.Now());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->adjustment_legs, 14);
+  auto after = billing.GetBalance(tenant, clock_.Now());
+  EXPECT_EQ(after->paid_micros, 0);
+  EXPECT_EQ(after->receivable_micros, 60 * kMicrosPerYuan - 46 * 264'000);
+  auto adjustments = billing.ListTransfers(tenant, {.kind = "adjustment", .limit = 1000});
+  ASSERT_TRUE(adjustments.ok());
+  ASSERT_EQ(adjustments->size(), 14u);
+  for (const auto& t : *adjustments) EXPECT_EQ(t.to_kind, "receivable");
   ExpectAuditClean(billing);
 }
 
