@@ -302,14 +302,15 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
     SV_RETURN_IF_ERROR(control::CheckResizeGpuCount(request.gpu_count()));
     if (deps_.billing != nullptr) {
       // Growing is held to the create's credit gate: the wallet must cover
-      // the first minutes of the instance at its new size.
+      // the first minutes of the instance at its new size (and of the
+      // tenant's other instances).
       SV_ASSIGN_OR_RETURN(auto current, deps_.store->GetInstance(who.tenant_id, request.id()));
       if (current.state == store::InstanceState::kRunning &&
           request.gpu_count() > current.spec.gpu_count) {
         SV_ASSIGN_OR_RETURN(int64_t app_price, deps_.billing->AppPriceOf(current.id));
         SV_RETURN_IF_ERROR(deps_.billing->CheckCreditForCreate(
             who.tenant_id, request.gpu_count(), current.spec.gpu_model, deps_.clock->Now(),
-            app_price));
+            app_price, current.id));
       }
     }
     SV_ASSIGN_OR_RETURN(int previous,

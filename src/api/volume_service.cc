@@ -259,7 +259,9 @@ class VolumeServiceImpl final : public v1::VolumeService::Service {
                                 spec.size_gib, " GiB ",
                                 spec.kind == store::VolumeKind::kNodeLocal ? "node-local"
                                                                            : "network",
-                                " volume cost ", r.used, " micro-yuan but only ", r.allowed,
+                                " volume, with those of the instances the tenant already "
+                                "has running or queued, cost ",
+                                r.used, " micro-yuan but only ", r.allowed,
                                 " is available; top up first"));
     }
     const store::VolumeRecord& v = outcome.record;

@@ -195,14 +195,17 @@ class Billing {
 
   // ---- Credit gate ---------------------------------------------------------
   // FAILED_PRECONDITION / INSUFFICIENT_CREDIT unless the tenant can pay the
-  // first create_credit_minutes of `gpu_count` GPUs of `gpu_model`, and of
+  // first create_credit_minutes of `gpu_count` GPUs of `gpu_model`, of
+  // every instance of the tenant that has not ended (the one being resized,
+  // `resized_instance_id`, at its new size only; sv_committed_rent), and of
   // an app's fee of `app_price_per_hour_micros` (0: no app). Trial credit
   // pays rent first and never app fees (docs/marketplace.md), so the fee
   // and whatever rent the trial leaves must fit in the paid wallet (or a
   // postpaid tenant's receivable and its limit).
   absl::Status CheckCreditForCreate(const std::string& tenant_id, int gpu_count,
                                     const std::string& gpu_model, absl::Time now,
-                                    int64_t app_price_per_hour_micros = 0);
+                                    int64_t app_price_per_hour_micros = 0,
+                                    const std::string& resized_instance_id = "");
   // The hourly app fee an instance launched with (instance_apps), 0 if it
   // runs no paid app.
   absl::StatusOr<int64_t> AppPriceOf(const std::string& instance_id);

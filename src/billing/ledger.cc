@@ -233,11 +233,23 @@ absl::Status Billing::SetBillingMode(const std::string& tenant_id, BillingMode m
 
 absl::Status Billing::CheckCreditForCreate(const std::string& tenant_id, int gpu_count,
                                            const std::string& gpu_model, absl::Time now,
-                                           int64_t app_price_per_hour_micros) {
-  SV_ASSIGN_OR_RETURN(Balance balance, GetBalance(tenant_id, now));
-  SV_ASSIGN_OR_RETURN(int64_t price, GpuPrice(gpu_model, now));
+                                           int64_t app_price_per_hour_micros,
+                                           const std::string& resized_instance_id) {
   const int minutes = options_.create_credit_minutes;
-  const int64_t needed = price * gpu_count * minutes;
+  if (minutes <= 0) return absl::OkStatus();
+  SV_ASSIGN_OR_RETURN(Balance balance, GetBalance(tenant_id, now));
+  int64_t price = 0;
+  int64_t committed = 0;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    price = internal::GpuPriceAt(txn, gpu_model, now);
+    // The instances the tenant already has (not ended) will be charged as
+    // well; a resized one counts at its new size only.
+    committed = txn.exec_params1("SELECT sv_committed_rent($1, $2::timestamptz, $3)",
+                                 tenant_id, SqlTime(now), resized_instance_id)[0]
+                    .as<int64_t>();
+    return absl::OkStatus();
+  }));
+  const int64_t needed = (price * gpu_count + committed) * minutes;
   if (balance.available_micros < needed) {
     return CreditRefusal(gpu_count, gpu_model, needed, balance.available_micros);
   }
@@ -280,8 +292,10 @@ absl::Status Billing::CreditRefusal(int gpu_count, const std::string& gpu_model,
                                     int64_t needed, int64_t available) const {
   return Error(absl::StatusCode::kFailedPrecondition, "INSUFFICIENT_CREDIT",
                absl::StrCat("the first ", options_.create_credit_minutes, " minutes of ",
-                            gpu_count, " x ", gpu_model, " cost ", needed,
-                            " micro-yuan but only ", available,
+                            gpu_count, " x ", gpu_model,
+                            ", with those of the instances the tenant already has running "
+                            "or queued, cost ",
+                            needed, " micro-yuan but only ", available,
                             " is available; top up first"));
 }
 

@@ -276,7 +276,8 @@ absl::StatusOr<VolumeCreateOutcome> VolumeStore::Create(const std::string& tenan
     if (gate.credit_minutes >= 0) {
       // Storage is charged for as long as the volume lives, paid or not
       // (unpaid minutes are shortfall), so a tenant without credit must
-      // not be able to create it.
+      // not be able to create it. The rent of the tenant's instances that
+      // have not ended comes first (as in the instance create's gate).
       auto row = txn.exec_params1(
           "SELECT (SELECT coalesce(max(a.balance_micros) FILTER (WHERE a.kind = 'trial_wallet'), 0) "
           "  + CASE WHEN t.billing_mode = 'postpaid' "
@@ -289,7 +290,8 @@ absl::StatusOr<VolumeCreateOutcome> VolumeStore::Create(const std::string& tenan
           "   WHERE p.item_kind = 'storage_gib_hour' AND p.item IN ($3, '*') "
           "   AND p.effective_from <= $4::timestamptz "
           "   ORDER BY (p.item = '*'), p.effective_from DESC LIMIT 1), 0) * $5::bigint + 59) "
-          " / 60)::bigint",
+          " / 60 + CASE WHEN $5 > 0 THEN sv_committed_rent($1, $4::timestamptz, '') * $5 "
+          "        ELSE 0 END)::bigint",
           tenant_id, spec.size_gib, kind, SqlTime(now), gate.credit_minutes);
       const int64_t available = row[0].is_null() ? 0 : row[0].as<int64_t>();
       const int64_t needed = row[1].as<int64_t>();

@@ -57,6 +57,18 @@ TEST(BillingApiTest, BalanceCreditGateTopUpAndAudit) {
   EXPECT_EQ(api::ReasonOf(refused), "INSUFFICIENT_CREDIT");
   create.mutable_instance()->set_gpu_count(16);
   ASSERT_TRUE(instances->CreateInstance(Context(token).get(), create, &instance).ok());
+  // A second 16 would fit alone, but not with the first one's minutes,
+  // which metering has not charged yet: nothing is created.
+  v1::Instance second;
+  grpc::Status committed = instances->CreateInstance(Context(token).get(), create, &second);
+  EXPECT_EQ(committed.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(api::ReasonOf(committed), "INSUFFICIENT_CREDIT");
+  EXPECT_NE(committed.error_message().find("cost 10560000 micro-yuan but only 10000000"),
+            std::string::npos)
+      << committed.error_message();
+  v1::ListInstancesResponse mine;
+  ASSERT_TRUE(instances->ListInstances(Context(token).get(), {}, &mine).ok());
+  EXPECT_EQ(mine.instances_size(), 1);
 
   // Growing it to 32 is held to the same gate; it keeps its 16 GPUs.
   v1::GetInstanceRequest get;

@@ -611,7 +611,9 @@ TEST_F(BillingTest, VolumesWarnAndAreNoticedWhenUnpaid) {
   for (int minute = 1; minute <= 40; ++minute) {
     clock_.Advance(absl::Minutes(1));
     ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
-    if (minute == 20) EXPECT_TRUE(exhausted().empty());
+    if (minute == 20) {
+      EXPECT_TRUE(exhausted().empty());
+    }
   }
   const std::vector<std::string> notices = exhausted();
   ASSERT_EQ(notices.size(), 1u);

@@ -301,13 +301,15 @@ TEST_F(CreateBatchTest, RandomBatchesMatchAnElementByElementModel) {
     bool granted = false;
     std::map<std::string, std::string> fingerprints;  // request_id -> fingerprint.
     int64_t unfinished = 0;
+    int64_t gpus = 0;  // Of the unfinished instances: their rent is committed.
   };
   std::mt19937 random(20261130);
   std::vector<ModelTenant> tenants;
   for (int t = 0; t < 5; ++t) {
     ModelTenant m;
     std::tie(m.id, m.user) = NewTenant(absl::StrCat("m", t));
-    m.instances_max = t == 0 ? 1000 : static_cast<int>(random() % 6);
+    // Tenant 3 asks for the trial and has room, so its credit binds.
+    m.instances_max = t == 0 || t == 3 ? 1000 : static_cast<int>(random() % 6);
     m.pending_max = t % 2 == 0 ? static_cast<int>(random() % 5) : -1;
     m.trial = t >= 2;
     if (t != 0) {
@@ -318,6 +320,7 @@ TEST_F(CreateBatchTest, RandomBatchesMatchAnElementByElementModel) {
     tenants.push_back(m);
   }
   int checked = 0;
+  int refused_for_committed = 0;  // Would fit alone, not with the tenant's others.
   for (int round = 0; round < 12; ++round) {
     std::vector<CreateRequest> batch;
     std::vector<size_t> owner;
@@ -332,7 +335,8 @@ TEST_F(CreateBatchTest, RandomBatchesMatchAnElementByElementModel) {
         r.gate.trial_user_id = tenants[t].user;
         r.gate.trial_amount_micros = kTrialMicros;
         r.gate.trial_expires_at = now_ + absl::Hours(24 * 30);
-        r.gate.credit_minutes = 60;  // 1 GPU: 1.98 CNY; 8 GPUs: 15.84 (over 10).
+        // 1 GPU: 1.98 CNY, so at most five; 8 GPUs: 15.84 (over 10).
+        r.gate.credit_minutes = 60;
       }
       batch.push_back(r);
       owner.push_back(t);
@@ -355,8 +359,10 @@ TEST_F(CreateBatchTest, RandomBatchesMatchAnElementByElementModel) {
         ++checked;
         continue;
       }
-      const int64_t needed = int64_t{33'000} * r.spec.gpu_count * 60;
+      // The gate covers the tenant's instances accepted before this one too.
+      const int64_t needed = int64_t{33'000} * (m.gpus + r.spec.gpu_count) * 60;
       if (m.trial && needed > kTrialMicros) {
+        if (int64_t{33'000} * r.spec.gpu_count * 60 <= kTrialMicros) ++refused_for_committed;
         ASSERT_TRUE(out[i].ok()) << where << out[i].status();
         ASSERT_TRUE(out[i]->refusal.has_value()) << where;
         EXPECT_EQ(out[i]->refusal->reason, "INSUFFICIENT_CREDIT") << where;
@@ -381,11 +387,13 @@ TEST_F(CreateBatchTest, RandomBatchesMatchAnElementByElementModel) {
         EXPECT_TRUE(out[i]->inserted) << where;
         m.fingerprints[r.request_id] = r.fingerprint;
         ++m.unfinished;
+        m.gpus += r.spec.gpu_count;
       }
       ++checked;
     }
   }
   EXPECT_GT(checked, 50);
+  EXPECT_GT(refused_for_committed, 0);
   for (const ModelTenant& m : tenants) {
     EXPECT_EQ(Scalar(absl::StrCat("SELECT count(*) FROM instances WHERE tenant_id = '", m.id,
                                   "' AND state = 'PENDING'")),
