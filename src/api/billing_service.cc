@@ -2,7 +2,9 @@
 #include <charconv>
 #include <string_view>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "api/internal/service_util.h"
 #include "api/validation.h"
 #include "billing/billing.h"
@@ -183,6 +185,12 @@ class BillingServiceImpl final : public v1::BillingService::Service {
     if (request.kind().size() > 32 || request.instance_id().size() > 64) {
       return Error(absl::StatusCode::kInvalidArgument, "INVALID_FILTER",
                    "kind is at most 32 characters and instance_id at most 64");
+    }
+    if (!request.kind().empty() &&
+        absl::c_find(billing::kTransferKinds, request.kind()) == std::end(billing::kTransferKinds)) {
+      return Error(absl::StatusCode::kInvalidArgument, "INVALID_FILTER",
+                   absl::StrCat("kind '", request.kind(), "' is not a transfer kind; it is one of ",
+                                absl::StrJoin(billing::kTransferKinds, ", ")));
     }
     filter.kind = request.kind();
     filter.instance_id = request.instance_id();

@@ -148,6 +148,32 @@ TEST(BillingApiTest, BalanceCreditGateTopUpAndAudit) {
   EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(api::ReasonOf(bad), "INVALID_PAGE_TOKEN");
 
+  // A kind the ledger cannot hold is refused, not answered with an empty
+  // page; each kind the ledger's CHECK allows is accepted.
+  v1::ListTransfersRequest by_kind;
+  by_kind.set_kind("top-up");
+  grpc::Status unknown_kind = billing->ListTransfers(Context(token).get(), by_kind, &page);
+  EXPECT_EQ(unknown_kind.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(api::ReasonOf(unknown_kind), "INVALID_FILTER");
+  EXPECT_NE(unknown_kind.error_message().find("balance_move"), std::string::npos)
+      << unknown_kind.error_message();
+  std::string check;
+  {
+    pqxx::connection c(options.database_url);
+    pqxx::nontransaction txn(c);
+    check = txn.exec1("SELECT pg_get_constraintdef(oid) FROM pg_constraint "
+                      "WHERE conname = 'ledger_transfers_kind_check'")[0]
+                .as<std::string>();
+  }
+  int quoted = 0;
+  for (char c : check) quoted += c == '\'' ? 1 : 0;
+  EXPECT_EQ(quoted, 2 * static_cast<int>(std::size(billing::kTransferKinds))) << check;
+  for (const char* kind : billing::kTransferKinds) {
+    EXPECT_NE(check.find(absl::StrCat("'", kind, "'")), std::string::npos) << kind;
+    by_kind.set_kind(kind);
+    EXPECT_TRUE(billing->ListTransfers(Context(token).get(), by_kind, &page).ok()) << kind;
+  }
+
   v1::Invoice invoice;
   v1::GetInvoiceRequest get_invoice;
   get_invoice.set_id("inv-nope");
