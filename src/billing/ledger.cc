@@ -167,7 +167,12 @@ absl::StatusOr<TransferRecord> Billing::TopUp(const std::string& tenant_id,
   }
   const std::string key = absl::StrCat("topup:", payment_id);
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
-    auto tenant = txn.exec_params("SELECT billing_mode FROM tenants WHERE id = $1", tenant_id);
+    // The key-share lock waits for a mode switch in progress (it holds the
+    // row FOR UPDATE) and then reads the new mode; without it a payment that
+    // read the old mode could land in the wallet the switch just emptied,
+    // which the new mode never spends.
+    auto tenant = txn.exec_params(
+        "SELECT billing_mode FROM tenants WHERE id = $1 FOR KEY SHARE", tenant_id);
     if (tenant.empty()) {
       return Error(absl::StatusCode::kNotFound, "TENANT_NOT_FOUND", "no such tenant");
     }

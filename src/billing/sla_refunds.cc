@@ -59,6 +59,17 @@ absl::StatusOr<std::vector<PostedRefund>> PostSlaRefunds(pqxx::work& txn,
     amounts.push_back(r.amount_micros);
   }
   const int64_t expense = internal::PlatformAccount(txn, "sla_refund_expense");
+  // Each refund goes to the account its tenant's mode charges. A key-share
+  // lock on the tenants, taken before the statement that reads the mode,
+  // waits for a mode switch in progress, so the refund follows the balance
+  // the switch moves (locking inside that statement would not: a row
+  // re-checked after the wait keeps the account it first joined). The
+  // order is the create batches' (sv_create_instances), so the two never
+  // wait on each other in a cycle.
+  txn.exec_params(
+      "SELECT 1 FROM tenants WHERE id = ANY ($1::text[]) ORDER BY id COLLATE \"C\" "
+      "FOR KEY SHARE",
+      store::TextArrayLiteral(tenants));
   auto rows = txn.exec_params(kPostSql, store::TextArrayLiteral(keys), store::TextArrayLiteral(tenants),
                               store::TextArrayLiteral(instances), store::IntArrayLiteral(minutes), store::IntArrayLiteral(amounts),
                               expense, store::SqlTime(at));

@@ -3,6 +3,7 @@
 // micro-yuan, against an independent simple model where one is needed.
 #include <algorithm>
 #include <map>
+#include <future>
 #include <optional>
 #include <random>
 #include <thread>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "billing/billing.h"
+#include "billing/sla_refunds.h"
 #include "common/status.h"
 #include "control/scheduling.h"
 #include "gtest/gtest.h"
@@ -1310,6 +1312,85 @@ TEST_F(BillingTest, LateRefundFollowsTheMovedBalance) {
   ASSERT_TRUE(adjustments.ok());
   ASSERT_EQ(adjustments->size(), 14u);
   for (const auto& t : *adjustments) EXPECT_EQ(t.to_kind, "receivable");
+  ExpectAuditClean(billing);
+}
+
+// A payment or an SLA refund racing a switch to postpaid lands where the
+// switch moved the balance, not in the paid wallet the new mode never
+// spends. The race is made certain: a transaction holds the paid wallet, so
+// the switch stops inside its move with the new mode written but not
+// committed; the credit starts then, and both wait until it lets go.
+TEST_F(BillingTest, CreditsRacingAModeSwitchFollowTheBalance) {
+  Billing billing = MakeBilling();
+  // Waits until `n` backends of this database wait for a lock.
+  auto wait_for_lock_waiters = [&](int n) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    int waiting = 0;
+    while (absl::Now() < deadline) {
+      ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+                       waiting = txn.exec("SELECT count(*) FROM pg_stat_activity WHERE "
+                                          "datname = current_database() AND "
+                                          "wait_event_type = 'Lock'")[0][0]
+                                     .as<int>();
+                       return absl::OkStatus();
+                     }).ok());
+      if (waiting >= n) return;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    FAIL() << waiting << " backends wait for a lock, not " << n;
+  };
+  for (const bool sla : {false, true}) {
+    SCOPED_TRACE(sla ? "SLA refund" : "top-up");
+    auto [tenant, user] = NewTenant(sla ? "race-sla" : "race-pay");
+    ASSERT_TRUE(billing.TopUp(tenant, "race-a-" + tenant, 20 * kMicrosPerYuan, clock_.Now()).ok());
+    const std::string id = Run(tenant, 1);
+    std::promise<void> held, release;
+    std::shared_future<void> released = release.get_future().share();
+    std::thread holder([&] {
+      EXPECT_TRUE(db_->Transact([&](pqxx::work& txn) {
+                       txn.exec_params("SELECT 1 FROM ledger_accounts WHERE tenant_id = $1 "
+                                       "AND kind = 'paid_wallet' FOR UPDATE",
+                                       tenant);
+                       held.set_value();
+                       released.wait();
+                       return absl::OkStatus();
+                     }).ok());
+    });
+    held.get_future().wait();
+    absl::Status switched, credited;
+    std::thread switcher([&] {
+      switched = billing.SetBillingMode(tenant, BillingMode::kPostpaid, 50 * kMicrosPerYuan);
+    });
+    wait_for_lock_waiters(1);
+    std::thread creditor([&] {
+      if (!sla) {
+        credited = billing.TopUp(tenant, "race-b-" + tenant, 3 * kMicrosPerYuan, clock_.Now())
+                       .status();
+        return;
+      }
+      credited = db_->Transact([&](pqxx::work& txn) -> absl::Status {
+        return PostSlaRefunds(txn,
+                              {{"sla:" + id + ":race:gpu_utilization", tenant, id,
+                                absl::ToUnixSeconds(clock_.Now()) / 3600 * 60,
+                                3 * kMicrosPerYuan}},
+                              clock_.Now())
+            .status();
+      });
+    });
+    wait_for_lock_waiters(2);
+    release.set_value();
+    holder.join();
+    switcher.join();
+    creditor.join();
+    ASSERT_TRUE(switched.ok()) << switched;
+    ASSERT_TRUE(credited.ok()) << credited;
+    auto balance = billing.GetBalance(tenant, clock_.Now());
+    ASSERT_TRUE(balance.ok()) << balance.status();
+    EXPECT_EQ(balance->mode, BillingMode::kPostpaid);
+    EXPECT_EQ(balance->paid_micros, 0);
+    EXPECT_EQ(balance->receivable_micros, 23 * kMicrosPerYuan);
+    Stop(tenant, id);
+  }
   ExpectAuditClean(billing);
 }
 
