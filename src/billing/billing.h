@@ -49,6 +49,12 @@ struct BillingOptions {
   // A live volume whose storage has gone unpaid this long without a break
   // is deleted (docs/storage.md, "Unpaid storage"); zero keeps it for good.
   absl::Duration unpaid_storage_grace = absl::Hours(24 * 7);
+  // A month's invoice waits until the SLA judge has judged the month's last
+  // hour (sla_cursor, docs/sla.md), so the refunds of its last hours are on
+  // it: they are posted an hour and the grace after the hour, well after
+  // metering has passed the month's end. svd runs the judge and sets this;
+  // the library alone has no judge.
+  bool invoices_wait_for_sla_judge = false;
 };
 
 enum class BillingMode { kPrepaid, kPostpaid };

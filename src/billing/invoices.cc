@@ -47,7 +47,9 @@ Invoice ReadInvoice(pqxx::work& txn, const pqxx::row& r) {
 // Usage lines per instance and GPU model (what the receivable was charged,
 // and the GPU-minutes of those charges, each at its own GPU count; trial
 // credit is not invoiced), app fees per instance and storage (one line
-// for all volumes), then SLA refunds as negative lines, then
+// for all volumes), then SLA refunds to the receivable as negative lines
+// (one paid into the paid wallet while the tenant was prepaid is the
+// tenant's already), then
 // late-event adjustments of the receivable (billing/adjustments.cc).
 std::string LinesSql() {
   return absl::StrCat(R"sql(
@@ -68,6 +70,7 @@ UNION ALL
 SELECT 'sla_refund', coalesce(t.instance_id, ''), coalesce(t.gpu_model, ''), 0,
        -sum(t.amount_micros)::bigint
 FROM ledger_transfers t
+JOIN ledger_accounts ta ON ta.id = t.to_account_id AND ta.kind = 'receivable'
 WHERE t.tenant_id = $1 AND t.kind = 'sla_refund' AND t.usage_minute >= $2
   AND t.usage_minute < $3
 GROUP BY 2, 3
@@ -115,6 +118,19 @@ absl::StatusOr<Invoice> Billing::IssueInvoice(const std::string& tenant_id,
     if (now < end || cursor[0][0].as<int64_t>() < MinuteOf(end)) {
       return Error(absl::StatusCode::kFailedPrecondition, "PERIOD_NOT_BILLED",
                    absl::StrCat("month ", label, " is not completely billed yet"));
+    }
+    if (options_.invoices_wait_for_sla_judge) {
+      // The judge's cursor: every hour before it is judged and its refunds
+      // posted (NULL: no hour judged yet).
+      auto judged = txn.exec_params(
+          "SELECT coalesce(judged_before >= $1::timestamptz, false) FROM sla_cursor",
+          SqlTime(end));
+      if (judged.empty() || !judged[0][0].as<bool>()) {
+        return Error(absl::StatusCode::kFailedPrecondition, "PERIOD_NOT_JUDGED",
+                     absl::StrCat("the SLA refunds of month ", label,
+                                  " are not all posted yet (its last hour is judged an "
+                                  "hour and the grace after it ends)"));
+      }
     }
     const std::string id = NewId("inv");
     txn.exec("SET LOCAL jit = off");  // See store::TenantChargesSql.
@@ -169,7 +185,8 @@ absl::Status Billing::IssueDueInvoices(absl::Time now) {
   }));
   for (const auto& tenant : due) {
     auto issued = IssueInvoice(tenant, previous, now);
-    if (!issued.ok() && ReasonOf(issued.status()) != "PERIOD_NOT_BILLED") {
+    if (!issued.ok() && ReasonOf(issued.status()) != "PERIOD_NOT_BILLED" &&
+        ReasonOf(issued.status()) != "PERIOD_NOT_JUDGED") {
       return issued.status();
     }
   }

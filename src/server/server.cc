@@ -219,6 +219,7 @@ int RunServer(const ServerOptions& options) {
   billing_options.trial_amount_micros = options.trial_amount_micros;
   billing_options.trial_validity = absl::Hours(24 * options.trial_days);
   billing_options.unpaid_storage_grace = absl::Hours(24 * options.unpaid_storage_grace_days);
+  billing_options.invoices_wait_for_sla_judge = true;  // sla_judge below.
   billing::Billing billing(db, store, clock, billing_options);
   billing::BillingLoop billing_loop(billing, clock);
   billing_loop.SetLeaderGate(&leadership);

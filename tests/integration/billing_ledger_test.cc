@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "store/dashboard_store.h"
 #include "store/security_store.h"
+#include "store/sla_store.h"
 #include "tests/integration/harness.h"
 
 namespace sv::billing {
@@ -965,6 +966,85 @@ TEST_F(BillingTest, PostpaidInvoiceEqualsLedger) {
   EXPECT_EQ((*rest)[0].period, "2026-09");
   auto bad = billing.ListInvoices(tenant, "inv-notours", 2);
   EXPECT_EQ(ReasonOf(bad.status()), "INVALID_PAGE_TOKEN");
+  ExpectAuditClean(billing);
+}
+
+// A tenant prepaid for part of the month and postpaid for the rest: the
+// invoice bills what the receivable was charged, less what was refunded
+// to the receivable. An SLA refund paid into the paid wallet while the
+// tenant was prepaid is the tenant's already, and is not taken off the
+// invoice a second time. The refunds of the month's last hour are posted
+// after metering has passed the month's end, so the invoice waits for the
+// SLA judge's cursor (as in svd) and has them.
+TEST_F(BillingTest, InvoiceHasTheMonthsRefundsToTheReceivable) {
+  BillingOptions options;
+  options.invoices_wait_for_sla_judge = true;
+  Billing billing = MakeBilling(options);
+  // 22:00 Shanghai on 30 November; the month ends at 16:00 UTC.
+  clock_.Set(absl::FromCivil(absl::CivilSecond(2026, 11, 30, 14, 0, 10), absl::UTCTimeZone()));
+  const absl::Time month_end =
+      absl::FromCivil(absl::CivilSecond(2026, 11, 30, 16, 0, 0), absl::UTCTimeZone());
+  auto [tenant, user] = NewTenant("midmonth");
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-mid", 100 * kMicrosPerYuan, clock_.Now()).ok());
+  const std::string id = Run(tenant, 8);
+  // What the judge does for an hour: post its refunds, move its cursor.
+  auto judge = [&](absl::Time hour_start, int64_t amount) {
+    ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) -> absl::Status {
+                     SV_RETURN_IF_ERROR(
+                         PostSlaRefunds(txn,
+                                        {{absl::StrCat("sla:", id, ":",
+                                                       absl::ToUnixSeconds(hour_start),
+                                                       ":gpu_utilization"),
+                                          tenant, id, absl::ToUnixSeconds(hour_start) / 60,
+                                          amount}},
+                                        clock_.Now())
+                             .status());
+                     store::SlaStore::SetCursor(txn, hour_start + absl::Hours(1), clock_.Now());
+                     return absl::OkStatus();
+                   }).ok());
+  };
+  clock_.Advance(absl::Minutes(70));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  judge(month_end - absl::Hours(2), 2 * kMicrosPerYuan);  // Prepaid: into the paid wallet.
+  ASSERT_EQ(billing.GetBalance(tenant, clock_.Now())->receivable_micros, 0);
+  ASSERT_TRUE(billing.SetBillingMode(tenant, BillingMode::kPostpaid, 1'000 * kMicrosPerYuan)
+                  .ok());
+  clock_.Advance(absl::Minutes(80));  // 16:30:10 UTC: metering is past the end.
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  auto listed = billing.ListInvoices(tenant, "", 10);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_TRUE(listed->empty());
+  const absl::Time month = absl::FromCivil(absl::CivilSecond(2026, 11, 15, 0, 0, 0),
+                                           absl::UTCTimeZone());
+  EXPECT_EQ(ReasonOf(billing.IssueInvoice(tenant, month, clock_.Now()).status()),
+            "PERIOD_NOT_JUDGED");
+  clock_.Advance(absl::Minutes(40));
+  judge(month_end - absl::Hours(1), 3 * kMicrosPerYuan);  // Postpaid: into the receivable.
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  listed = billing.ListInvoices(tenant, "", 10);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 1u);
+  const Invoice& invoice = listed->front();
+  EXPECT_EQ(invoice.period, "2026-11");
+  int64_t refunded = 0;
+  for (const auto& line : invoice.lines) {
+    if (line.kind == "sla_refund") refunded += line.amount_micros;
+  }
+  EXPECT_EQ(refunded, -3 * kMicrosPerYuan);
+  // The invoice is the receivable's side of the month in the ledger.
+  int64_t ledger = 0;
+  for (const std::string kind : {"charge", "sla_refund"}) {
+    auto transfers = billing.ListTransfers(tenant, {.kind = kind, .limit = 1000});
+    ASSERT_TRUE(transfers.ok()) << transfers.status();
+    for (const auto& t : *transfers) {
+      if (*t.usage_minute >= MinuteOf(invoice.period_end)) continue;
+      if (t.from_kind == "receivable") ledger += t.amount_micros;
+      if (t.to_kind == "receivable") ledger -= t.amount_micros;
+    }
+  }
+  EXPECT_GT(ledger, 0);
+  EXPECT_EQ(invoice.total_micros, ledger);
+  Stop(tenant, id);
   ExpectAuditClean(billing);
 }
 
