@@ -91,7 +91,7 @@ class DashboardAdminServiceImpl final : public v1::DashboardAdminService::Servic
         p->set_net_revenue_micros(r.charged_micros - r.trial_charged_micros +
                                   r.app_fees_micros - r.app_fees_trial_micros +
                                   r.storage_micros - r.storage_trial_micros -
-                                  r.sla_refunds_micros);
+                                  (r.sla_refunds_micros - r.sla_refunds_trial_micros));
       }
       return absl::OkStatus();
     });

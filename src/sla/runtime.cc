@@ -230,7 +230,8 @@ absl::StatusOr<JudgeResult> Runtime::JudgeHour(absl::Time hour_start, absl::Time
         if (v.refund_micros <= 0) continue;
         refunds.push_back({RefundKey(rent.instance_id, hour_start, v.definition.metric),
                            rent.tenant_id, rent.instance_id,
-                           absl::ToUnixSeconds(hour_start) / 60, v.refund_micros});
+                           absl::ToUnixSeconds(hour_start) / 60, v.refund_micros,
+                           rent.rent_micros, rent.trial_rent_micros});
       }
       p.rent = std::move(rent);
       judged.push_back(std::move(p));

@@ -44,23 +44,28 @@ absl::StatusOr<std::vector<RevenuePointRow>> DashboardStore::RevenueSeries(absl:
   to = Clamp(to);
   // Charges (ledger_charges, migration 0030) are found by their minute of
   // use, the first column of their primary key (migration 0091); the rest
-  // by posting time. A
-  // charge's trial part is paid from the trial wallet (the auditor checks).
+  // by posting time. `side` is the tenant's account an amount left (a
+  // charge, fee or top-up) or reached (an SLA refund, whose trial part goes
+  // back to the trial wallet, or to the promotion expense once the trial
+  // has expired: not money either way). A charge's trial part is paid from
+  // the trial wallet (the auditor checks).
   const std::string sql = absl::StrCat(R"sql(
 WITH t AS (
-  SELECT 'charge'::text AS kind, l.amount AS amount_micros, l.from_kind,
+  SELECT 'charge'::text AS kind, l.amount AS amount_micros, l.side,
          to_timestamp(c.minute * 60) AS ts
   FROM ledger_charges c
   CROSS JOIN LATERAL (VALUES ('trial_wallet', c.trial_micros), ('main', c.main_micros))
-    AS l (from_kind, amount)
+    AS l (side, amount)
   WHERE c.minute >= $3 AND c.minute < $4 AND l.amount > 0
   UNION ALL
-  SELECT t.kind, t.amount_micros, fa.kind AS from_kind, t.at AS ts
+  SELECT t.kind, t.amount_micros,
+         CASE WHEN t.kind = 'sla_refund' THEN ta.kind ELSE fa.kind END AS side, t.at AS ts
   FROM ledger_transfers t JOIN ledger_accounts fa ON fa.id = t.from_account_id
+  JOIN ledger_accounts ta ON ta.id = t.to_account_id
   WHERE t.kind IN ('sla_refund', 'topup') AND t.at >= $1::timestamptz AND t.at < $2::timestamptz
   UNION ALL
   -- App fees (the platform's part) and storage, by posting time.
-  SELECT t.kind, t.amount_micros, fa.kind AS from_kind, t.at AS ts
+  SELECT t.kind, t.amount_micros, fa.kind AS side, t.at AS ts
   FROM ledger_transfers t JOIN ledger_accounts fa ON fa.id = t.from_account_id
   JOIN ledger_accounts ta ON ta.id = t.to_account_id AND ta.kind = 'platform_revenue'
   WHERE t.kind IN ('app_fee', 'storage') AND t.at >= $1::timestamptz AND t.at < $2::timestamptz
@@ -82,13 +87,15 @@ WITH t AS (
 SELECT to_char(period, ')sql", monthly ? "YYYY-MM" : "YYYY-MM-DD", R"sql('),
        (extract(epoch FROM period AT TIME ZONE 'Asia/Shanghai') * 1000000)::bigint,
        coalesce(sum(amount_micros) FILTER (WHERE kind = 'charge'), 0)::bigint,
-       coalesce(sum(amount_micros) FILTER (WHERE kind = 'charge' AND from_kind = 'trial_wallet'), 0)::bigint,
+       coalesce(sum(amount_micros) FILTER (WHERE kind = 'charge' AND side = 'trial_wallet'), 0)::bigint,
        coalesce(sum(amount_micros) FILTER (WHERE kind = 'sla_refund'), 0)::bigint,
+       coalesce(sum(amount_micros) FILTER (WHERE kind = 'sla_refund'
+                AND side IN ('trial_wallet', 'promotion_expense')), 0)::bigint,
        coalesce(sum(amount_micros) FILTER (WHERE kind = 'topup'), 0)::bigint,
        coalesce(sum(amount_micros) FILTER (WHERE kind = 'app_fee'), 0)::bigint,
-       coalesce(sum(amount_micros) FILTER (WHERE kind = 'app_fee' AND from_kind = 'trial_wallet'), 0)::bigint,
+       coalesce(sum(amount_micros) FILTER (WHERE kind = 'app_fee' AND side = 'trial_wallet'), 0)::bigint,
        coalesce(sum(amount_micros) FILTER (WHERE kind = 'storage'), 0)::bigint,
-       coalesce(sum(amount_micros) FILTER (WHERE kind = 'storage' AND from_kind = 'trial_wallet'), 0)::bigint,
+       coalesce(sum(amount_micros) FILTER (WHERE kind = 'storage' AND side = 'trial_wallet'), 0)::bigint,
        coalesce(sum(amount_micros) FILTER (WHERE kind = 'shortfall'), 0)::bigint,
        coalesce(sum(amount_micros) FILTER (WHERE kind = 'storage_shortfall'), 0)::bigint,
        coalesce(sum(amount_micros) FILTER (WHERE kind = 'app_fee_shortfall'), 0)::bigint
@@ -106,14 +113,15 @@ FROM p GROUP BY period ORDER BY period
       r.charged_micros = row[2].as<int64_t>();
       r.trial_charged_micros = row[3].as<int64_t>();
       r.sla_refunds_micros = row[4].as<int64_t>();
-      r.topups_micros = row[5].as<int64_t>();
-      r.app_fees_micros = row[6].as<int64_t>();
-      r.app_fees_trial_micros = row[7].as<int64_t>();
-      r.storage_micros = row[8].as<int64_t>();
-      r.storage_trial_micros = row[9].as<int64_t>();
-      r.shortfall_micros = row[10].as<int64_t>();
-      r.storage_shortfall_micros = row[11].as<int64_t>();
-      r.app_fee_shortfall_micros = row[12].as<int64_t>();
+      r.sla_refunds_trial_micros = row[5].as<int64_t>();
+      r.topups_micros = row[6].as<int64_t>();
+      r.app_fees_micros = row[7].as<int64_t>();
+      r.app_fees_trial_micros = row[8].as<int64_t>();
+      r.storage_micros = row[9].as<int64_t>();
+      r.storage_trial_micros = row[10].as<int64_t>();
+      r.shortfall_micros = row[11].as<int64_t>();
+      r.storage_shortfall_micros = row[12].as<int64_t>();
+      r.app_fee_shortfall_micros = row[13].as<int64_t>();
       out.push_back(std::move(r));
     }
     return absl::OkStatus();
@@ -127,9 +135,11 @@ absl::StatusOr<std::vector<SlaRefundMetricRow>> DashboardStore::SlaRefundsByMetr
   std::vector<SlaRefundMetricRow> out;
   absl::Status status = db_.Transact([&](pqxx::work& txn) {
     out.clear();
-    // Keys are sla:{instance}:{hour}:{metric} (docs/billing.md).
+    // Keys are sla:{instance}:{hour}:{metric} (docs/billing.md); a refund
+    // with a paid and a trial part is two legs of one key.
     auto rows = txn.exec_params(
-        "SELECT split_part(idempotency_key, ':', 4) AS metric, count(*)::bigint, "
+        "SELECT split_part(idempotency_key, ':', 4) AS metric, "
+        "count(*) FILTER (WHERE leg = 0)::bigint, "
         "sum(amount_micros)::bigint FROM ledger_transfers "
         "WHERE kind = 'sla_refund' AND at >= $1::timestamptz AND at < $2::timestamptz "
         "GROUP BY metric ORDER BY metric",

@@ -22,6 +22,7 @@ struct RevenuePointRow {
   int64_t charged_micros = 0;
   int64_t trial_charged_micros = 0;
   int64_t sla_refunds_micros = 0;
+  int64_t sla_refunds_trial_micros = 0;  // Of which trial credit (no money).
   int64_t topups_micros = 0;
   int64_t app_fees_micros = 0;        // The platform's part of app fees.
   int64_t app_fees_trial_micros = 0;  // Of which paid from trial credit.

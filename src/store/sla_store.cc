@@ -409,9 +409,10 @@ std::vector<SlaRent> SlaStore::ReadRents(pqxx::work& txn, absl::Time hour_start)
   // its legs.
   for (const auto& r : txn.exec_params(
            "SELECT i.id, i.tenant_id, c.rent, c.first_minute, c.last_minute, i.gpu_count, "
-           "c.minutes "
+           "c.minutes, c.trial_rent "
            "FROM (SELECT instance_no, "
            "  sum(trial_micros + main_micros) FILTER (WHERE h)::bigint AS rent, "
+           "  sum(trial_micros) FILTER (WHERE h)::bigint AS trial_rent, "
            "  min(minute) FILTER (WHERE h) AS first_minute, "
            "  max(minute) FILTER (WHERE h) AS last_minute, "
            "  bit_or(CASE WHEN h THEN 1::bigint << (minute - $1::bigint)::integer "
@@ -432,6 +433,7 @@ std::vector<SlaRent> SlaStore::ReadRents(pqxx::work& txn, absl::Time hour_start)
     rent.last_minute = r[4].as<int64_t>();
     rent.gpu_count = r[5].as<int>();
     rent.charged_minutes = static_cast<uint64_t>(r[6].as<int64_t>());
+    rent.trial_rent_micros = r[7].as<int64_t>();
     out.push_back(std::move(rent));
   }
   return out;

@@ -35,6 +35,7 @@ struct SlaRent {
   std::string instance_id;
   std::string tenant_id;
   int64_t rent_micros = 0;
+  int64_t trial_rent_micros = 0;  // The part of rent_micros paid from trial credit.
   int64_t first_minute = 0;  // Unix minutes charged, first and last.
   int64_t last_minute = 0;
   // The hour's charged minutes and its neighbours, as sla::MinuteBits.

@@ -8,6 +8,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "billing/billing.h"
@@ -967,6 +968,137 @@ TEST_F(BillingTest, PostpaidInvoiceEqualsLedger) {
   auto bad = billing.ListInvoices(tenant, "inv-notours", 2);
   EXPECT_EQ(ReasonOf(bad.status()), "INVALID_PAGE_TOKEN");
   ExpectAuditClean(billing);
+}
+
+// An SLA refund goes back where the hour's rent came from, in the same
+// shares: the part of the rent paid with trial credit comes back as trial
+// credit (which expires with the grant), the rest to the paid wallet. Once
+// every grant has expired, the trial part goes to the promotion expense,
+// as the expiry took the rest of that credit. Before, the whole refund
+// went to the paid wallet: free credit came back as paid credit, which
+// never expires and pays app fees.
+TEST_F(BillingTest, SlaRefundsGoBackWhereTheRentCameFrom) {
+  BillingOptions options;
+  options.trial_validity = absl::Hours(2);
+  Billing billing = MakeBilling(options);
+  auto [tenant, user] = NewTenant("refunded");
+  ASSERT_TRUE(billing.EnsureTrialGrant(user, clock_.Now()).ok());  // 10 CNY
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-sla", 20 * kMicrosPerYuan, clock_.Now()).ok());
+  const std::string id = Run(tenant, 8);
+  const int64_t minute = absl::ToUnixSeconds(clock_.Now()) / 3600 * 60;
+  // An hour spends the trial credit and some of the paid (the refunds
+  // below give back less than the trial paid, as the judge's do).
+  clock_.Advance(absl::Hours(1));
+  Stop(tenant, id);
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  auto post = [&](const std::string& metric, int64_t amount, int64_t rent, int64_t trial_rent)
+      -> absl::StatusOr<std::vector<PostedRefund>> {
+    absl::StatusOr<std::vector<PostedRefund>> posted;
+    absl::Status status = db_->Transact([&](pqxx::work& txn) -> absl::Status {
+      posted = PostSlaRefunds(txn,
+                              {{absl::StrCat("sla:", id, ":", minute / 60, ":", metric), tenant,
+                                id, minute, amount, rent, trial_rent}},
+                              clock_.Now());
+      return posted.status();
+    });
+    if (!status.ok()) return status;
+    return posted;
+  };
+  auto legs = [&](const std::string& metric) {
+    std::vector<TransferRecord> out;
+    auto all = billing.ListTransfers(tenant, {.kind = "sla_refund", .instance_id = id});
+    EXPECT_TRUE(all.ok()) << all.status();
+    for (const auto& t : *all) {
+      if (absl::EndsWith(t.idempotency_key, ":" + metric)) out.push_back(t);
+    }
+    return out;
+  };
+  const auto before = billing.GetBalance(tenant, clock_.Now());
+  ASSERT_TRUE(before.ok()) << before.status();
+
+  // 15.84 CNY of rent, 10 of it from trial credit: 1.584 CNY back, 1 CNY
+  // of it as trial credit.
+  auto mixed = post("gpu_usable", 1'584'000, 15'840'000, 10'000'000);
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  auto mixed_legs = legs("gpu_usable");
+  ASSERT_EQ(mixed_legs.size(), 2u);
+  EXPECT_EQ(mixed_legs[0].leg, 0);
+  EXPECT_EQ(mixed_legs[0].to_kind, "paid_wallet");
+  EXPECT_EQ(mixed_legs[0].amount_micros, 584'000);
+  EXPECT_EQ(mixed_legs[0].id, (*mixed)[0].transfer_id);  // The verdict links leg 0.
+  EXPECT_EQ(mixed_legs[1].leg, 1);
+  EXPECT_EQ(mixed_legs[1].to_kind, "trial_wallet");
+  EXPECT_EQ(mixed_legs[1].amount_micros, 1'000'000);
+  auto after = billing.GetBalance(tenant, clock_.Now());
+  EXPECT_EQ(after->paid_micros, before->paid_micros + 584'000);
+  EXPECT_EQ(after->trial_micros, before->trial_micros + 1'000'000);
+
+  // Posting it again is a replay of leg 0; other shares under the same key
+  // are refused and write nothing.
+  auto replay = post("gpu_usable", 1'584'000, 15'840'000, 10'000'000);
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  EXPECT_TRUE((*replay)[0].replay);
+  EXPECT_EQ((*replay)[0].transfer_id, (*mixed)[0].transfer_id);
+  EXPECT_EQ(ReasonOf(post("gpu_usable", 1'584'000, 15'840'000, 0).status()),
+            "IDEMPOTENCY_KEY_REUSED");
+  EXPECT_EQ(ReasonOf(post("gpu_usable", 1'584'000, 15'840'000, 15'840'000).status()),
+            "IDEMPOTENCY_KEY_REUSED");
+  EXPECT_EQ(legs("gpu_usable").size(), 2u);
+
+  // Rent paid with trial credit alone: one leg, to the trial wallet.
+  ASSERT_TRUE(post("storage_write", 528'000, 5'280'000, 5'280'000).ok());
+  auto trial_only = legs("storage_write");
+  ASSERT_EQ(trial_only.size(), 1u);
+  EXPECT_EQ(trial_only[0].leg, 0);
+  EXPECT_EQ(trial_only[0].to_kind, "trial_wallet");
+  EXPECT_EQ(trial_only[0].amount_micros, 528'000);
+
+  // After the grant expired: the trial part to the promotion expense; the
+  // tenant's trial wallet stays empty.
+  clock_.Advance(absl::Hours(3));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  ASSERT_EQ(billing.GetBalance(tenant, clock_.Now())->trial_micros, 0);
+  const int64_t paid = billing.GetBalance(tenant, clock_.Now())->paid_micros;
+  ASSERT_TRUE(post("network_latency", 100'000, 1'000'000, 250'000).ok());
+  auto expired = legs("network_latency");
+  ASSERT_EQ(expired.size(), 2u);
+  EXPECT_EQ(expired[0].to_kind, "paid_wallet");
+  EXPECT_EQ(expired[0].amount_micros, 75'000);
+  EXPECT_EQ(expired[1].to_kind, "promotion_expense");
+  EXPECT_EQ(expired[1].amount_micros, 25'000);
+  EXPECT_EQ(expired[1].tenant_delta_micros, 0);
+  after = billing.GetBalance(tenant, clock_.Now());
+  EXPECT_EQ(after->trial_micros, 0);
+  EXPECT_EQ(after->paid_micros, paid + 75'000);
+  // The operators' dashboard: three refunds (not five legs), and only the
+  // 659,000 paid as money taken off the net revenue.
+  store::DashboardStore dashboard(*db_);
+  auto by_metric = dashboard.SlaRefundsByMetric(absl::UnixEpoch(), clock_.Now() + absl::Hours(1));
+  ASSERT_TRUE(by_metric.ok()) << by_metric.status();
+  int64_t count = 0, refunded = 0;
+  for (const auto& m : *by_metric) count += m.refund_count, refunded += m.amount_micros;
+  EXPECT_EQ(count, 3);
+  EXPECT_EQ(refunded, 2'212'000);
+  auto points = dashboard.RevenueSeries(absl::UnixEpoch() + absl::Hours(24 * 365 * 50),
+                                        clock_.Now() + absl::Hours(1), false);
+  ASSERT_TRUE(points.ok()) << points.status();
+  int64_t all = 0, trial = 0;
+  for (const auto& p : *points) all += p.sla_refunds_micros, trial += p.sla_refunds_trial_micros;
+  EXPECT_EQ(all, 2'212'000);
+  EXPECT_EQ(all - trial, 659'000);
+  ExpectAuditClean(billing);
+}
+
+TEST(SlaRefundSharesTest, TrialPartIsTheTrialShareRoundedDown) {
+  EXPECT_EQ(TrialPartOfRefund(1'584'000, 15'840'000, 10'000'000), 1'000'000);
+  EXPECT_EQ(TrialPartOfRefund(100, 3, 1), 33);  // The paid part takes the rest.
+  EXPECT_EQ(TrialPartOfRefund(100, 100, 0), 0);
+  EXPECT_EQ(TrialPartOfRefund(100, 100, 100), 100);
+  EXPECT_EQ(TrialPartOfRefund(100, 0, 0), 0);
+  // No overflow where refund x trial rent passes 2^63.
+  const int64_t big = int64_t{1} << 40;
+  EXPECT_EQ(TrialPartOfRefund(big, 4 * big, 2 * big), big / 2);
 }
 
 // A tenant prepaid for part of the month and postpaid for the rest: the

@@ -53,7 +53,8 @@ class SlaJudgementTest : public ::testing::Test {
     if (!script_path_.empty()) std::filesystem::remove(script_path_);
   }
 
-  void StartSvd(const std::string& faults, const std::string& clock_start = kStart) {
+  void StartSvd(const std::string& faults, const std::string& clock_start = kStart,
+                const std::string& trial_micros = "1000000000") {
     // Fault times count from each start of the simulated fleet.
     script_path_ = (std::filesystem::temp_directory_path() /
                     ("sv-sla-faults-" + std::to_string(getpid()) + "-" +
@@ -70,7 +71,7 @@ class SlaJudgementTest : public ::testing::Test {
                           "--sla-judge-interval-ms", "100",
                           "--sla-checkpoint-interval-ms", "200",
                           "--sla-grace-ms", "300000",
-                          "--trial-amount-micros", "1000000000"};
+                          "--trial-amount-micros", trial_micros};
     svd_ = std::make_unique<SvdProcess>(options);
     ASSERT_TRUE(svd_->Start());
     clock_ = v1::DevClockService::NewStub(svd_->channel());
@@ -247,7 +248,9 @@ TEST_F(SlaJudgementTest, TenThrottledMinutesRefundTenPercentOnce) {
   ASSERT_EQ(refunds.size(), 1u);
   EXPECT_EQ(refunds[0].amount_micros(), 1'584'000);
   EXPECT_EQ(refunds[0].id(), gpu.refund_transfer_id());
-  EXPECT_EQ(refunds[0].to_account(), "paid_wallet");
+  // The fixture's tenant pays with its (large) trial credit: the refund of
+  // trial-paid rent is trial credit (RefundOfTrialPaidRentIsTrialCredit).
+  EXPECT_EQ(refunds[0].to_account(), "trial_wallet");
   EXPECT_EQ(refunds[0].tenant_delta_micros(), 1'584'000);
 
   // Tenant-scoped: another tenant's call is NOT_FOUND, like an unknown id.
@@ -275,6 +278,45 @@ TEST_F(SlaJudgementTest, TenThrottledMinutesRefundTenPercentOnce) {
   EXPECT_EQ(report.by_leaf_switch(0).key(), "leaf-0");
   EXPECT_EQ(admin->GetSlaReport(Context(token_).get(), request, &report).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
+  ExpectAuditPasses();
+}
+
+// Goal: a refund goes back where the hour's rent came from. A 10 CNY
+// trial pays the first 37.9 minutes of hour 10 (10,000,000 of its
+// 15,840,000), the paid wallet the rest, so of the 1,584,000 refund
+// 1,000,000 is trial credit again and 584,000 goes to the paid wallet:
+// two legs of one key, the verdict linking the first. Before, all of it
+// went to the paid wallet, turning free credit into paid credit.
+TEST_F(SlaJudgementTest, RefundOfTrialPaidRentIsTrialCredit) {
+  StartSvd("0s * thermal-throttle for=10m\n", kStart, "10000000");
+  auto admin = v1::BillingAdminService::NewStub(svd_->channel());
+  v1::ListTenantBalancesResponse tenants;
+  ASSERT_TRUE(
+      admin->ListTenantBalances(Context(svd_->admin_key()).get(), {}, &tenants).ok());
+  v1::TopUpRequest topup;
+  for (const auto& t : tenants.balances()) {
+    if (t.tenant_name() == "acme") topup.set_tenant_id(t.tenant_id());
+  }
+  ASSERT_FALSE(topup.tenant_id().empty());
+  topup.set_payment_id("sla-shares-1");
+  topup.set_amount_micros(100'000'000);
+  v1::Transfer paid;
+  ASSERT_TRUE(admin->TopUp(Context(svd_->admin_key()).get(), topup, &paid).ok());
+  const std::string id = CreateRunning();
+  const v1::SlaWindow w = JudgeHour10(id, true);
+  EXPECT_EQ(w.rent_micros(), kHourRent);
+  const v1::SlaVerdict& gpu = Verdict(w, v1::GPU_USABLE);
+  ASSERT_TRUE(gpu.breached());
+  EXPECT_EQ(gpu.refund_micros(), 1'584'000);
+  const auto refunds = Refunds(id);
+  ASSERT_EQ(refunds.size(), 2u);
+  EXPECT_EQ(refunds[0].id(), gpu.refund_transfer_id());
+  EXPECT_EQ(refunds[0].idempotency_key(), gpu.refund_idempotency_key());
+  EXPECT_EQ(refunds[0].to_account(), "paid_wallet");
+  EXPECT_EQ(refunds[0].amount_micros(), 584'000);
+  EXPECT_EQ(refunds[1].idempotency_key(), gpu.refund_idempotency_key());
+  EXPECT_EQ(refunds[1].to_account(), "trial_wallet");
+  EXPECT_EQ(refunds[1].amount_micros(), 1'000'000);
   ExpectAuditPasses();
 }
 
