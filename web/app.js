@@ -116,7 +116,8 @@ async function refreshMoneyTables() {
     formatTime(t.createTime), t.kind, t.instanceId ? el('code', { text: t.instanceId }) : '—',
     t.usageMinuteTime ? formatTime(t.usageMinuteTime) : '—', formatMoney(t.tenantDeltaMicros)]);
   fillTable(document.querySelector('#invoices-table tbody'), invoices.invoices || [], (inv) => [
-    inv.period, el('code', { text: inv.id }), formatTime(inv.issueTime), formatMoney(inv.totalMicros)],
+    inv.period, el('code', { text: inv.id }), formatTime(inv.issueTime), formatMoney(inv.totalMicros),
+    inv.amountDueMicros !== undefined ? formatMoney(inv.amountDueMicros) : '—'],
   'No invoices (postpaid tenants get one a month).');
 }
 

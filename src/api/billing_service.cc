@@ -79,6 +79,12 @@ void ToProto(const billing::Invoice& inv, v1::Invoice* out) {
   out->set_total_micros(inv.total_micros);
   out->set_total_fen(inv.total_fen);
   *out->mutable_issue_time() = ToProto(inv.issued_at);
+  if (inv.amount_due_micros) {
+    out->set_carried_micros(*inv.carried_micros);
+    out->set_carried_fen(*inv.carried_fen);
+    out->set_amount_due_micros(*inv.amount_due_micros);
+    out->set_amount_due_fen(*inv.amount_due_fen);
+  }
   for (const auto& l : inv.lines) {
     auto* line = out->add_lines();
     line->set_kind(l.kind);

@@ -143,6 +143,15 @@ struct Invoice {
   int64_t total_fen = 0;
   absl::Time issued_at;
   std::vector<InvoiceLine> lines;
+  // As of the issue (migration 0106; unset on invoices issued before it):
+  // what the receivable owed before this invoice's lines (earlier charges
+  // not paid, positive, less payments and credit, negative), and the
+  // amount due, total + carried but at least zero. In fen: carried rounded
+  // once, amount due total_fen + carried_fen, at least zero.
+  std::optional<int64_t> carried_micros;
+  std::optional<int64_t> carried_fen;
+  std::optional<int64_t> amount_due_micros;
+  std::optional<int64_t> amount_due_fen;
 };
 
 struct TenantBalance {

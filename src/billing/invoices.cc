@@ -1,4 +1,6 @@
 // Monthly invoices of postpaid tenants, by Asia/Shanghai calendar month.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/civil_time.h"
 #include "billing/billing.h"
@@ -20,7 +22,8 @@ absl::TimeZone Shanghai() { return absl::FixedTimeZone(8 * 3600); }
 constexpr char kInvoiceColumns[] =
     "id, tenant_id, period_label, (extract(epoch from period_start) * 1000000)::bigint, "
     "(extract(epoch from period_end) * 1000000)::bigint, total_micros, total_fen, "
-    "(extract(epoch from issued_at) * 1000000)::bigint";
+    "(extract(epoch from issued_at) * 1000000)::bigint, carried_micros, carried_fen, "
+    "amount_due_micros, amount_due_fen";
 
 Invoice ReadInvoice(pqxx::work& txn, const pqxx::row& r) {
   Invoice inv;
@@ -32,6 +35,12 @@ Invoice ReadInvoice(pqxx::work& txn, const pqxx::row& r) {
   inv.total_micros = r[5].as<int64_t>();
   inv.total_fen = r[6].as<int64_t>();
   inv.issued_at = absl::FromUnixMicros(r[7].as<int64_t>());
+  if (!r[8].is_null()) {
+    inv.carried_micros = r[8].as<int64_t>();
+    inv.carried_fen = r[9].as<int64_t>();
+    inv.amount_due_micros = r[10].as<int64_t>();
+    inv.amount_due_fen = r[11].as<int64_t>();
+  }
   auto lines = txn.exec_params(
       "SELECT kind, instance_id, gpu_model, gpu_minutes, amount_micros, amount_fen "
       "FROM invoice_lines WHERE invoice_id = $1 ORDER BY line_no",
@@ -140,12 +149,32 @@ absl::StatusOr<Invoice> Billing::IssueInvoice(const std::string& tenant_id,
       total_micros += l[4].as<int64_t>();
       total_fen += RoundToFen(l[4].as<int64_t>());
     }
+    // What the receivable holds of everything up to the month's end: its
+    // balance now less what usage from the end on did to it (charges,
+    // fees, refunds and adjustments of later minutes); payments and
+    // balance moves have no usage minute and all count. One statement, so
+    // one snapshot. Negative: owed.
+    auto through = txn.exec_params(
+        absl::StrCat(
+            "SELECT a.balance_micros + coalesce((SELECT sum(c.main_micros) FROM ",
+            store::TenantChargesSql("$1", "$2::bigint", "NULL"),
+            " c WHERE c.main_account = a.id), 0) - coalesce((SELECT sum(CASE WHEN "
+            "t.to_account_id = a.id THEN t.amount_micros ELSE -t.amount_micros END) "
+            "FROM ledger_transfers t WHERE t.tenant_id = $1 AND t.usage_minute >= $2 "
+            "AND a.id IN (t.from_account_id, t.to_account_id)), 0)::bigint "
+            "FROM ledger_accounts a WHERE a.tenant_id = $1 AND a.kind = 'receivable' "
+            "AND a.owner = ''"),
+        tenant_id, MinuteOf(end));
+    const int64_t carried = -through[0][0].as<int64_t>() - total_micros;
+    const int64_t carried_fen = RoundToFen(carried);
     txn.exec_params(
         "INSERT INTO invoices (id, tenant_id, period_start, period_end, period_label, "
-        "total_micros, total_fen, issued_at) VALUES ($1, $2, $3::timestamptz, "
-        "$4::timestamptz, $5, $6, $7, $8::timestamptz)",
+        "total_micros, total_fen, issued_at, carried_micros, carried_fen, amount_due_micros, "
+        "amount_due_fen) VALUES ($1, $2, $3::timestamptz, $4::timestamptz, $5, $6, $7, "
+        "$8::timestamptz, $9, $10, $11, $12)",
         id, tenant_id, SqlTime(start), SqlTime(end), label, total_micros, total_fen,
-        SqlTime(now));
+        SqlTime(now), carried, carried_fen, std::max<int64_t>(0, total_micros + carried),
+        std::max<int64_t>(0, total_fen + carried_fen));
     int line_no = 0;
     for (const auto& l : lines) {
       const int64_t micros = l[4].as<int64_t>();

@@ -181,14 +181,23 @@ void AddTenantCommands(CLI::App& app, Action* action) {
           PrintJson(invoice, std::cout);
           return kExitOk;
         }
-        PrintTable({{"invoice", invoice.id()},
-                    {"period", absl::StrCat(invoice.period(), " (Asia/Shanghai; ",
-                                            FormatTime(invoice.period_start_time()), " to ",
-                                            FormatTime(invoice.period_end_time()), ")")},
-                    {"issued", FormatTime(invoice.issue_time())},
-                    {"total", absl::StrCat(Fen(invoice.total_fen()), " (exact ",
-                                           Yuan(invoice.total_micros()), ")")}},
-                   std::cout);
+        std::vector<std::vector<std::string>> head = {
+            {"invoice", invoice.id()},
+            {"period", absl::StrCat(invoice.period(), " (Asia/Shanghai; ",
+                                    FormatTime(invoice.period_start_time()), " to ",
+                                    FormatTime(invoice.period_end_time()), ")")},
+            {"issued", FormatTime(invoice.issue_time())},
+            {"total", absl::StrCat(Fen(invoice.total_fen()), " (exact ",
+                                   Yuan(invoice.total_micros()), ")")}};
+        if (invoice.has_amount_due_fen()) {
+          // Earlier months not paid (positive) less payments and credit.
+          head.push_back({"earlier balance", absl::StrCat(Fen(invoice.carried_fen()),
+                                                          invoice.carried_micros() < 0
+                                                              ? " (payments and credit)"
+                                                              : " (not paid yet)")});
+          head.push_back({"amount due", Fen(invoice.amount_due_fen())});
+        }
+        PrintTable(head, std::cout);
         std::cout << "\n";
         std::vector<std::vector<std::string>> lines = {
             {"KIND", "INSTANCE", "GPU MODEL", "GPU-MINUTES", "AMOUNT"}};
@@ -200,6 +209,10 @@ void AddTenantCommands(CLI::App& app, Action* action) {
         }
         PrintTable(lines, std::cout);
         std::cout << "Each line is rounded to fen; the total is the sum of the lines.\n";
+        if (invoice.has_amount_due_fen()) {
+          std::cout << "Amount due is the total plus the earlier balance as of the issue "
+                       "(never below zero); payments since then are not in it.\n";
+        }
         return kExitOk;
       }
       // Every page, newest period first.
@@ -216,10 +229,11 @@ void AddTenantCommands(CLI::App& app, Action* action) {
         PrintJson(all, std::cout);
         return kExitOk;
       }
-      std::vector<std::vector<std::string>> rows = {{"ID", "PERIOD", "TOTAL", "ISSUED"}};
+      std::vector<std::vector<std::string>> rows = {{"ID", "PERIOD", "TOTAL", "DUE", "ISSUED"}};
       for (const auto& inv : all.invoices()) {
-        rows.push_back(
-            {inv.id(), inv.period(), Fen(inv.total_fen()), FormatTime(inv.issue_time())});
+        rows.push_back({inv.id(), inv.period(), Fen(inv.total_fen()),
+                        inv.has_amount_due_fen() ? Fen(inv.amount_due_fen()) : "-",
+                        FormatTime(inv.issue_time())});
       }
       PrintTable(rows, std::cout);
       if (all.invoices_size() == 0) {

@@ -933,6 +933,11 @@ TEST_F(BillingTest, PostpaidInvoiceEqualsLedger) {
     }
   }
   EXPECT_EQ(invoice->total_micros, ledger);
+  // Nothing was owed before November: the total is due. December's hour,
+  // already charged to the receivable, is not in it.
+  EXPECT_EQ(invoice->carried_micros, 0);
+  EXPECT_EQ(invoice->amount_due_micros, expected);
+  EXPECT_EQ(invoice->amount_due_fen, invoice->total_fen);
   auto balance = billing.GetBalance(tenant, clock_.Now());
   EXPECT_EQ(balance->receivable_micros,
             -(180 * 3 * kPrice - 10 * kMicrosPerYuan + 3 * 100 * 400));
@@ -1099,6 +1104,74 @@ TEST(SlaRefundSharesTest, TrialPartIsTheTrialShareRoundedDown) {
   // No overflow where refund x trial rent passes 2^63.
   const int64_t big = int64_t{1} << 40;
   EXPECT_EQ(TrialPartOfRefund(big, 4 * big, 2 * big), big / 2);
+}
+
+// An invoice says what is due, not only what the month cost: paid credit
+// moved to the receivable by the switch to postpaid is taken off the first
+// invoice, and what the tenant left unpaid of it is carried into the next.
+// Before, both invoices said only their month's total: the tenant would
+// have paid 100 CNY it had already paid, and the 18.40 CNY it still owed
+// appeared on no invoice.
+TEST_F(BillingTest, InvoiceSaysWhatIsDue) {
+  Billing billing = MakeBilling();
+  // 14:00 Shanghai on 31 October; October ends at 16:00 UTC.
+  clock_.Set(absl::FromCivil(absl::CivilSecond(2026, 10, 31, 6, 0, 10), absl::UTCTimeZone()));
+  auto [tenant, user] = NewTenant("carried");
+  ASSERT_TRUE(billing.EnsureTrialGrant(user, clock_.Now()).ok());  // 10 CNY, not invoiced
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-ahead", 100 * kMicrosPerYuan, clock_.Now()).ok());
+  ASSERT_TRUE(billing.SetBillingMode(tenant, BillingMode::kPostpaid, 1'000 * kMicrosPerYuan)
+                  .ok());  // The 100 CNY move to the receivable.
+  const std::string id = Run(tenant, 8);
+  // 600 minutes of October and 30 of November (stopped at 16:30:00).
+  clock_.Advance(absl::Hours(10) + absl::Minutes(29) + absl::Seconds(50));
+  Stop(tenant, id);
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  const absl::Time october = absl::FromCivil(absl::CivilSecond(2026, 10, 15, 0, 0, 0),
+                                             absl::UTCTimeZone());
+  auto first = billing.IssueInvoice(tenant, october, clock_.Now());
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->total_micros, 600 * 8 * kPrice - 10 * kMicrosPerYuan);  // 148.40 CNY
+  EXPECT_EQ(first->carried_micros, -100 * kMicrosPerYuan);
+  EXPECT_EQ(first->amount_due_micros, 48'400'000);
+  EXPECT_EQ(first->carried_fen, -10'000);
+  EXPECT_EQ(first->amount_due_fen, 4'840);
+
+  // The tenant pays 30 CNY of it.
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-part", 30 * kMicrosPerYuan, clock_.Now()).ok());
+  clock_.Set(absl::FromCivil(absl::CivilSecond(2026, 11, 30, 16, 30, 0), absl::UTCTimeZone()));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  const absl::Time november = absl::FromCivil(absl::CivilSecond(2026, 11, 15, 0, 0, 0),
+                                              absl::UTCTimeZone());
+  auto second = billing.IssueInvoice(tenant, november, clock_.Now());
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->total_micros, 30 * 8 * kPrice);  // 7.92 CNY
+  EXPECT_EQ(second->carried_micros, 18'400'000);     // October, not paid yet.
+  EXPECT_EQ(second->amount_due_micros, 30 * 8 * kPrice + 18'400'000);
+  EXPECT_EQ(second->amount_due_fen, 792 + 1'840);
+  // Nothing after November touched the receivable: what is due is what
+  // it owes.
+  EXPECT_EQ(billing.GetBalance(tenant, clock_.Now())->receivable_micros,
+            -*second->amount_due_micros);
+  // Read back as issued.
+  auto listed = billing.ListInvoices(tenant, "", 10);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].amount_due_micros, second->amount_due_micros);
+  EXPECT_EQ((*listed)[1].carried_fen, -10'000);
+
+  // Paid in full and ahead: the next invoice is in credit, nothing due.
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-rest", 50 * kMicrosPerYuan, clock_.Now()).ok());
+  clock_.Set(absl::FromCivil(absl::CivilSecond(2026, 12, 31, 16, 30, 0), absl::UTCTimeZone()));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  const absl::Time december = absl::FromCivil(absl::CivilSecond(2026, 12, 15, 0, 0, 0),
+                                              absl::UTCTimeZone());
+  auto third = billing.IssueInvoice(tenant, december, clock_.Now());
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_EQ(third->total_micros, 0);
+  EXPECT_EQ(third->carried_micros, -(50 * kMicrosPerYuan - 30 * 8 * kPrice - 18'400'000));
+  EXPECT_EQ(third->amount_due_micros, 0);
+  EXPECT_EQ(third->amount_due_fen, 0);
+  ExpectAuditClean(billing);
 }
 
 // A tenant prepaid for part of the month and postpaid for the rest: the

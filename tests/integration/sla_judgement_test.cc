@@ -320,6 +320,66 @@ TEST_F(SlaJudgementTest, RefundOfTrialPaidRentIsTrialCredit) {
   ExpectAuditPasses();
 }
 
+// Goal: the month's invoice, through svd, waits for the SLA judge to pass
+// the month's end and then says what is due: 30 minutes of November
+// (7.92 CNY) less the 5 CNY paid ahead and moved to the receivable by the
+// switch to postpaid, 2.92 CNY due; svctl shows both.
+TEST_F(SlaJudgementTest, MonthEndInvoiceSaysWhatIsDue) {
+  StartSvd("", "2026-11-30T15:30:00Z", "0");
+  auto admin = v1::BillingAdminService::NewStub(svd_->channel());
+  v1::ListTenantBalancesResponse tenants;
+  ASSERT_TRUE(
+      admin->ListTenantBalances(Context(svd_->admin_key()).get(), {}, &tenants).ok());
+  std::string tenant;
+  for (const auto& t : tenants.balances()) {
+    if (t.tenant_name() == "acme") tenant = t.tenant_id();
+  }
+  ASSERT_FALSE(tenant.empty());
+  v1::TopUpRequest topup;
+  topup.set_tenant_id(tenant);
+  topup.set_payment_id("ahead-1");
+  topup.set_amount_micros(5'000'000);
+  v1::Transfer paid;
+  ASSERT_TRUE(admin->TopUp(Context(svd_->admin_key()).get(), topup, &paid).ok());
+  v1::SetBillingModeRequest mode;
+  mode.set_tenant_id(tenant);
+  mode.set_mode(v1::POSTPAID);
+  mode.set_credit_limit_micros(1'000'000'000);
+  v1::SetBillingModeResponse moved;
+  ASSERT_TRUE(admin->SetBillingMode(Context(svd_->admin_key()).get(), mode, &moved).ok());
+  const std::string id = CreateRunning();
+  const absl::Time month_end = absl::FromUnixSeconds(1'796'054'400);  // 2026-12-01 00:00 +08
+  RunUntil(month_end + absl::Minutes(10), id, true);
+  auto invoices = [&] {
+    v1::ListInvoicesResponse listed;
+    EXPECT_TRUE(billing_->ListInvoices(Context(token_).get(), {}, &listed).ok());
+    return listed;
+  };
+  // Metering has passed the end, the judge has not: no invoice yet.
+  EXPECT_EQ(invoices().invoices_size(), 0);
+  Advance(absl::Hours(1));  // Hour 15 UTC is judged at 16:05.
+  v1::ListInvoicesResponse listed;
+  ASSERT_TRUE(WaitFor([&] {
+    listed = invoices();
+    return listed.invoices_size() == 1;
+  })) << "no invoice for November";
+  const v1::Invoice& invoice = listed.invoices(0);
+  EXPECT_EQ(invoice.period(), "2026-11");
+  EXPECT_EQ(invoice.total_micros(), 30 * 8 * 33'000);
+  ASSERT_TRUE(invoice.has_amount_due_micros());
+  EXPECT_EQ(invoice.carried_micros(), -5'000'000);
+  EXPECT_EQ(invoice.amount_due_micros(), 2'920'000);
+  EXPECT_EQ(invoice.amount_due_fen(), 292);
+  RunResult shown = RunCapture({SvctlPath(), "invoices", invoice.id()},
+                               {"SVCTL_ENDPOINT=" + svd_->endpoint(), "SVCTL_TOKEN=" + token_,
+                                "HOME=/nonexistent", "XDG_CONFIG_HOME="});
+  EXPECT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_NE(shown.out.find("7.92 CNY"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("-5.00 CNY (payments and credit)"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("2.92 CNY"), std::string::npos) << shown.out;
+  ExpectAuditPasses();
+}
+
 // Goal: throttling, slow storage (0.5 GB/s < 2.5) and a latency spike (p99
 // 40 us > 5) in one hour stack to a 30% refund, one transfer per metric.
 TEST_F(SlaJudgementTest, AllThreeMetricsRefundThirtyPercent) {
