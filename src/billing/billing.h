@@ -304,6 +304,9 @@ class Billing {
   store::Store& store_;
   const Clock& clock_;
   BillingOptions options_;
+  // When IssueDueInvoices last warned of invoices held by a late SLA judge
+  // (RunOnce's thread only).
+  absl::Time invoice_hold_warned_ = absl::InfinitePast();
 };
 
 // Fen rounding: half away from zero (documented in docs/billing.md).

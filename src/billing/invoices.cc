@@ -7,6 +7,7 @@
 #include "billing/internal/ledger_sql.h"
 #include "common/ids.h"
 #include "common/status.h"
+#include "metrics/metrics.h"
 #include "store/charges_sql.h"
 #include "spdlog/spdlog.h"
 
@@ -212,12 +213,36 @@ absl::Status Billing::IssueDueInvoices(absl::Time now) {
     for (const auto& r : rows) due.push_back(r[0].as<std::string>());
     return absl::OkStatus();
   }));
+  int held = 0;  // Waiting for the SLA judge to pass the month's end.
   for (const auto& tenant : due) {
     auto issued = IssueInvoice(tenant, previous, now);
-    if (!issued.ok() && ReasonOf(issued.status()) != "PERIOD_NOT_BILLED" &&
-        ReasonOf(issued.status()) != "PERIOD_NOT_JUDGED") {
+    if (issued.ok()) continue;
+    const std::string reason = ReasonOf(issued.status());
+    if (reason == "PERIOD_NOT_JUDGED") {
+      ++held;
+    } else if (reason != "PERIOD_NOT_BILLED") {
       return issued.status();
     }
+  }
+  // The judge posts the last hour's refunds an hour and its grace after the
+  // month ends. An invoice still held hours later means the judge is stuck
+  // (its runs fail, or no replica runs it): say so, not only in a counter
+  // of failed judge runs.
+  const absl::Duration waited = now - previous_end;
+  auto& metrics = metrics::Registry::Default();
+  metrics.SetGauge("sv_invoices_held_by_sla_judge",
+                   "Invoices of the month just ended that wait for the SLA judge to judge "
+                   "its last hour.",
+                   {}, held);
+  metrics.SetGauge("sv_invoice_hold_seconds",
+                   "How long after the month's end invoices have waited for the SLA judge "
+                   "(0 when none waits).",
+                   {}, held > 0 ? absl::ToDoubleSeconds(waited) : 0);
+  if (held > 0 && waited > absl::Hours(3) && now - invoice_hold_warned_ >= absl::Hours(1)) {
+    invoice_hold_warned_ = now;
+    spdlog::warn("billing: {} invoice(s) of the month ended {} ago wait for the SLA judge, "
+                 "which has not judged the month's last hour; see sv_sla_judge_runs_total",
+                 held, absl::FormatDuration(absl::Trunc(waited, absl::Minutes(1))));
   }
   return absl::OkStatus();
 }

@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "control/scheduling.h"
 #include "gtest/gtest.h"
+#include "metrics/metrics.h"
 #include "store/dashboard_store.h"
 #include "store/security_store.h"
 #include "store/sla_store.h"
@@ -1223,9 +1224,21 @@ TEST_F(BillingTest, InvoiceHasTheMonthsRefundsToTheReceivable) {
                                            absl::UTCTimeZone());
   EXPECT_EQ(ReasonOf(billing.IssueInvoice(tenant, month, clock_.Now()).status()),
             "PERIOD_NOT_JUDGED");
+  // Operators see the hold, and for how long, not only the judge's errors.
+  auto gauge = [](const std::string& name) {
+    const std::string text = metrics::Registry::Default().Render();
+    const size_t at = text.find("\n" + name + " ");
+    return at == std::string::npos ? std::string("absent")
+                                   : text.substr(at + name.size() + 2,
+                                                 text.find('\n', at + 1) - at - name.size() - 2);
+  };
+  EXPECT_EQ(gauge("sv_invoices_held_by_sla_judge"), "1");
+  EXPECT_EQ(gauge("sv_invoice_hold_seconds"), "1810");
   clock_.Advance(absl::Minutes(40));
   judge(month_end - absl::Hours(1), 3 * kMicrosPerYuan);  // Postpaid: into the receivable.
   ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  EXPECT_EQ(gauge("sv_invoices_held_by_sla_judge"), "0");
+  EXPECT_EQ(gauge("sv_invoice_hold_seconds"), "0");
   listed = billing.ListInvoices(tenant, "", 10);
   ASSERT_TRUE(listed.ok()) << listed.status();
   ASSERT_EQ(listed->size(), 1u);
