@@ -1127,9 +1127,13 @@ TEST_F(BillingTest, InvoiceSaysWhatIsDue) {
   clock_.Advance(absl::Hours(10) + absl::Minutes(29) + absl::Seconds(50));
   Stop(tenant, id);
   ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
-  const absl::Time october = absl::FromCivil(absl::CivilSecond(2026, 10, 15, 0, 0, 0),
-                                             absl::UTCTimeZone());
-  auto first = billing.IssueInvoice(tenant, october, clock_.Now());
+  // The invoice of a month of 2026, issued now.
+  auto issue = [&](int month) {
+    return billing.IssueInvoice(
+        tenant, absl::FromCivil(absl::CivilDay(2026, month, 15), absl::UTCTimeZone()),
+        clock_.Now());
+  };
+  auto first = issue(10);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->total_micros, 600 * 8 * kPrice - 10 * kMicrosPerYuan);  // 148.40 CNY
   EXPECT_EQ(first->carried_micros, -100 * kMicrosPerYuan);
@@ -1141,9 +1145,7 @@ TEST_F(BillingTest, InvoiceSaysWhatIsDue) {
   ASSERT_TRUE(billing.TopUp(tenant, "pay-part", 30 * kMicrosPerYuan, clock_.Now()).ok());
   clock_.Set(absl::FromCivil(absl::CivilSecond(2026, 11, 30, 16, 30, 0), absl::UTCTimeZone()));
   ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
-  const absl::Time november = absl::FromCivil(absl::CivilSecond(2026, 11, 15, 0, 0, 0),
-                                              absl::UTCTimeZone());
-  auto second = billing.IssueInvoice(tenant, november, clock_.Now());
+  auto second = issue(11);
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(second->total_micros, 30 * 8 * kPrice);  // 7.92 CNY
   EXPECT_EQ(second->carried_micros, 18'400'000);     // October, not paid yet.
@@ -1164,9 +1166,7 @@ TEST_F(BillingTest, InvoiceSaysWhatIsDue) {
   ASSERT_TRUE(billing.TopUp(tenant, "pay-rest", 50 * kMicrosPerYuan, clock_.Now()).ok());
   clock_.Set(absl::FromCivil(absl::CivilSecond(2026, 12, 31, 16, 30, 0), absl::UTCTimeZone()));
   ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
-  const absl::Time december = absl::FromCivil(absl::CivilSecond(2026, 12, 15, 0, 0, 0),
-                                              absl::UTCTimeZone());
-  auto third = billing.IssueInvoice(tenant, december, clock_.Now());
+  auto third = issue(12);
   ASSERT_TRUE(third.ok()) << third.status();
   EXPECT_EQ(third->total_micros, 0);
   EXPECT_EQ(third->carried_micros, -(50 * kMicrosPerYuan - 30 * 8 * kPrice - 18'400'000));

@@ -23,6 +23,7 @@
 #include "tests/integration/janitor.h"
 #include "sv/v1/account.grpc.pb.h"
 #include "sv/v1/admin.grpc.pb.h"
+#include "sv/v1/billing.grpc.pb.h"
 
 namespace sv::testing {
 namespace fs = std::filesystem;
@@ -295,6 +296,33 @@ std::string CreateTenant(SvdProcess& svd, const std::string& name) {
     return "";
   }
   return response.api_key();
+}
+
+std::string TenantIdByName(SvdProcess& svd, const std::string& name) {
+  v1::BillingAdminService::Stub admin(svd.channel());
+  v1::ListTenantBalancesResponse tenants;
+  grpc::Status status = admin.ListTenantBalances(Context(svd.admin_key()).get(), {}, &tenants);
+  if (!status.ok()) {
+    ADD_FAILURE() << "ListTenantBalances: " << status.error_message();
+    return "";
+  }
+  for (const auto& t : tenants.balances()) {
+    if (t.tenant_name() == name) return t.tenant_id();
+  }
+  ADD_FAILURE() << "no tenant named " << name;
+  return "";
+}
+
+void TopUpTenant(SvdProcess& svd, const std::string& name, const std::string& payment_id,
+                 int64_t amount_micros) {
+  v1::TopUpRequest topup;
+  topup.set_tenant_id(TenantIdByName(svd, name));
+  topup.set_payment_id(payment_id);
+  topup.set_amount_micros(amount_micros);
+  v1::BillingAdminService::Stub admin(svd.channel());
+  v1::Transfer transfer;
+  grpc::Status status = admin.TopUp(Context(svd.admin_key()).get(), topup, &transfer);
+  if (!status.ok()) ADD_FAILURE() << "TopUp " << name << ": " << status.error_message();
 }
 
 RunResult RunCapture(const std::vector<std::string>& argv,

@@ -96,6 +96,15 @@ double MetricSample(SvdProcess& svd, const std::string& series);
 // A fresh tenant created through the admin API; returns its API key.
 std::string CreateTenant(SvdProcess& svd, const std::string& name);
 
+// The id of the tenant named `name`, from the operators' balances ("" and
+// a test failure when there is none).
+std::string TenantIdByName(SvdProcess& svd, const std::string& name);
+
+// An operator's top-up of that tenant (payment `payment_id`); a failure is
+// a test failure.
+void TopUpTenant(SvdProcess& svd, const std::string& name, const std::string& payment_id,
+                 int64_t amount_micros);
+
 // Context with the bearer token and a 30 s deadline.
 std::unique_ptr<grpc::ClientContext> Context(const std::string& token);
 

@@ -92,20 +92,7 @@ class MarketplaceBillingTest : public ::testing::Test {
 
   // An operator's top-up of the buyer's paid wallet (payment `payment_id`).
   void TopUpBuyer(const std::string& payment_id, int64_t amount_micros) {
-    auto admin = v1::BillingAdminService::NewStub(svd_->channel());
-    v1::ListTenantBalancesResponse tenants;
-    ASSERT_TRUE(
-        admin->ListTenantBalances(Context(svd_->admin_key()).get(), {}, &tenants).ok());
-    v1::TopUpRequest topup;
-    for (const auto& t : tenants.balances()) {
-      if (t.tenant_name() == "buyer") topup.set_tenant_id(t.tenant_id());
-    }
-    ASSERT_FALSE(topup.tenant_id().empty());
-    topup.set_payment_id(payment_id);
-    topup.set_amount_micros(amount_micros);
-    v1::Transfer transfer;
-    grpc::Status status = admin->TopUp(Context(svd_->admin_key()).get(), topup, &transfer);
-    ASSERT_TRUE(status.ok()) << status.error_message();
+    TopUpTenant(*svd_, "buyer", payment_id, amount_micros);
   }
 
   // The real metering on the same database, on a fake clock at `start`

@@ -289,19 +289,7 @@ TEST_F(SlaJudgementTest, TenThrottledMinutesRefundTenPercentOnce) {
 // went to the paid wallet, turning free credit into paid credit.
 TEST_F(SlaJudgementTest, RefundOfTrialPaidRentIsTrialCredit) {
   StartSvd("0s * thermal-throttle for=10m\n", kStart, "10000000");
-  auto admin = v1::BillingAdminService::NewStub(svd_->channel());
-  v1::ListTenantBalancesResponse tenants;
-  ASSERT_TRUE(
-      admin->ListTenantBalances(Context(svd_->admin_key()).get(), {}, &tenants).ok());
-  v1::TopUpRequest topup;
-  for (const auto& t : tenants.balances()) {
-    if (t.tenant_name() == "acme") topup.set_tenant_id(t.tenant_id());
-  }
-  ASSERT_FALSE(topup.tenant_id().empty());
-  topup.set_payment_id("sla-shares-1");
-  topup.set_amount_micros(100'000'000);
-  v1::Transfer paid;
-  ASSERT_TRUE(admin->TopUp(Context(svd_->admin_key()).get(), topup, &paid).ok());
+  TopUpTenant(*svd_, "acme", "sla-shares-1", 100'000'000);
   const std::string id = CreateRunning();
   const v1::SlaWindow w = JudgeHour10(id, true);
   EXPECT_EQ(w.rent_micros(), kHourRent);
@@ -326,23 +314,10 @@ TEST_F(SlaJudgementTest, RefundOfTrialPaidRentIsTrialCredit) {
 // switch to postpaid, 2.92 CNY due; svctl shows both.
 TEST_F(SlaJudgementTest, MonthEndInvoiceSaysWhatIsDue) {
   StartSvd("", "2026-11-30T15:30:00Z", "0");
+  TopUpTenant(*svd_, "acme", "ahead-1", 5'000'000);
   auto admin = v1::BillingAdminService::NewStub(svd_->channel());
-  v1::ListTenantBalancesResponse tenants;
-  ASSERT_TRUE(
-      admin->ListTenantBalances(Context(svd_->admin_key()).get(), {}, &tenants).ok());
-  std::string tenant;
-  for (const auto& t : tenants.balances()) {
-    if (t.tenant_name() == "acme") tenant = t.tenant_id();
-  }
-  ASSERT_FALSE(tenant.empty());
-  v1::TopUpRequest topup;
-  topup.set_tenant_id(tenant);
-  topup.set_payment_id("ahead-1");
-  topup.set_amount_micros(5'000'000);
-  v1::Transfer paid;
-  ASSERT_TRUE(admin->TopUp(Context(svd_->admin_key()).get(), topup, &paid).ok());
   v1::SetBillingModeRequest mode;
-  mode.set_tenant_id(tenant);
+  mode.set_tenant_id(TenantIdByName(*svd_, "acme"));
   mode.set_mode(v1::POSTPAID);
   mode.set_credit_limit_micros(1'000'000'000);
   v1::SetBillingModeResponse moved;
