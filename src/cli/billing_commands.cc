@@ -191,10 +191,12 @@ void AddTenantCommands(CLI::App& app, Action* action) {
                                    Yuan(invoice.total_micros()), ")")}};
         if (invoice.has_amount_due_fen()) {
           // Earlier months not paid (positive) less payments and credit.
-          head.push_back({"earlier balance", absl::StrCat(Fen(invoice.carried_fen()),
-                                                          invoice.carried_micros() < 0
-                                                              ? " (payments and credit)"
-                                                              : " (not paid yet)")});
+          const int64_t carried = invoice.carried_micros();
+          head.push_back({"earlier balance",
+                          absl::StrCat(Fen(invoice.carried_fen()),
+                                       carried < 0   ? " (payments and credit)"
+                                       : carried > 0 ? " (not paid yet)"
+                                                     : "")});
           head.push_back({"amount due", Fen(invoice.amount_due_fen())});
         }
         PrintTable(head, std::cout);
