@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "billing/transfer_kinds.h"
 #include "common/clock.h"
 #include "store/database.h"
 #include "store/store.h"
@@ -95,13 +96,6 @@ struct TransferRecord {
   // id or instance number, minute, leg); opaque to callers.
   std::string cursor;
 };
-
-// Every kind a ledger transfer may have: the CHECK on ledger_transfers.kind
-// (migration 0103). A filter naming another kind is refused, not answered
-// with an empty page that looks like "no such transfers".
-inline constexpr const char* kTransferKinds[] = {
-    "charge", "trial_grant", "trial_expiry", "topup",   "sla_refund",
-    "adjustment", "app_fee", "storage",     "payout", "balance_move"};
 
 struct TransferFilter {
   std::optional<absl::Time> from;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "billing/transfer_kinds.h"
 #include "cli/commands.h"
 #include "sv/v1/billing.grpc.pb.h"
 
@@ -109,9 +110,9 @@ void AddTenantCommands(CLI::App& app, Action* action) {
   transfers->add_flag("--newest-first",
                       [list](std::int64_t n) { list->set_newest_first(n > 0); },
                       "Newest first (the page token keeps the order)");
-  transfers->add_option("--kind", *list->mutable_kind(),
-                        "charge, trial_grant, trial_expiry, topup, sla_refund, adjustment, "
-                        "app_fee, storage, payout or balance_move");
+  transfers->add_option("--kind", *list->mutable_kind(), "Only this kind")
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(billing::kTransferKinds),
+                                                     std::end(billing::kTransferKinds))));
   transfers->add_option("--instance", *list->mutable_instance_id(), "Only this instance");
   auto transfers_from = std::make_shared<std::string>();
   auto transfers_to = std::make_shared<std::string>();

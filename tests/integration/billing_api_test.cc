@@ -215,6 +215,10 @@ TEST(BillingApiTest, BalanceCreditGateTopUpAndAudit) {
   RunResult listed = svctl(token, {"transfers", "--kind", "topup"});
   EXPECT_EQ(listed.exit_code, 0) << listed.err;
   EXPECT_NE(listed.out.find("topup"), std::string::npos) << listed.out;
+  // svctl knows the kinds (billing::kTransferKinds) and names them.
+  RunResult bad_kind_cli = svctl(token, {"transfers", "--kind", "refund"});
+  EXPECT_NE(bad_kind_cli.exit_code, 0);
+  EXPECT_NE(bad_kind_cli.err.find("sla_refund"), std::string::npos) << bad_kind_cli.err;
   // A prepaid tenant has no invoices, and the table says why it is empty.
   RunResult no_invoices = svctl(token, {"invoices"});
   EXPECT_EQ(no_invoices.exit_code, 0) << no_invoices.err;
