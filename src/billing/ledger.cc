@@ -94,11 +94,14 @@ absl::StatusOr<int> Billing::ExpireTrials(absl::Time until, absl::Time now) {
       const std::string tenant = row[1].as<std::string>();
       // Trial credit is spent oldest grant first, so what is left of this
       // grant is the wallet less the grants that are still valid after it.
+      // Not capped at the grant: trial credit given back (SLA refunds of
+      // trial-paid rent, adjustments) expires with it, and a refund on top
+      // of an adjusted minute can leave more than was granted.
       auto left = txn.exec_params(
-          "SELECT greatest(0, least(g.amount_micros, a.balance_micros - coalesce(("
+          "SELECT greatest(0, a.balance_micros - coalesce(("
           "  SELECT sum(o.amount_micros) FROM trial_grants o WHERE o.tenant_id = g.tenant_id "
           "  AND NOT o.expired AND o.user_id <> g.user_id "
-          "  AND (o.expires_at, o.user_id) > (g.expires_at, g.user_id)), 0)))::bigint "
+          "  AND (o.expires_at, o.user_id) > (g.expires_at, g.user_id)), 0))::bigint "
           "FROM trial_grants g JOIN ledger_accounts a ON a.tenant_id = g.tenant_id "
           "AND a.kind = 'trial_wallet' WHERE g.user_id = $1 FOR UPDATE OF a",
           user);

@@ -1096,6 +1096,37 @@ TEST_F(BillingTest, SlaRefundsGoBackWhereTheRentCameFrom) {
   ExpectAuditClean(billing);
 }
 
+// Trial credit given back expires with the grant, all of it. An SLA
+// refund of an hour's trial-paid rent on top of an adjustment that gave
+// back some of that rent can leave more in the trial wallet than was
+// granted; the expiry used to take at most the grant and left the rest
+// in the wallet for good (here 0.5 CNY).
+TEST_F(BillingTest, TrialExpiryTakesTrialCreditGivenBack) {
+  BillingOptions options;
+  options.trial_validity = absl::Hours(2);
+  Billing billing = MakeBilling(options);
+  auto [tenant, user] = NewTenant("given-back");
+  ASSERT_TRUE(billing.EnsureTrialGrant(user, clock_.Now()).ok());  // 10 CNY
+  const int64_t minute = absl::ToUnixSeconds(clock_.Now()) / 60;
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) -> absl::Status {
+                   return PostSlaRefunds(txn,
+                                         {{"sla:given-back:gpu_usable", tenant, "", minute,
+                                           500'000, 5'000'000, 5'000'000}},
+                                         clock_.Now())
+                       .status();
+                 }).ok());
+  ASSERT_EQ(billing.GetBalance(tenant, clock_.Now())->trial_micros, 10'500'000);
+  clock_.Advance(absl::Hours(3));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  EXPECT_EQ(billing.GetBalance(tenant, clock_.Now())->trial_micros, 0);
+  auto expiry = billing.ListTransfers(tenant, {.kind = "trial_expiry"});
+  ASSERT_TRUE(expiry.ok()) << expiry.status();
+  ASSERT_EQ(expiry->size(), 1u);
+  EXPECT_EQ((*expiry)[0].amount_micros, 10'500'000);
+  ExpectAuditClean(billing);
+}
+
 TEST(SlaRefundSharesTest, TrialPartIsTheTrialShareRoundedDown) {
   EXPECT_EQ(TrialPartOfRefund(1'584'000, 15'840'000, 10'000'000), 1'000'000);
   EXPECT_EQ(TrialPartOfRefund(100, 3, 1), 33);  // The paid part takes the rest.
