@@ -37,6 +37,7 @@ const std::vector<MethodRule>& MethodRules() {
       {"/sv.v1.BillingAdminService/SetBillingMode", P::kAdminBilling, W},
       {"/sv.v1.BillingAdminService/SetGpuPrice", P::kAdminBilling, W},
       {"/sv.v1.BillingAdminService/RunAudit", P::kAdminBilling, R},
+      {"/sv.v1.BillingAdminService/ListAllInvoices", P::kAdminBilling, R},
       // dashboard.proto (the /admin billing dashboard; read-only)
       {"/sv.v1.DashboardAdminService/GetRevenueSeries", P::kAdminBilling, R},
       {"/sv.v1.DashboardAdminService/GetSlaRefundsByMetric", P::kAdminBilling, R},

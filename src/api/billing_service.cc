@@ -333,6 +333,38 @@ class BillingAdminServiceImpl final : public v1::BillingAdminService::Service {
     });
   }
 
+  grpc::Status ListAllInvoices(grpc::ServerContext* context,
+                               const v1::ListAllInvoicesRequest* request,
+                               v1::ListAllInvoicesResponse* response) override {
+    return Run("ListAllInvoices", *context, [&]() -> absl::Status {
+      int page_size = request->page_size() <= 0 ? 100 : request->page_size();
+      if (page_size > kTenantsPageMax || request->page_token().size() > 64) {
+        return Error(absl::StatusCode::kInvalidArgument, "INVALID_PAGE",
+                     "page_size is at most 500; page_token must be one this server returned");
+      }
+      if (request->tenant_id().size() > 64 || request->period().size() > 16) {
+        return Error(absl::StatusCode::kInvalidArgument, "INVALID_FILTER",
+                     "tenant_id is at most 64 characters, period is YYYY-MM");
+      }
+      SV_ASSIGN_OR_RETURN(auto list,
+                          deps_.billing->ListAllInvoices({request->tenant_id(), request->period(),
+                                                          request->page_token(), page_size + 1}));
+      const bool more = static_cast<int>(list.invoices.size()) > page_size;
+      if (more) list.invoices.resize(page_size);
+      for (const auto& t : list.invoices) {
+        auto* out = response->add_invoices();
+        out->set_tenant_id(t.invoice.tenant_id);
+        out->set_tenant_name(t.tenant_name);
+        ToProto(t.invoice, out->mutable_invoice());
+      }
+      if (more) response->set_next_page_token(list.invoices.back().invoice.id);
+      response->set_total_micros(list.total_micros);
+      response->set_amount_due_micros(list.amount_due_micros);
+      response->set_invoice_count(static_cast<int32_t>(list.count));
+      return absl::OkStatus();
+    });
+  }
+
   grpc::Status TopUp(grpc::ServerContext* context, const v1::TopUpRequest* request,
                      v1::Transfer* response) override {
     return Run("TopUp", *context, [&]() -> absl::Status {

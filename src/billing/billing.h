@@ -148,6 +148,27 @@ struct Invoice {
   std::optional<int64_t> amount_due_fen;
 };
 
+// Operators' view of invoices (Billing::ListAllInvoices).
+struct InvoiceFilter {
+  std::string tenant_id;  // "" for all.
+  std::string period;     // YYYY-MM, "" for all.
+  std::string after_id;   // Keyset: the last invoice id of the previous page.
+  int limit = 100;
+};
+
+struct TenantInvoice {
+  std::string tenant_name;
+  Invoice invoice;  // Without lines.
+};
+
+struct InvoiceList {
+  std::vector<TenantInvoice> invoices;  // At most limit, newest period first.
+  // Over the whole filter, not only this page.
+  int64_t total_micros = 0;
+  int64_t amount_due_micros = 0;
+  int64_t count = 0;
+};
+
 struct TenantBalance {
   std::string tenant_id;
   std::string tenant_name;
@@ -267,6 +288,11 @@ class Billing {
   absl::StatusOr<std::vector<Invoice>> ListInvoices(const std::string& tenant_id,
                                                     const std::string& after_id, int limit);
   absl::StatusOr<Invoice> GetInvoice(const std::string& tenant_id, const std::string& id);
+  // Every tenant's invoices (operators): INVALID_ARGUMENT / INVALID_PERIOD
+  // for a period that is not YYYY-MM, NOT_FOUND / TENANT_NOT_FOUND for an
+  // unknown tenant, INVALID_ARGUMENT / INVALID_PAGE_TOKEN for an after_id
+  // that names no invoice of the filter.
+  absl::StatusOr<InvoiceList> ListAllInvoices(const InvoiceFilter& filter);
 
   // ---- Auditor -------------------------------------------------------------
   // Checks every ledger invariant; returns one line per failure (empty: all

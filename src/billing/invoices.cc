@@ -26,7 +26,7 @@ constexpr char kInvoiceColumns[] =
     "(extract(epoch from issued_at) * 1000000)::bigint, carried_micros, carried_fen, "
     "amount_due_micros, amount_due_fen";
 
-Invoice ReadInvoice(pqxx::work& txn, const pqxx::row& r) {
+Invoice ReadInvoice(pqxx::work& txn, const pqxx::row& r, bool with_lines = true) {
   Invoice inv;
   inv.id = r[0].as<std::string>();
   inv.tenant_id = r[1].as<std::string>();
@@ -42,6 +42,7 @@ Invoice ReadInvoice(pqxx::work& txn, const pqxx::row& r) {
     inv.amount_due_micros = r[10].as<int64_t>();
     inv.amount_due_fen = r[11].as<int64_t>();
   }
+  if (!with_lines) return inv;
   auto lines = txn.exec_params(
       "SELECT kind, instance_id, gpu_model, gpu_minutes, amount_micros, amount_fen "
       "FROM invoice_lines WHERE invoice_id = $1 ORDER BY line_no",
@@ -269,6 +270,61 @@ absl::StatusOr<std::vector<Invoice>> Billing::ListInvoices(const std::string& te
                      "ORDER BY period_start DESC, id DESC LIMIT $3"),
         tenant_id, after_id, limit);
     for (const auto& r : rows) out.push_back(ReadInvoice(txn, r));
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::StatusOr<InvoiceList> Billing::ListAllInvoices(const InvoiceFilter& filter) {
+  std::optional<absl::Time> period_start;
+  if (!filter.period.empty()) {
+    absl::CivilMonth month;
+    if (!absl::ParseCivilTime(filter.period, &month) ||
+        absl::FormatCivilTime(month).substr(0, 7) != filter.period) {
+      return Error(absl::StatusCode::kInvalidArgument, "INVALID_PERIOD",
+                   absl::StrCat("period must be a month as YYYY-MM, e.g. 2026-11; got '",
+                                filter.period, "'"));
+    }
+    period_start = absl::FromCivil(month, Shanghai());
+  }
+  // $1 tenant ("" = all), $2 period start ("" = all).
+  constexpr char kWhere[] =
+      " WHERE ($1 = '' OR tenant_id = $1) AND ($2 = '' OR "
+      "period_start = nullif($2, '')::timestamptz)";
+  const std::string start = period_start ? SqlTime(*period_start) : "";
+  InvoiceList out;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    out = InvoiceList{};
+    if (!filter.tenant_id.empty() &&
+        txn.exec_params("SELECT 1 FROM tenants WHERE id = $1", filter.tenant_id).empty()) {
+      return Error(absl::StatusCode::kNotFound, "TENANT_NOT_FOUND", "no such tenant");
+    }
+    if (!filter.after_id.empty() &&
+        txn.exec_params(absl::StrCat("SELECT 1 FROM invoices", kWhere, " AND id = $3"),
+                        filter.tenant_id, start, filter.after_id)
+            .empty()) {
+      return Error(absl::StatusCode::kInvalidArgument, "INVALID_PAGE_TOKEN",
+                   "page_token is not one this server returned for this filter");
+    }
+    auto rows = txn.exec_params(
+        absl::StrCat("SELECT ", kInvoiceColumns,
+                     ", (SELECT name FROM tenants WHERE tenants.id = invoices.tenant_id) "
+                     "FROM invoices",
+                     kWhere,
+                     " AND ($3 = '' OR (period_start, id) < (SELECT period_start, id FROM "
+                     "invoices WHERE id = $3)) ORDER BY period_start DESC, id DESC LIMIT $4"),
+        filter.tenant_id, start, filter.after_id, filter.limit);
+    for (const auto& r : rows) {
+      out.invoices.push_back({r[12].as<std::string>(), ReadInvoice(txn, r, false)});
+    }
+    auto totals = txn.exec_params(
+        absl::StrCat("SELECT count(*), coalesce(sum(total_micros), 0)::bigint, "
+                     "coalesce(sum(amount_due_micros), 0)::bigint FROM invoices",
+                     kWhere),
+        filter.tenant_id, start);
+    out.count = totals[0][0].as<int64_t>();
+    out.total_micros = totals[0][1].as<int64_t>();
+    out.amount_due_micros = totals[0][2].as<int64_t>();
     return absl::OkStatus();
   }));
   return out;

@@ -1,4 +1,4 @@
-// svctl balance, usage, transfers, invoices; svctl admin topup, balances,
+// svctl balance, usage, transfers, invoices; svctl admin topup, balances, invoices,
 // revenue, audit. Money is printed from int64 micro-yuan without floating
 // point.
 #include <cstdlib>
@@ -318,6 +318,47 @@ void AddAdminBillingCommands(CLI::App& app, Action* action) {
                         Yuan(b.burn_micros_per_minute())});
       }
       PrintTable(rows, std::cout);
+      return kExitOk;
+    });
+  });
+  auto all_invoices = std::make_shared<v1::ListAllInvoicesRequest>();
+  auto* admin_invoices =
+      admin->add_subcommand("invoices", "Every tenant's invoices, with what each says is due");
+  admin_invoices->add_option("--tenant", *all_invoices->mutable_tenant_id(), "Only this tenant");
+  admin_invoices->add_option("--period", *all_invoices->mutable_period(),
+                             "Only this month, YYYY-MM (Asia/Shanghai)");
+  admin_invoices->callback([=] {
+    *action = AdminCall([=](Session& s, v1::BillingAdminService::Stub& stub) {
+      v1::ListAllInvoicesResponse all;
+      v1::ListAllInvoicesRequest request = *all_invoices;
+      request.set_page_size(500);
+      do {
+        v1::ListAllInvoicesResponse page;
+        grpc::Status status = stub.ListAllInvoices(s.Context().get(), request, &page);
+        if (!status.ok()) return FailRpc(status, s);
+        for (auto& inv : *page.mutable_invoices()) *all.add_invoices() = std::move(inv);
+        all.set_total_micros(page.total_micros());
+        all.set_amount_due_micros(page.amount_due_micros());
+        all.set_invoice_count(page.invoice_count());
+        request.set_page_token(page.next_page_token());
+      } while (!request.page_token().empty());
+      if (s.format() == Format::kJson) {
+        PrintJson(all, std::cout);
+        return kExitOk;
+      }
+      std::vector<std::vector<std::string>> rows = {
+          {"PERIOD", "TENANT", "NAME", "INVOICE", "TOTAL", "DUE", "ISSUED"}};
+      for (const auto& t : all.invoices()) {
+        const v1::Invoice& inv = t.invoice();
+        rows.push_back({inv.period(), t.tenant_id(), t.tenant_name(), inv.id(),
+                        Fen(inv.total_fen()),
+                        inv.has_amount_due_fen() ? Fen(inv.amount_due_fen()) : "-",
+                        FormatTime(inv.issue_time())});
+      }
+      PrintTable(rows, std::cout);
+      std::cout << all.invoice_count() << " invoice(s), " << Yuan(all.total_micros())
+                << " invoiced, " << Yuan(all.amount_due_micros())
+                << " due as of their issue\n";
       return kExitOk;
     });
   });

@@ -59,6 +59,7 @@ const std::vector<RestRoute>& RestRoutes() {
        "sv.v1.BillingAdminService.SetBillingMode", "*"},
       {"POST", "/v1/admin/prices", "sv.v1.BillingAdminService.SetGpuPrice", "*"},
       {"POST", "/v1/admin/audit", "sv.v1.BillingAdminService.RunAudit", "*"},
+      {"GET", "/v1/admin/invoices", "sv.v1.BillingAdminService.ListAllInvoices", ""},
       // SLA windows and their evidence.
       {"GET", "/v1/sla/windows", "sv.v1.SlaService.ListSlaWindows", ""},
       {"GET", "/v1/sla/window", "sv.v1.SlaService.GetSlaWindow", ""},

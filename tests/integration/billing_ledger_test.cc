@@ -1203,6 +1203,37 @@ TEST_F(BillingTest, InvoiceSaysWhatIsDue) {
   EXPECT_EQ(third->carried_micros, -(50 * kMicrosPerYuan - 30 * 8 * kPrice - 18'400'000));
   EXPECT_EQ(third->amount_due_micros, 0);
   EXPECT_EQ(third->amount_due_fen, 0);
+
+  // The operators' list: every invoice of the filter, newest first, a page
+  // at a time, with the totals of the whole filter.
+  auto all = billing.ListAllInvoices({.tenant_id = tenant, .limit = 2});
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->invoices.size(), 2u);
+  EXPECT_EQ(all->invoices[0].tenant_name, "carried");
+  EXPECT_EQ(all->invoices[0].invoice.period, "2026-12");
+  EXPECT_TRUE(all->invoices[0].invoice.lines.empty());
+  EXPECT_EQ(all->count, 3);
+  EXPECT_EQ(all->total_micros, first->total_micros + second->total_micros);
+  EXPECT_EQ(all->amount_due_micros, 48'400'000 + 26'320'000);
+  auto rest = billing.ListAllInvoices({.tenant_id = tenant,
+                                       .after_id = all->invoices[1].invoice.id, .limit = 2});
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  ASSERT_EQ(rest->invoices.size(), 1u);
+  EXPECT_EQ(rest->invoices[0].invoice.period, "2026-10");
+  auto november_only = billing.ListAllInvoices({.period = "2026-11"});
+  ASSERT_TRUE(november_only.ok()) << november_only.status();
+  ASSERT_EQ(november_only->invoices.size(), 1u);
+  EXPECT_EQ(november_only->invoices[0].invoice.id, second->id);
+  EXPECT_EQ(november_only->amount_due_micros, 26'320'000);
+  for (const std::string bad : {"2026-13", "2026-1", "november", "2026-11-01"}) {
+    EXPECT_EQ(ReasonOf(billing.ListAllInvoices({.period = bad}).status()), "INVALID_PERIOD")
+        << bad;
+  }
+  EXPECT_EQ(ReasonOf(billing.ListAllInvoices({.tenant_id = "ten-nope"}).status()),
+            "TENANT_NOT_FOUND");
+  EXPECT_EQ(ReasonOf(billing.ListAllInvoices({.period = "2026-10", .after_id = second->id})
+                         .status()),
+            "INVALID_PAGE_TOKEN");
   ExpectAuditClean(billing);
 }
 

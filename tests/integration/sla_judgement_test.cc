@@ -352,6 +352,30 @@ TEST_F(SlaJudgementTest, MonthEndInvoiceSaysWhatIsDue) {
   EXPECT_NE(shown.out.find("7.92 CNY"), std::string::npos) << shown.out;
   EXPECT_NE(shown.out.find("-5.00 CNY (payments and credit)"), std::string::npos) << shown.out;
   EXPECT_NE(shown.out.find("2.92 CNY"), std::string::npos) << shown.out;
+  // Operators see every tenant's invoices and what each says is due; a
+  // tenant may not.
+  v1::ListAllInvoicesRequest all;
+  all.set_period("2026-11");
+  v1::ListAllInvoicesResponse everyone;
+  ASSERT_TRUE(admin->ListAllInvoices(Context(svd_->admin_key()).get(), all, &everyone).ok());
+  ASSERT_EQ(everyone.invoices_size(), 1);
+  EXPECT_EQ(everyone.invoices(0).tenant_name(), "acme");
+  EXPECT_EQ(everyone.invoices(0).invoice().id(), invoice.id());
+  EXPECT_EQ(everyone.amount_due_micros(), 2'920'000);
+  grpc::Status denied = admin->ListAllInvoices(Context(token_).get(), all, &everyone);
+  EXPECT_EQ(denied.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  all.set_period("11/2026");
+  grpc::Status bad = admin->ListAllInvoices(Context(svd_->admin_key()).get(), all, &everyone);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(api::ReasonOf(bad), "INVALID_PERIOD");
+  RunResult listed_cli =
+      RunCapture({SvctlPath(), "--token", svd_->admin_key(), "admin", "invoices"},
+                 {"SVCTL_ENDPOINT=" + svd_->endpoint(), "HOME=/nonexistent", "XDG_CONFIG_HOME="});
+  EXPECT_EQ(listed_cli.exit_code, 0) << listed_cli.err;
+  EXPECT_NE(listed_cli.out.find("acme"), std::string::npos) << listed_cli.out;
+  EXPECT_NE(listed_cli.out.find("1 invoice(s), 7.920000 CNY invoiced, 2.920000 CNY due"),
+            std::string::npos)
+      << listed_cli.out;
   ExpectAuditPasses();
 }
 
