@@ -150,10 +150,11 @@ async function refreshFleet() {
 }
 
 async function refreshTenants() {
-  const [balances, trials, topups] = await Promise.all([
+  const [balances, trials, topups, invoices] = await Promise.all([
     apiAll('/v1/admin/balances?pageSize=500', 'balances'),
     api('GET', '/v1/admin/dashboard/trialGrants?pageSize=500'),
     api('GET', '/v1/admin/dashboard/topups?pageSize=100'),
+    api('GET', '/v1/admin/invoices?pageSize=100'),
   ]);
   fillTable(document.querySelector('#balances-table tbody'), balances.items, (t) => [
     t.tenantName, t.balance.mode, formatMoney(t.balance.paidMicros), formatMoney(t.balance.trialMicros),
@@ -168,6 +169,14 @@ async function refreshTenants() {
     `${topups.totalCount} top-ups, ${formatMoney(topups.totalMicros)} in all.`;
   fillTable(document.querySelector('#topups-table tbody'), topups.topups || [], (t) => [
     formatTime(t.createTime), t.tenantName, t.paymentId, formatMoney(t.amountMicros)], 'No top-ups yet.');
+  // The newest 100 invoices; the totals are of all of them.
+  document.getElementById('invoice-totals').textContent =
+    `${num(invoices.invoiceCount)} invoices: ${formatMoney(invoices.totalMicros || '0')} invoiced, ` +
+    `${formatMoney(invoices.amountDueMicros || '0')} due as of their issue.`;
+  fillTable(document.querySelector('#invoices-table tbody'), invoices.invoices || [], (t) => [
+    t.invoice.period, t.tenantName, el('code', { text: t.invoice.id }), formatMoney(t.invoice.totalMicros || '0'),
+    t.invoice.amountDueMicros !== undefined ? formatMoney(t.invoice.amountDueMicros) : '—',
+    formatTime(t.invoice.issueTime)], 'No invoices yet (postpaid tenants get one a month).');
 }
 
 async function refreshAll() {

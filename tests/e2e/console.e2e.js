@@ -184,6 +184,9 @@ async function availableMicros(page) {
       await admin.waitForFunction(() => /\d+%/.test(document.getElementById('kpi-util').textContent),
         null, { timeout: 30000 });
       await admin.locator('#balances-table tbody tr', { hasText: 'e2e' }).first().waitFor();
+      // Every tenant's invoices (GET /v1/admin/invoices): none yet, and totals of zero.
+      await admin.waitForFunction(() => /^0 invoices: ¥0\.00 invoiced, ¥0\.00 due/.test(
+        document.getElementById('invoice-totals').textContent), null, { timeout: 15000 });
       console.log(`     dashboard shows ${charged} µ¥ charged`);
       await shot(admin, '05-admin');
     });
