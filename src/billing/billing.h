@@ -154,11 +154,12 @@ struct InvoiceFilter {
   std::string period;     // YYYY-MM, "" for all.
   std::string after_id;   // Keyset: the last invoice id of the previous page.
   int limit = 100;
+  bool with_lines = false;
 };
 
 struct TenantInvoice {
   std::string tenant_name;
-  Invoice invoice;  // Without lines.
+  Invoice invoice;  // Its lines only if the filter asked for them.
 };
 
 struct InvoiceList {

@@ -251,27 +251,18 @@ absl::Status Billing::IssueDueInvoices(absl::Time now) {
 absl::StatusOr<std::vector<Invoice>> Billing::ListInvoices(const std::string& tenant_id,
                                                            const std::string& after_id,
                                                            int limit) {
+  // Newest period first; a page continues after the invoice whose id is
+  // the token (ids are random, so the key is (period_start, id)). One
+  // tenant's only: "" would mean every tenant's.
+  if (tenant_id.empty()) {
+    return Error(absl::StatusCode::kNotFound, "TENANT_NOT_FOUND", "no such tenant");
+  }
+  SV_ASSIGN_OR_RETURN(auto list, ListAllInvoices({.tenant_id = tenant_id,
+                                                  .after_id = after_id,
+                                                  .limit = limit,
+                                                  .with_lines = true}));
   std::vector<Invoice> out;
-  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
-    out.clear();
-    // Newest period first; a page continues after the invoice whose id is
-    // the token (ids are random, so the key is (period_start, id)).
-    if (!after_id.empty() &&
-        txn.exec_params("SELECT 1 FROM invoices WHERE tenant_id = $1 AND id = $2", tenant_id,
-                        after_id)
-            .empty()) {
-      return Error(absl::StatusCode::kInvalidArgument, "INVALID_PAGE_TOKEN",
-                   "page_token is not one this server returned");
-    }
-    auto rows = txn.exec_params(
-        absl::StrCat("SELECT ", kInvoiceColumns,
-                     " FROM invoices WHERE tenant_id = $1 AND ($2 = '' OR (period_start, id) < "
-                     "(SELECT period_start, id FROM invoices WHERE tenant_id = $1 AND id = $2)) "
-                     "ORDER BY period_start DESC, id DESC LIMIT $3"),
-        tenant_id, after_id, limit);
-    for (const auto& r : rows) out.push_back(ReadInvoice(txn, r));
-    return absl::OkStatus();
-  }));
+  for (auto& t : list.invoices) out.push_back(std::move(t.invoice));
   return out;
 }
 
@@ -315,7 +306,7 @@ absl::StatusOr<InvoiceList> Billing::ListAllInvoices(const InvoiceFilter& filter
                      "invoices WHERE id = $3)) ORDER BY period_start DESC, id DESC LIMIT $4"),
         filter.tenant_id, start, filter.after_id, filter.limit);
     for (const auto& r : rows) {
-      out.invoices.push_back({r[12].as<std::string>(), ReadInvoice(txn, r, false)});
+      out.invoices.push_back({r[12].as<std::string>(), ReadInvoice(txn, r, filter.with_lines)});
     }
     auto totals = txn.exec_params(
         absl::StrCat("SELECT count(*), coalesce(sum(total_micros), 0)::bigint, "

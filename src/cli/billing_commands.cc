@@ -23,6 +23,20 @@ std::string Fen(int64_t fen) {
   return absl::StrFormat("%s%d.%02d CNY", negative ? "-" : "", abs / 100, abs % 100);
 }
 
+// Calls `call(request, &page)` for every page, from `request`'s token to the
+// last, and merges each page into *all with `merge`.
+template <typename Request, typename Response, typename Call, typename Merge>
+grpc::Status EveryPage(Request request, Response* all, Call call, Merge merge) {
+  do {
+    Response page;
+    grpc::Status status = call(request, &page);
+    if (!status.ok()) return status;
+    merge(page, all);
+    request.set_page_token(page.next_page_token());
+  } while (!request.page_token().empty());
+  return grpc::Status::OK;
+}
+
 bool ParseTime(const std::string& text, google::protobuf::Timestamp* out) {
   absl::Time t;
   std::string error;
@@ -220,14 +234,15 @@ void AddTenantCommands(CLI::App& app, Action* action) {
       }
       // Every page, newest period first.
       v1::ListInvoicesResponse all;
-      v1::ListInvoicesRequest request;
-      do {
-        v1::ListInvoicesResponse page;
-        grpc::Status status = stub->ListInvoices(s.Context().get(), request, &page);
-        if (!status.ok()) return FailRpc(status, s);
-        for (auto& inv : *page.mutable_invoices()) *all.add_invoices() = std::move(inv);
-        request.set_page_token(page.next_page_token());
-      } while (!request.page_token().empty());
+      grpc::Status status = EveryPage(
+          v1::ListInvoicesRequest(), &all,
+          [&](const auto& r, auto* page) {
+            return stub->ListInvoices(s.Context().get(), r, page);
+          },
+          [](auto& page, auto* all) {
+            for (auto& inv : *page.mutable_invoices()) *all->add_invoices() = std::move(inv);
+          });
+      if (!status.ok()) return FailRpc(status, s);
       if (s.format() == Format::kJson) {
         PrintJson(all, std::cout);
         return kExitOk;
@@ -296,13 +311,15 @@ void AddAdminBillingCommands(CLI::App& app, Action* action) {
       v1::ListTenantBalancesResponse all;
       v1::ListTenantBalancesRequest request;
       request.set_page_size(500);
-      do {
-        v1::ListTenantBalancesResponse page;
-        grpc::Status status = stub.ListTenantBalances(s.Context().get(), request, &page);
-        if (!status.ok()) return FailRpc(status, s);
-        for (auto& b : *page.mutable_balances()) *all.add_balances() = std::move(b);
-        request.set_page_token(page.next_page_token());
-      } while (!request.page_token().empty());
+      grpc::Status status = EveryPage(
+          request, &all,
+          [&](const auto& r, auto* page) {
+            return stub.ListTenantBalances(s.Context().get(), r, page);
+          },
+          [](auto& page, auto* all) {
+            for (auto& b : *page.mutable_balances()) *all->add_balances() = std::move(b);
+          });
+      if (!status.ok()) return FailRpc(status, s);
       if (s.format() == Format::kJson) {
         PrintJson(all, std::cout);
         return kExitOk;
@@ -332,16 +349,18 @@ void AddAdminBillingCommands(CLI::App& app, Action* action) {
       v1::ListAllInvoicesResponse all;
       v1::ListAllInvoicesRequest request = *all_invoices;
       request.set_page_size(500);
-      do {
-        v1::ListAllInvoicesResponse page;
-        grpc::Status status = stub.ListAllInvoices(s.Context().get(), request, &page);
-        if (!status.ok()) return FailRpc(status, s);
-        for (auto& inv : *page.mutable_invoices()) *all.add_invoices() = std::move(inv);
-        all.set_total_micros(page.total_micros());
-        all.set_amount_due_micros(page.amount_due_micros());
-        all.set_invoice_count(page.invoice_count());
-        request.set_page_token(page.next_page_token());
-      } while (!request.page_token().empty());
+      grpc::Status status = EveryPage(
+          request, &all,
+          [&](const auto& r, auto* page) {
+            return stub.ListAllInvoices(s.Context().get(), r, page);
+          },
+          [](auto& page, auto* all) {
+            for (auto& inv : *page.mutable_invoices()) *all->add_invoices() = std::move(inv);
+            all->set_total_micros(page.total_micros());
+            all->set_amount_due_micros(page.amount_due_micros());
+            all->set_invoice_count(page.invoice_count());
+          });
+      if (!status.ok()) return FailRpc(status, s);
       if (s.format() == Format::kJson) {
         PrintJson(all, std::cout);
         return kExitOk;
