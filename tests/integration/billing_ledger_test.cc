@@ -111,6 +111,62 @@ class BillingTest : public ::testing::Test {
     return n;
   }
 
+  // What the SLA judge takes as the instance's rent, over the hours from
+  // the one holding `from_minute` to the one holding `to_minute`: the sum
+  // of the hours' rents and trial parts, and the minutes charged. Read
+  // both as the judge does (ReadRents) and as the open hour's view does
+  // (RentOf); the two must agree.
+  struct SlaRentSeen {
+    int64_t rent = 0;
+    int64_t trial = 0;
+    std::vector<int64_t> minutes;
+  };
+  SlaRentSeen SlaRentOver(const std::string& id, int64_t from_minute, int64_t to_minute) {
+    SlaRentSeen seen;
+    store::SlaStore sla(*db_);
+    for (int64_t hour = from_minute / 60 * 60; hour <= to_minute; hour += 60) {
+      const absl::Time start = absl::FromUnixSeconds(hour * 60);
+      std::optional<store::SlaRent> judged;
+      EXPECT_TRUE(db_->Transact([&](pqxx::work& txn) {
+        judged.reset();
+        for (auto& r : store::SlaStore::ReadRents(txn, start)) {
+          if (r.instance_id == id) judged = r;
+        }
+        return absl::OkStatus();
+      }).ok());
+      auto open = sla.RentOf(id, start);
+      EXPECT_TRUE(open.ok()) << open.status();
+      EXPECT_EQ(judged.has_value(), open.ok() && open->has_value()) << "hour " << hour;
+      if (!judged) continue;
+      if (open.ok() && open->has_value()) {
+        EXPECT_EQ((*open)->rent_micros, judged->rent_micros) << "hour " << hour;
+        EXPECT_EQ((*open)->trial_rent_micros, judged->trial_rent_micros) << "hour " << hour;
+        EXPECT_EQ((*open)->charged_minutes & ((uint64_t{1} << 60) - 1),
+                  judged->charged_minutes & ((uint64_t{1} << 60) - 1)) << "hour " << hour;
+        EXPECT_EQ((*open)->first_minute, judged->first_minute);
+        EXPECT_EQ((*open)->last_minute, judged->last_minute);
+      }
+      seen.rent += judged->rent_micros;
+      seen.trial += judged->trial_rent_micros;
+      std::vector<int64_t> of_hour;
+      for (int m = 0; m < 60; ++m) {
+        if (judged->charged_minutes >> m & 1) of_hour.push_back(hour + m);
+      }
+      EXPECT_FALSE(of_hour.empty()) << "hour " << hour;
+      if (of_hour.empty()) continue;
+      EXPECT_EQ(judged->first_minute, of_hour.front()) << "hour " << hour;
+      EXPECT_EQ(judged->last_minute, of_hour.back()) << "hour " << hour;
+      seen.minutes.insert(seen.minutes.end(), of_hour.begin(), of_hour.end());
+    }
+    return seen;
+  }
+
+  static std::vector<int64_t> MinutesRange(int64_t from, int64_t to) {
+    std::vector<int64_t> out;
+    for (int64_t m = from; m <= to; ++m) out.push_back(m);
+    return out;
+  }
+
   void ExpectAuditClean(Billing& billing) {
     auto failures = billing.Audit();
     ASSERT_TRUE(failures.ok()) << failures.status();
@@ -1602,6 +1658,10 @@ TEST_F(BillingTest, LateEndIsRefundedByAdjustments) {
   EXPECT_EQ(before->trial_micros, 0);
   EXPECT_EQ(before->paid_micros, 60 * kMicrosPerYuan - 60 * 264'000);
   ExpectAuditClean(billing);
+  SlaRentSeen sla_before = SlaRentOver(id, m0, m0 + 59);
+  EXPECT_EQ(sla_before.rent, 60 * 264'000);
+  EXPECT_EQ(sla_before.trial, 10 * kMicrosPerYuan);
+  EXPECT_EQ(sla_before.minutes, MinutesRange(m0, m0 + 59));
 
   // The end arrives now, dated 45 min 10 s after the start: minutes
   // m0 .. m0+45 were owed (46 started minutes), m0+46 .. m0+59 were not.
@@ -1640,6 +1700,14 @@ TEST_F(BillingTest, LateEndIsRefundedByAdjustments) {
   auto summary = billing.GetRevenueSummary(absl::InfinitePast(), absl::InfiniteFuture());
   EXPECT_EQ(summary->platform_revenue_balance_micros, 46 * 264'000);
   ExpectAuditClean(billing);
+
+  // The SLA judge refunds a share of the rent paid in the end, over the
+  // minutes paid in the end: not of minutes already given back whole
+  // (the dead node's would be judged silent, a breach of every metric).
+  SlaRentSeen sla_after = SlaRentOver(id, m0, m0 + 59);
+  EXPECT_EQ(sla_after.rent, 46 * 264'000);
+  EXPECT_EQ(sla_after.trial, 10 * kMicrosPerYuan);  // The paid part came back.
+  EXPECT_EQ(sla_after.minutes, MinutesRange(m0, m0 + 45));
 }
 
 // A late refund of minutes charged to the paid wallet, after the tenant
@@ -1801,6 +1869,14 @@ TEST_F(BillingTest, LateRunIsChargedByAdjustments) {
   ExpectAuditClean(billing);
   ASSERT_TRUE(billing.RunOnce(clock_.Now() + absl::Minutes(1)).ok());
   EXPECT_EQ(billing.ListTransfers(tenant, {.kind = "adjustment", .limit = 100})->size(), 3u);
+
+  // The SLA judge counts the late run's minutes as rented, and their rent.
+  SlaRentSeen sla = SlaRentOver(id, m0, m0 + 12);
+  EXPECT_EQ(sla.rent, 9 * 66'000);
+  EXPECT_EQ(sla.trial, 9 * 66'000);
+  std::vector<int64_t> minutes = MinutesRange(m0, m0 + 5);
+  for (int64_t m = m0 + 10; m <= m0 + 12; ++m) minutes.push_back(m);
+  EXPECT_EQ(sla.minutes, minutes);
 }
 
 // ListTransfers pages, in both orders, with every filter and several page
