@@ -43,6 +43,12 @@ using Action = std::function<int(Session&)>;
 int Fail(const std::string& message);
 int FailRpc(const grpc::Status& status, const Session& session);
 
+// The instance a command names: an id (ins-...) as it is, else the name of
+// exactly one of the tenant's instances that are not deleted (names need
+// not be unique, so two of one name are an error that lists their ids).
+// Call after Connect. kExitOk with *id set, or the failure printed.
+int ResolveInstance(Session& s, const std::string& id_or_name, std::string* id);
+
 void AddInstanceCommands(CLI::App& app, Action* action);
 void AddAccountCommands(CLI::App& app, Action* action);
 void AddAdminCommands(CLI::App& app, Action* action);

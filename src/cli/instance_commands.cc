@@ -10,6 +10,19 @@
 namespace sv::cli {
 namespace {
 
+// "ins-" and base32: what svd's ids look like (common/ids.h). A name of
+// that shape is taken as an id.
+bool LooksLikeInstanceId(const std::string& s) {
+  constexpr std::string_view kPrefix = "ins-";
+  if (s.size() <= kPrefix.size() || s.size() > 64 || s.compare(0, kPrefix.size(), kPrefix) != 0) {
+    return false;
+  }
+  for (char c : s.substr(kPrefix.size())) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) return false;
+  }
+  return true;
+}
+
 bool IsSettled(v1::InstanceState s) {
   return s == v1::RUNNING || s == v1::FAILED || s == v1::DELETED || s == v1::STOPPED;
 }
@@ -108,9 +121,11 @@ int RunCreate(Session& s, const CreateArgs& a) {
   return kExitOk;
 }
 
-int RunGet(Session& s, const std::string& id, bool wait, int wait_s) {
+int RunGet(Session& s, const std::string& id_or_name, bool wait, int wait_s) {
   std::string error;
   if (!s.Connect(&error)) return Fail(error);
+  std::string id;
+  if (int rc = ResolveInstance(s, id_or_name, &id); rc != kExitOk) return rc;
   v1::InstanceService::Stub stub(s.channel);
   v1::GetInstanceRequest request;
   request.set_id(id);
@@ -151,9 +166,11 @@ int RunList(Session& s, int page_size, bool show_deleted) {
   return kExitOk;
 }
 
-int RunDelete(Session& s, const std::string& id) {
+int RunDelete(Session& s, const std::string& id_or_name) {
   std::string error;
   if (!s.Connect(&error)) return Fail(error);
+  std::string id;
+  if (int rc = ResolveInstance(s, id_or_name, &id); rc != kExitOk) return rc;
   v1::InstanceService::Stub stub(s.channel);
   v1::DeleteInstanceRequest request;
   request.set_id(id);
@@ -165,6 +182,39 @@ int RunDelete(Session& s, const std::string& id) {
 }
 
 }  // namespace
+
+int ResolveInstance(Session& s, const std::string& id_or_name, std::string* id) {
+  if (LooksLikeInstanceId(id_or_name)) {
+    *id = id_or_name;
+    return kExitOk;
+  }
+  v1::InstanceService::Stub stub(s.channel);
+  v1::ListInstancesRequest request;
+  request.set_page_size(500);
+  std::vector<std::string> named;
+  constexpr int kPagesMax = 1000;
+  for (int page = 0; page < kPagesMax; ++page) {
+    v1::ListInstancesResponse response;
+    grpc::Status status = stub.ListInstances(s.Context().get(), request, &response);
+    if (!status.ok()) return FailRpc(status, s);
+    for (const auto& i : response.instances()) {
+      if (i.name() == id_or_name) named.push_back(i.id());
+    }
+    if (response.next_page_token().empty()) break;
+    request.set_page_token(response.next_page_token());
+  }
+  if (named.empty()) {
+    return Fail("no instance is named \"" + id_or_name + "\" (svctl list shows ids and names)");
+  }
+  if (named.size() > 1) {
+    std::string ids;
+    for (const auto& i : named) ids += (ids.empty() ? "" : ", ") + i;
+    return Fail(std::to_string(named.size()) + " instances are named \"" + id_or_name +
+                "\" (" + ids + "); give the id");
+  }
+  *id = named.front();
+  return kExitOk;
+}
 
 void AddInstanceCommands(CLI::App& app, Action* action) {
   auto create_args = std::make_shared<CreateArgs>();
@@ -193,7 +243,7 @@ void AddInstanceCommands(CLI::App& app, Action* action) {
   auto* movable = app.add_subcommand(
       "movable",
       "Let svd restart a 1-7 GPU instance on another node (on) to free whole nodes, or not (off)");
-  movable->add_option("id", *movable_id, "Instance id")->required();
+  movable->add_option("id", *movable_id, "Instance id or name")->required();
   movable->add_option("value", *movable_value, "on or off")
       ->required()
       ->check(CLI::IsMember({"on", "off"}));
@@ -201,9 +251,11 @@ void AddInstanceCommands(CLI::App& app, Action* action) {
     *action = [=](Session& s) {
       std::string error;
       if (!s.Connect(&error)) return Fail(error);
+      std::string id;
+      if (int rc = ResolveInstance(s, *movable_id, &id); rc != kExitOk) return rc;
       v1::InstanceService::Stub stub(s.channel);
       v1::Instance instance;
-      grpc::Status status = SetMovable(stub, s, *movable_id, *movable_value == "on", &instance);
+      grpc::Status status = SetMovable(stub, s, id, *movable_value == "on", &instance);
       if (!status.ok()) return FailRpc(status, s);
       ShowInstance(instance, s.format());
       return kExitOk;
@@ -213,7 +265,7 @@ void AddInstanceCommands(CLI::App& app, Action* action) {
   auto get_id = std::make_shared<std::string>();
   auto get_wait = std::make_shared<bool>(false);
   auto* get = app.add_subcommand("get", "Show one instance");
-  get->add_option("id", *get_id, "Instance id")->required();
+  get->add_option("id", *get_id, "Instance id or name")->required();
   get->add_flag("--wait", *get_wait, "Wait until it settles (RUNNING, STOPPED, FAILED, DELETED)");
   get->callback([=] {
     *action = [=](Session& s) { return RunGet(s, *get_id, *get_wait, 300); };
@@ -230,7 +282,7 @@ void AddInstanceCommands(CLI::App& app, Action* action) {
 
   auto delete_id = std::make_shared<std::string>();
   auto* del = app.add_subcommand("delete", "Delete an instance and release its GPUs");
-  del->add_option("id", *delete_id, "Instance id")->required();
+  del->add_option("id", *delete_id, "Instance id or name")->required();
   del->callback([=] { *action = [=](Session& s) { return RunDelete(s, *delete_id); }; });
 }
 

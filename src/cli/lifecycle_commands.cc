@@ -13,9 +13,11 @@ namespace {
 
 constexpr int kEventsPagesMax = 100;  // 100 pages of 1,000 events.
 
-int RunStop(Session& s, const std::string& id) {
+int RunStop(Session& s, const std::string& id_or_name) {
   std::string error;
   if (!s.Connect(&error)) return Fail(error);
+  std::string id;
+  if (int rc = ResolveInstance(s, id_or_name, &id); rc != kExitOk) return rc;
   v1::InstanceService::Stub stub(s.channel);
   v1::StopInstanceRequest request;
   request.set_id(id);
@@ -26,9 +28,11 @@ int RunStop(Session& s, const std::string& id) {
   return kExitOk;
 }
 
-int RunStart(Session& s, const std::string& id) {
+int RunStart(Session& s, const std::string& id_or_name) {
   std::string error;
   if (!s.Connect(&error)) return Fail(error);
+  std::string id;
+  if (int rc = ResolveInstance(s, id_or_name, &id); rc != kExitOk) return rc;
   v1::InstanceService::Stub stub(s.channel);
   v1::StartInstanceRequest request;
   request.set_id(id);
@@ -39,9 +43,11 @@ int RunStart(Session& s, const std::string& id) {
   return kExitOk;
 }
 
-int RunEvents(Session& s, const std::string& id) {
+int RunEvents(Session& s, const std::string& id_or_name) {
   std::string error;
   if (!s.Connect(&error)) return Fail(error);
+  std::string id;
+  if (int rc = ResolveInstance(s, id_or_name, &id); rc != kExitOk) return rc;
   v1::InstanceService::Stub stub(s.channel);
   v1::ListInstanceEventsResponse all;
   v1::ListInstanceEventsRequest request;
@@ -82,9 +88,11 @@ int RunIdlePolicy(Session& s, const IdleArgs& a) {
   if (a.minutes < 0 && a.seconds < 0) return Fail("give --after-minutes or --after-seconds");
   std::string error;
   if (!s.Connect(&error)) return Fail(error);
+  std::string id;
+  if (int rc = ResolveInstance(s, a.id, &id); rc != kExitOk) return rc;
   v1::InstanceService::Stub stub(s.channel);
   v1::SetIdlePolicyRequest request;
-  request.set_id(a.id);
+  request.set_id(id);
   request.set_idle_seconds(a.seconds >= 0 ? a.seconds : a.minutes * 60);
   request.set_utilization_pct(a.below_pct);
   v1::Instance instance;
@@ -99,23 +107,23 @@ int RunIdlePolicy(Session& s, const IdleArgs& a) {
 void AddLifecycleCommands(CLI::App& app, Action* action) {
   auto stop_id = std::make_shared<std::string>();
   auto* stop = app.add_subcommand("stop", "Stop an instance: release its GPUs, keep it");
-  stop->add_option("id", *stop_id, "Instance id")->required();
+  stop->add_option("id", *stop_id, "Instance id or name")->required();
   stop->callback([=] { *action = [=](Session& s) { return RunStop(s, *stop_id); }; });
 
   auto start_id = std::make_shared<std::string>();
   auto* start = app.add_subcommand("start", "Queue a stopped instance again");
-  start->add_option("id", *start_id, "Instance id")->required();
+  start->add_option("id", *start_id, "Instance id or name")->required();
   start->callback([=] { *action = [=](Session& s) { return RunStart(s, *start_id); }; });
 
   auto events_id = std::make_shared<std::string>();
   auto* events = app.add_subcommand("events", "State history of an instance, with reasons");
-  events->add_option("id", *events_id, "Instance id")->required();
+  events->add_option("id", *events_id, "Instance id or name")->required();
   events->callback([=] { *action = [=](Session& s) { return RunEvents(s, *events_id); }; });
 
   auto idle = std::make_shared<IdleArgs>();
   auto* policy = app.add_subcommand(
       "idle-policy", "Auto-stop an instance after a while with low GPU utilization");
-  policy->add_option("id", idle->id, "Instance id")->required();
+  policy->add_option("id", idle->id, "Instance id or name")->required();
   auto* minutes = policy->add_option("--after-minutes", idle->minutes,
                                      "Stop after this many minutes idle (0 removes the policy)")
                      ->check(CLI::Range(0, 10080));

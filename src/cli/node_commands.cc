@@ -193,9 +193,11 @@ int RunPriority(Session& s, const std::string& id, int priority) {
   return kExitOk;
 }
 
-int RunResize(Session& s, const std::string& id, int gpus) {
+int RunResize(Session& s, const std::string& id_or_name, int gpus) {
   std::string error;
   if (!s.Connect(&error)) return Fail(error);
+  std::string id;
+  if (int rc = ResolveInstance(s, id_or_name, &id); rc != kExitOk) return rc;
   v1::InstanceService::Stub stub(s.channel);
   v1::ResizeInstanceRequest request;
   request.set_id(id);
@@ -261,7 +263,7 @@ void AddSchedulingCommands(CLI::App& app, Action* action) {
   auto id = std::make_shared<std::string>();
   auto gpus = std::make_shared<int>(0);
   auto* resize = app.add_subcommand("resize", "Grow or shrink a running whole-node instance");
-  resize->add_option("id", *id, "Instance id")->required();
+  resize->add_option("id", *id, "Instance id or name")->required();
   resize->add_option("--gpus", *gpus, "New GPU count: a multiple of 8 from 8 to 128")
       ->required();
   resize->callback([=] { *action = [=](Session& s) { return RunResize(s, *id, *gpus); }; });

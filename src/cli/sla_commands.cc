@@ -107,7 +107,7 @@ void AddTenantCommand(CLI::App& app, Action* action) {
   auto page_size = std::make_shared<int>(24);
   auto* sla = app.add_subcommand(
       "sla", "SLA windows of an instance: hourly evidence, verdicts and refunds");
-  sla->add_option("instance", *instance, "Instance id")->required();
+  sla->add_option("instance", *instance, "Instance id or name")->required();
   sla->add_option("--hour", *hour, "One hour in detail, RFC 3339 (e.g. 2026-11-30T10:00:00Z)");
   sla->add_option("--page-size", *page_size, "Hours to list (at most 1000)")
       ->check(CLI::Range(1, 1000));
@@ -115,10 +115,12 @@ void AddTenantCommand(CLI::App& app, Action* action) {
     *action = [=](Session& s) {
       std::string error;
       if (!s.Connect(&error)) return Fail(error);
+      std::string id;
+      if (int rc = ResolveInstance(s, *instance, &id); rc != kExitOk) return rc;
       auto stub = v1::SlaService::NewStub(s.channel);
       if (!hour->empty()) {
         v1::GetSlaWindowRequest request;
-        request.set_instance_id(*instance);
+        request.set_instance_id(id);
         if (!ParseHour(*hour, request.mutable_hour_start_time())) {
           return Fail("--hour must be an RFC 3339 time on a whole hour");
         }
@@ -133,7 +135,7 @@ void AddTenantCommand(CLI::App& app, Action* action) {
         return kExitOk;
       }
       v1::ListSlaWindowsRequest request;
-      request.set_instance_id(*instance);
+      request.set_instance_id(id);
       request.set_page_size(*page_size);
       v1::ListSlaWindowsResponse response;
       grpc::Status status = stub->ListSlaWindows(s.Context().get(), request, &response);

@@ -73,6 +73,50 @@ TEST_F(SvctlTest, CreateWaitsUntilRunningThenGetListDelete) {
             0u);
 }
 
+// Commands on one instance take its name as well as its id: a name is
+// looked up among the tenant's instances, and one that names none, or
+// several, is an error that changes nothing.
+TEST_F(SvctlTest, InstancesByName) {
+  RunResult created = Svctl({"-o", "json", "create", "--gpus", "1", "--name", "train", "--wait"});
+  ASSERT_EQ(created.exit_code, 0) << created.err;
+  const std::string id = nlohmann::json::parse(created.out)["id"];
+
+  RunResult got = Svctl({"-o", "json", "get", "train"});
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  EXPECT_EQ(nlohmann::json::parse(got.out)["id"], id);
+  RunResult stopped = Svctl({"-o", "json", "stop", "train"});
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.err;
+  EXPECT_EQ(nlohmann::json::parse(stopped.out)["state"], "STOPPED");
+  RunResult events = Svctl({"events", "train"});
+  ASSERT_EQ(events.exit_code, 0) << events.err;
+  EXPECT_NE(events.out.find("stopped by the user"), std::string::npos) << events.out;
+
+  ExpectOneLineError(Svctl({"get", "nothere"}), "no instance is named \"nothere\"");
+  // Another tenant's instance of that name is not found, nor acted on.
+  const std::string other = CreateTenant(*svd_, "other");
+  RunResult theirs = Svctl({"-o", "json", "create", "--gpus", "1", "--name", "theirs"},
+                           {"SVCTL_ENDPOINT=" + svd_->endpoint(), "SVCTL_TOKEN=" + other});
+  ASSERT_EQ(theirs.exit_code, 0) << theirs.err;
+  ExpectOneLineError(Svctl({"delete", "theirs"}), "no instance is named \"theirs\"");
+
+  // Two of one name: the error names both ids, and neither is deleted.
+  RunResult second = Svctl({"-o", "json", "create", "--gpus", "1", "--name", "train"});
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  const std::string second_id = nlohmann::json::parse(second.out)["id"];
+  RunResult ambiguous = Svctl({"delete", "train"});
+  ExpectOneLineError(ambiguous, "2 instances are named \"train\"");
+  EXPECT_NE(ambiguous.err.find(id), std::string::npos) << ambiguous.err;
+  EXPECT_NE(ambiguous.err.find(second_id), std::string::npos) << ambiguous.err;
+  RunResult listed = Svctl({"-o", "json", "list"});
+  EXPECT_EQ(nlohmann::json::parse(listed.out)["instances"].size(), 2u) << listed.out;
+
+  // Once one is deleted, by id, the name is the other's again.
+  ASSERT_EQ(Svctl({"delete", second_id}).exit_code, 0);
+  RunResult started = Svctl({"-o", "json", "start", "train"});
+  ASSERT_EQ(started.exit_code, 0) << started.err;
+  EXPECT_EQ(nlohmann::json::parse(started.out)["id"], id);
+}
+
 TEST_F(SvctlTest, WhoamiNamesTheTenant) {
   RunResult r = Svctl({"whoami"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
