@@ -9,6 +9,7 @@
 #include "api/internal/security_util.h"
 #include "api/internal/service_util.h"
 #include "api/validation.h"
+#include "billing/billing.h"
 #include "common/status.h"
 #include "spdlog/spdlog.h"
 #include "store/security_store.h"
@@ -406,8 +407,8 @@ absl::Time SpendCapMonthStart(absl::Time now) {
 
 absl::Status SpendCapRefusal(int64_t cap_micros, int64_t spent_micros) {
   return Error(absl::StatusCode::kResourceExhausted, "SPEND_CAP_REACHED",
-               absl::StrCat("the tenant's monthly spend cap of ", cap_micros,
-                            " micro-yuan is reached (", spent_micros,
+               absl::StrCat("the tenant's monthly spend cap of ", billing::Yuan(cap_micros),
+                            " is reached (", billing::Yuan(spent_micros),
                             " spent this month); raise or remove it to create instances or "
                             "volumes"));
 }

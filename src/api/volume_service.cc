@@ -261,8 +261,8 @@ class VolumeServiceImpl final : public v1::VolumeService::Service {
                                                                            : "network",
                                 " volume, with those of the instances the tenant already "
                                 "has running or queued, cost ",
-                                r.used, " micro-yuan but only ", r.allowed,
-                                " is available; top up first"));
+                                billing::Yuan(r.used), " but only ",
+                                billing::Yuan(r.allowed), " is available; top up first"));
     }
     const store::VolumeRecord& v = outcome.record;
     spdlog::info("api: volume {} {} GiB tenant={} request_id={}", v.id, v.spec.size_gib,

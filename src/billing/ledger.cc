@@ -18,6 +18,15 @@ int64_t RoundToFen(int64_t micros) {
   return micros >= 0 ? (micros + half) / kMicrosPerFen : -((-micros + half) / kMicrosPerFen);
 }
 
+std::string Yuan(int64_t micros) {
+  const bool negative = micros < 0;
+  const uint64_t abs = negative ? 0 - static_cast<uint64_t>(micros) : micros;
+  std::string frac = std::to_string(abs % 1'000'000);
+  frac.insert(0, 6 - frac.size(), '0');
+  while (frac.size() > 2 && frac.back() == '0') frac.pop_back();
+  return absl::StrCat(negative ? "-" : "", abs / 1'000'000, ".", frac, " CNY");
+}
+
 int64_t MinuteOf(absl::Time t) {
   return absl::ToUnixSeconds(absl::Floor(t - absl::UnixEpoch(), absl::Minutes(1)) +
                              absl::UnixEpoch()) / 60;
@@ -270,11 +279,11 @@ absl::Status Billing::CheckCreditForCreate(const std::string& tenant_id, int gpu
   const int64_t paid_needed = fee + std::max<int64_t>(needed - trial, 0);
   if (paid >= paid_needed) return absl::OkStatus();
   return Error(absl::StatusCode::kFailedPrecondition, "INSUFFICIENT_CREDIT",
-               absl::StrCat("the first ", minutes, " minutes of the app cost ", fee,
-                            " micro-yuan in app fees on top of ", needed,
+               absl::StrCat("the first ", minutes, " minutes of the app cost ", Yuan(fee),
+                            " in app fees on top of ", Yuan(needed),
                             " of rent; trial credit pays rent only, never app fees, so ",
-                            paid_needed, " must come from paid credit, which holds ", paid,
-                            "; top up first"));
+                            Yuan(paid_needed), " must come from paid credit, which holds ",
+                            Yuan(paid), "; top up first"));
 }
 
 absl::StatusOr<int64_t> Billing::AppPriceOf(const std::string& instance_id) {
@@ -303,7 +312,7 @@ absl::Status Billing::CreditRefusal(int gpu_count, const std::string& gpu_model,
                             gpu_count, " x ", gpu_model,
                             ", with those of the instances the tenant already has running "
                             "or queued, cost ",
-                            needed, " micro-yuan but only ", available,
+                            Yuan(needed), " but only ", Yuan(available),
                             " is available; top up first"));
 }
 

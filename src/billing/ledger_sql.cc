@@ -216,4 +216,10 @@ std::string InstanceStoppableSql(const std::string& id_column) {
                       " AND i.state NOT IN ('STOPPED', 'DELETED', 'FAILED'))");
 }
 
+std::string YuanSql(const std::string& micros_expr) {
+  const std::string v = absl::StrCat("((", micros_expr, ")::numeric / 1000000)");
+  return absl::StrCat("((CASE WHEN scale(trim_scale(", v, ")) < 2 THEN round(", v,
+                      ", 2) ELSE trim_scale(", v, ") END)::text || ' CNY')");
+}
+
 }  // namespace sv::billing::internal

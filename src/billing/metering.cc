@@ -213,7 +213,7 @@ shortfalls AS (
   SELECT f.tenant_id, 'credit_exhausted', f.instance_id,
          'credit ran out in minute ' || to_char(to_timestamp(f.minute * 60) AT TIME ZONE 'UTC',
          'YYYY-MM-DD HH24:MI') || ' UTC; the instance is stopped; uncollected: '
-         || (f.gross - f.charged) || ' micro-yuan so far', $5::timestamptz
+         || )sql", internal::YuanSql("f.gross - f.charged"), R"sql( || ' so far', $5::timestamptz
   FROM )sql", firsts, R"sql( f WHERE f.minute = f.first_cap AND )sql", internal::InstanceStoppableSql("f.instance_id"), R"sql(
 ))sql");
   if (app_rent) {
@@ -826,8 +826,8 @@ absl::Status Billing::WarnLowCredit(absl::Time now) {
       INSERT INTO billing_notices (tenant_id, kind, message, at)
       SELECT f.tenant_id, 'low_credit',
              'credit for about ' || (f.available / f.per_minute) || ' more minutes at '
-             || f.per_minute || ' micro-yuan per minute; top up to keep instances running '
-             || 'and volumes paid for',
+             || )sql", internal::YuanSql("f.per_minute"), R"sql( || ' per minute; top up to keep '
+             || 'instances running and volumes paid for',
              $1::timestamptz
       FROM funds f
       WHERE f.per_minute > 0 AND f.available < f.per_minute * $2::bigint

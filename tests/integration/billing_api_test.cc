@@ -63,7 +63,7 @@ TEST(BillingApiTest, BalanceCreditGateTopUpAndAudit) {
   grpc::Status committed = instances->CreateInstance(Context(token).get(), create, &second);
   EXPECT_EQ(committed.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(api::ReasonOf(committed), "INSUFFICIENT_CREDIT");
-  EXPECT_NE(committed.error_message().find("cost 10560000 micro-yuan but only 10000000"),
+  EXPECT_NE(committed.error_message().find("cost 10.56 CNY but only 10.00 CNY is available"),
             std::string::npos)
       << committed.error_message();
   v1::ListInstancesResponse mine;

@@ -497,6 +497,7 @@ TEST_F(BillingTest, StopsWithinAMinuteOfRunningOut) {
     if (n.kind != "credit_exhausted") continue;
     ++exhausted_notices;
     EXPECT_NE(n.message.find("credit ran out in minute"), std::string::npos) << n.message;
+    EXPECT_NE(n.message.find("uncollected: 0.088 CNY so far"), std::string::npos) << n.message;
   }
   EXPECT_EQ(exhausted_notices, 1);
   ExpectAuditClean(billing);
@@ -626,6 +627,8 @@ TEST_F(BillingTest, WarnsBeforeCreditRunsOut) {
   auto balance = billing.GetBalance(tenant, clock_.Now());
   ASSERT_FALSE(balance->notices.empty());
   EXPECT_EQ(balance->notices[0].kind, "low_credit");
+  EXPECT_NE(balance->notices[0].message.find("at 0.264 CNY per minute"), std::string::npos)
+      << balance->notices[0].message;
   EXPECT_GT(balance->available_micros, 0);
   // Once a top-up covers the warning's minutes, the balance stops asking
   // for one.

@@ -68,6 +68,10 @@ std::string PricedMinutesCtes(IntervalSource source);
 // stopped or announced again.
 std::string InstanceStoppableSql(const std::string& id_column);
 
+// Text of the amount of micro-yuan `micros_expr` for people, as Yuan() of
+// billing.h writes it ("10.56 CNY"), in exact numeric arithmetic.
+std::string YuanSql(const std::string& micros_expr);
+
 }  // namespace sv::billing::internal
 
 #endif  // SV_BILLING_INTERNAL_LEDGER_SQL_H_

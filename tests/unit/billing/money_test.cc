@@ -18,6 +18,17 @@ TEST(RoundToFenTest, HalfAwayFromZero) {
   EXPECT_EQ(RoundToFen(INT64_MAX / 2), (INT64_MAX / 2 + 5'000) / 10'000);
 }
 
+// Amounts in messages are exact, with at least two decimals.
+TEST(YuanTest, ExactWithAtLeastTwoDecimals) {
+  EXPECT_EQ(Yuan(10'560'000), "10.56 CNY");
+  EXPECT_EQ(Yuan(10'000'000), "10.00 CNY");
+  EXPECT_EQ(Yuan(264'000), "0.264 CNY");
+  EXPECT_EQ(Yuan(123), "0.000123 CNY");
+  EXPECT_EQ(Yuan(0), "0.00 CNY");
+  EXPECT_EQ(Yuan(-5'000), "-0.005 CNY");
+  EXPECT_EQ(Yuan(INT64_MIN), "-9223372036854.775808 CNY");
+}
+
 // A minute is [60m, 60m + 60) s of Unix time; instants inside map to it.
 TEST(MinuteTest, MinuteOfAndStart) {
   const absl::Time t = absl::FromUnixSeconds(1'790'000'000);  // 60 * 29833333 + 20.
