@@ -47,10 +47,17 @@ void PrintVolume(const v1::Volume& v, Format format) {
 }
 
 template <typename Call>
-Action VolumeCall(Call call) {
-  return [call](Session& s) {
+// `instance`, when given, is the instance argument as typed: an id or a
+// name, resolved to the id before the call.
+Action VolumeCall(Call call, std::shared_ptr<std::string> instance = nullptr) {
+  return [call, instance](Session& s) {
     std::string error;
     if (!s.Connect(&error)) return Fail(error);
+    if (instance) {
+      std::string id;
+      if (int rc = ResolveInstance(s, *instance, &id); rc != kExitOk) return rc;
+      *instance = id;
+    }
     v1::VolumeService::Stub stub(s.channel);
     v1::Volume volume;
     grpc::Status status = call(s, stub, &volume);
@@ -157,7 +164,7 @@ void AddVolumeCommands(CLI::App& app, Action* action) {
   auto read_only = std::make_shared<bool>(false);
   auto* a = volumes->add_subcommand("attach", "Attach a volume to an instance (also running)");
   a->add_option("id", *id, "Volume id")->required();
-  a->add_option("instance", *instance, "Instance id")->required();
+  a->add_option("instance", *instance, "Instance id or name")->required();
   a->add_option("--mount-path", *mount_path, "Where it appears (default /mnt/<volume name>)");
   a->add_flag("--read-only", *read_only, "Mount read-only");
   a->callback([=] {
@@ -168,24 +175,24 @@ void AddVolumeCommands(CLI::App& app, Action* action) {
       request.set_mount_path(*mount_path);
       request.set_read_only(*read_only);
       return stub.AttachVolume(s.Context().get(), request, out);
-    });
+    }, instance);
   });
 
   auto* de = volumes->add_subcommand("detach", "Detach a volume from an instance");
   de->add_option("id", *id, "Volume id")->required();
-  de->add_option("instance", *instance, "Instance id")->required();
+  de->add_option("instance", *instance, "Instance id or name")->required();
   de->callback([=] {
     *action = VolumeCall([=](Session& s, v1::VolumeService::Stub& stub, v1::Volume* out) {
       v1::DetachVolumeRequest request;
       request.set_volume_id(*id);
       request.set_instance_id(*instance);
       return stub.DetachVolume(s.Context().get(), request, out);
-    });
+    }, instance);
   });
 
   auto* m = volumes->add_subcommand("move", "Move a volume to another instance of yours");
   m->add_option("id", *id, "Volume id")->required();
-  m->add_option("instance", *instance, "Target instance id")->required();
+  m->add_option("instance", *instance, "Target instance id or name")->required();
   m->add_option("--mount-path", *mount_path, "Where it appears (default /mnt/<volume name>)");
   m->callback([=] {
     *action = VolumeCall([=](Session& s, v1::VolumeService::Stub& stub, v1::Volume* out) {
@@ -194,7 +201,7 @@ void AddVolumeCommands(CLI::App& app, Action* action) {
       request.set_to_instance_id(*instance);
       request.set_mount_path(*mount_path);
       return stub.MoveVolume(s.Context().get(), request, out);
-    });
+    }, instance);
   });
 }
 

@@ -90,6 +90,12 @@ TEST_F(SvctlTest, InstancesByName) {
   RunResult events = Svctl({"events", "train"});
   ASSERT_EQ(events.exit_code, 0) << events.err;
   EXPECT_NE(events.out.find("stopped by the user"), std::string::npos) << events.out;
+  RunResult volume = Svctl({"-o", "json", "volumes", "create", "--size-gib", "1"});
+  ASSERT_EQ(volume.exit_code, 0) << volume.err;
+  RunResult attached = Svctl({"-o", "json", "volumes", "attach",
+                              nlohmann::json::parse(volume.out)["id"], "train"});
+  ASSERT_EQ(attached.exit_code, 0) << attached.err;
+  EXPECT_EQ(nlohmann::json::parse(attached.out)["attachments"][0]["instance_id"], id);
 
   ExpectOneLineError(Svctl({"get", "nothere"}), "no instance is named \"nothere\"");
   // Another tenant's instance of that name is not found, nor acted on.
