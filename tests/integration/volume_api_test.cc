@@ -470,7 +470,7 @@ TEST(VolumeCreditTest, CreateNeedsCreditForItsFirstMinutes) {
   status = create("bigger", 1001, &out);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(api::ReasonOf(status), "INSUFFICIENT_CREDIT");
-  EXPECT_NE(status.error_message().find("10010000"), std::string::npos)
+  EXPECT_NE(status.error_message().find("cost 10.01 CNY but only 10.00 CNY"), std::string::npos)
       << status.error_message();
   // Just over ten times the price (10 minutes of 100 GiB now cost more
   // than the trial's 10 CNY): the retry still gets its volume.
