@@ -148,7 +148,7 @@ absl::StatusOr<int64_t> PostAppFees(pqxx::work& txn, int64_t platform, absl::Tim
       "INSERT INTO billing_notices (tenant_id, kind, instance_id, message, at) "
       "SELECT tenant_id, 'credit_exhausted', id, 'credit ran out for the app fee in minute ' "
       "|| to_char(to_timestamp(minute * 60) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') "
-      "|| ' UTC; the instance is stopped', $1::timestamptz FROM addon_app "
+      "|| ' UTC; instance ' || id || ' is stopped', $1::timestamptz FROM addon_app "
       "WHERE minute = first_cap" + not_stopped,
       SqlTime(now));
   return static_cast<int64_t>(written.affected_rows());

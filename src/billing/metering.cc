@@ -212,7 +212,8 @@ shortfalls AS (
   INSERT INTO billing_notices (tenant_id, kind, instance_id, message, at)
   SELECT f.tenant_id, 'credit_exhausted', f.instance_id,
          'credit ran out in minute ' || to_char(to_timestamp(f.minute * 60) AT TIME ZONE 'UTC',
-         'YYYY-MM-DD HH24:MI') || ' UTC; the instance is stopped; uncollected: '
+         'YYYY-MM-DD HH24:MI') || ' UTC; instance ' || f.instance_id
+         || ' is stopped; uncollected: '
          || )sql", internal::YuanSql("f.gross - f.charged"), R"sql( || ' so far', $5::timestamptz
   FROM )sql", firsts, R"sql( f WHERE f.minute = f.first_cap AND )sql", internal::InstanceStoppableSql("f.instance_id"), R"sql(
 ))sql");
@@ -707,10 +708,10 @@ absl::Status Billing::StopUnfunded(absl::Time now, int64_t* stopped_count) {
           "VALUES ($1, 'credit_exhausted', $2, $3, $4::timestamptz)",
           u.tenant, u.instance,
           u.for_fee ? absl::StrCat("credit ran out for the app fee in minute ", u.minute,
-                                   " UTC (trial credit pays rent only); the instance is "
-                                   "stopped; top up to start it again")
-                    : absl::StrCat("credit ran out in minute ", u.minute,
-                                   " UTC; the instance is stopped; top up to start it again"),
+                                   " UTC (trial credit pays rent only); instance ",
+                                   u.instance, " is stopped; top up to start it again")
+                    : absl::StrCat("credit ran out in minute ", u.minute, " UTC; instance ",
+                                   u.instance, " is stopped; top up to start it again"),
           SqlTime(now));
       return absl::OkStatus();
     }));

@@ -426,6 +426,8 @@ TEST_F(BillingTest, TrialFirstThenStopsAtTheRightMinute) {
     if (n.kind != "credit_exhausted") continue;
     ++exhausted_notices;
     EXPECT_NE(n.message.find("uncollected: 0.088 CNY so far"), std::string::npos) << n.message;
+    EXPECT_NE(n.message.find("instance " + id + " is stopped"), std::string::npos) << n.message;
+    EXPECT_EQ(n.instance_id, id);
   }
   EXPECT_EQ(exhausted_notices, 1);
   absl::Status refused = billing.CheckCreditForCreate(tenant, 1, "RTX 4090", clock_.Now());
@@ -501,6 +503,7 @@ TEST_F(BillingTest, StopsWithinAMinuteOfRunningOut) {
     if (n.kind != "credit_exhausted") continue;
     ++exhausted_notices;
     EXPECT_NE(n.message.find("credit ran out in minute"), std::string::npos) << n.message;
+    EXPECT_NE(n.message.find("instance " + id + " is stopped"), std::string::npos) << n.message;
   }
   EXPECT_EQ(exhausted_notices, 1);
   ExpectAuditClean(billing);
