@@ -274,12 +274,48 @@ Action AdminCall(Call call) {
   };
 }
 
+}  // namespace
+
+int ResolveTenant(Session& s, const std::string& id_or_name, std::string* id) {
+  constexpr std::string_view kPrefix = "ten-";
+  bool looks_like_id = id_or_name.size() > kPrefix.size() &&
+                       id_or_name.compare(0, kPrefix.size(), kPrefix) == 0;
+  for (size_t i = kPrefix.size(); looks_like_id && i < id_or_name.size(); ++i) {
+    const char c = id_or_name[i];
+    looks_like_id = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+  }
+  if (looks_like_id) {
+    if (id != &id_or_name) *id = id_or_name;
+    return kExitOk;
+  }
+  auto stub = v1::BillingAdminService::NewStub(s.channel);
+  v1::ListTenantBalancesRequest request;
+  request.set_page_size(500);
+  std::string found;
+  do {
+    v1::ListTenantBalancesResponse page;
+    grpc::Status status = stub->ListTenantBalances(s.Context().get(), request, &page);
+    if (!status.ok()) return FailRpc(status, s);
+    for (const auto& t : page.balances()) {
+      if (t.tenant_name() == id_or_name) found = t.tenant_id();
+    }
+    request.set_page_token(page.next_page_token());
+  } while (found.empty() && !request.page_token().empty());
+  if (found.empty()) {
+    return Fail("no tenant is named \"" + id_or_name + "\" (svctl admin balances shows ids and names)");
+  }
+  *id = found;
+  return kExitOk;
+}
+
+namespace {
+
 void AddAdminBillingCommands(CLI::App& app, Action* action) {
   CLI::App* admin = app.get_subcommand("admin");
   auto topup = std::make_shared<v1::TopUpRequest>();
   auto amount = std::make_shared<std::string>();
   auto* top = admin->add_subcommand("topup", "Credit a tenant's paid wallet (payment confirmed)");
-  top->add_option("tenant", *topup->mutable_tenant_id(), "Tenant id")->required();
+  top->add_option("tenant", *topup->mutable_tenant_id(), "Tenant id or name")->required();
   top->add_option("amount", *amount, "Amount in CNY, e.g. 100 or 12.50")->required();
   top->add_option("--payment-id", *topup->mutable_payment_id(),
                   "The payment's id; a replay with it is a no-op")
@@ -289,6 +325,10 @@ void AddAdminBillingCommands(CLI::App& app, Action* action) {
       int64_t micros = 0;
       if (!ParseYuan(*amount, &micros)) return Fail(YuanSyntaxError("amount", *amount));
       topup->set_amount_micros(micros);
+      if (int rc = ResolveTenant(s, topup->tenant_id(), topup->mutable_tenant_id());
+          rc != kExitOk) {
+        return rc;
+      }
       v1::Transfer transfer;
       grpc::Status status = stub.TopUp(s.Context().get(), *topup, &transfer);
       if (!status.ok()) return FailRpc(status, s);
@@ -341,7 +381,8 @@ void AddAdminBillingCommands(CLI::App& app, Action* action) {
   auto all_invoices = std::make_shared<v1::ListAllInvoicesRequest>();
   auto* admin_invoices =
       admin->add_subcommand("invoices", "Every tenant's invoices, with what each says is due");
-  admin_invoices->add_option("--tenant", *all_invoices->mutable_tenant_id(), "Only this tenant");
+  admin_invoices->add_option("--tenant", *all_invoices->mutable_tenant_id(),
+                             "Only this tenant (id or name)");
   admin_invoices->add_option("--period", *all_invoices->mutable_period(),
                              "Only this month, YYYY-MM (Asia/Shanghai)");
   admin_invoices->callback([=] {
@@ -349,6 +390,12 @@ void AddAdminBillingCommands(CLI::App& app, Action* action) {
       v1::ListAllInvoicesResponse all;
       v1::ListAllInvoicesRequest request = *all_invoices;
       request.set_page_size(500);
+      if (!request.tenant_id().empty()) {
+        if (int rc = ResolveTenant(s, request.tenant_id(), request.mutable_tenant_id());
+            rc != kExitOk) {
+          return rc;
+        }
+      }
       grpc::Status status = EveryPage(
           request, &all,
           [&](const auto& r, auto* page) {
@@ -428,7 +475,8 @@ void AddAdminBillingCommands(CLI::App& app, Action* action) {
   auto credit_limit = std::make_shared<std::string>();
   auto* mode = admin->add_subcommand(
       "billing-mode", "Make a tenant prepaid, or postpaid with a credit limit (monthly invoices)");
-  mode->add_option("tenant", *mode_request->mutable_tenant_id(), "Tenant id")->required();
+  mode->add_option("tenant", *mode_request->mutable_tenant_id(), "Tenant id or name")
+      ->required();
   mode->add_option("mode", *mode_name, "prepaid or postpaid")
       ->required()
       ->check(CLI::IsMember({"prepaid", "postpaid"}));
@@ -448,6 +496,10 @@ void AddAdminBillingCommands(CLI::App& app, Action* action) {
       }
       mode_request->set_mode(*mode_name == "postpaid" ? v1::POSTPAID : v1::PREPAID);
       mode_request->set_credit_limit_micros(limit);
+      if (int rc = ResolveTenant(s, mode_request->tenant_id(), mode_request->mutable_tenant_id());
+          rc != kExitOk) {
+        return rc;
+      }
       v1::SetBillingModeResponse response;
       grpc::Status status = stub.SetBillingMode(s.Context().get(), *mode_request, &response);
       if (!status.ok()) return FailRpc(status, s);

@@ -48,6 +48,10 @@ int FailRpc(const grpc::Status& status, const Session& session);
 // not be unique, so two of one name are an error that lists their ids).
 // Call after Connect. kExitOk with *id set, or the failure printed.
 int ResolveInstance(Session& s, const std::string& id_or_name, std::string* id);
+// The tenant an operator command names: an id (ten-...) as it is, else a
+// tenant's name (names are unique). Call with the admin key connected.
+// kExitOk with *id set (it may be id_or_name itself), or the failure printed.
+int ResolveTenant(Session& s, const std::string& id_or_name, std::string* id);
 
 void AddInstanceCommands(CLI::App& app, Action* action);
 void AddAccountCommands(CLI::App& app, Action* action);

@@ -159,19 +159,21 @@ struct QuotaArgs {
 int RunQuota(Session& s, const QuotaArgs& a, bool set) {
   std::string error;
   if (!ConnectAdmin(s, &error)) return Fail(error);
+  std::string tenant_id;
+  if (int rc = ResolveTenant(s, a.tenant_id, &tenant_id); rc != kExitOk) return rc;
   v1::SchedulerAdminService::Stub stub(s.channel);
   v1::TenantQuota quota;
   grpc::Status status;
   if (set) {
     v1::SetTenantQuotaRequest request;
-    request.mutable_quota()->set_tenant_id(a.tenant_id);
+    request.mutable_quota()->set_tenant_id(tenant_id);
     request.mutable_quota()->set_gpus_in_use_max(a.gpus_max);
     request.mutable_quota()->set_pending_count_max(a.pending_max);
     request.mutable_quota()->set_instances_max(a.instances_max);
     status = stub.SetTenantQuota(s.Context().get(), request, &quota);
   } else {
     v1::GetTenantQuotaRequest request;
-    request.set_tenant_id(a.tenant_id);
+    request.set_tenant_id(tenant_id);
     status = stub.GetTenantQuota(s.Context().get(), request, &quota);
   }
   if (!status.ok()) return FailRpc(status, s);
@@ -240,7 +242,7 @@ void AddQuotaSubcommands(CLI::App& admin, Action* action) {
   quota->require_subcommand(1);
   auto set_args = std::make_shared<QuotaArgs>();
   auto* set = quota->add_subcommand("set", "Set a tenant's quota");
-  set->add_option("tenant_id", set_args->tenant_id, "Tenant id")->required();
+  set->add_option("tenant_id", set_args->tenant_id, "Tenant id or name")->required();
   set->add_option("--gpus-max", set_args->gpus_max, "GPUs in use at once")
       ->required()
       ->check(CLI::Range(0, 1000000));
@@ -253,7 +255,7 @@ void AddQuotaSubcommands(CLI::App& admin, Action* action) {
   set->callback([=] { *action = [=](Session& s) { return RunQuota(s, *set_args, true); }; });
   auto get_args = std::make_shared<QuotaArgs>();
   auto* get = quota->add_subcommand("get", "Show a tenant's quota");
-  get->add_option("tenant_id", get_args->tenant_id, "Tenant id")->required();
+  get->add_option("tenant_id", get_args->tenant_id, "Tenant id or name")->required();
   get->callback([=] { *action = [=](Session& s) { return RunQuota(s, *get_args, false); }; });
 }
 

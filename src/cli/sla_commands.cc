@@ -262,7 +262,7 @@ void AddAdminCommandsForSla(CLI::App& app, Action* action) {
   auto clear = std::make_shared<bool>(false);
   auto* set = admin->add_subcommand(
       "sla-override", "Set a tenant's SLA overrides (enterprise contracts) from a JSON file");
-  set->add_option("tenant", *overrides->mutable_tenant_id(), "Tenant id")->required();
+  set->add_option("tenant", *overrides->mutable_tenant_id(), "Tenant id or name")->required();
   set->add_option("--file", *file,
                   "JSON array, e.g. [{\"metric\": \"gpu_usable\", \"threshold\": 9900, "
                   "\"refund_basis_points\": 1500}]");
@@ -281,6 +281,10 @@ void AddAdminCommandsForSla(CLI::App& app, Action* action) {
       s.flags.admin = true;
       std::string error;
       if (!s.Connect(&error)) return Fail(error);
+      if (int rc = ResolveTenant(s, overrides->tenant_id(), overrides->mutable_tenant_id());
+          rc != kExitOk) {
+        return rc;
+      }
       v1::SetSlaOverridesResponse response;
       grpc::Status status = v1::SlaAdminService::NewStub(s.channel)->SetSlaOverrides(
           s.Context().get(), *overrides, &response);

@@ -123,6 +123,32 @@ TEST_F(SvctlTest, InstancesByName) {
   EXPECT_EQ(nlohmann::json::parse(started.out)["id"], id);
 }
 
+// Operator commands on one tenant take its name as well as its id (tenant
+// names are unique); an unknown name is an error that credits nobody.
+TEST_F(SvctlTest, OperatorsNameTenants) {
+  const std::vector<std::string> admin = {"SVCTL_ENDPOINT=" + svd_->endpoint(),
+                                          "SVCTL_ADMIN_TOKEN=" + svd_->admin_key()};
+  RunResult paid = Svctl({"-o", "json", "admin", "topup", "cli", "12.50", "--payment-id", "p-1"},
+                         admin);
+  ASSERT_EQ(paid.exit_code, 0) << paid.err;
+  RunResult who = Svctl({"-o", "json", "whoami"});
+  ASSERT_EQ(who.exit_code, 0) << who.err;
+  const std::string tenant_id = nlohmann::json::parse(who.out)["tenant_id"];
+  RunResult balance = Svctl({"-o", "json", "balance"});
+  EXPECT_EQ(nlohmann::json::parse(balance.out)["paid_micros"], "12500000") << balance.out;
+
+  ExpectOneLineError(
+      Svctl({"admin", "topup", "nobody", "12.50", "--payment-id", "p-2"}, admin),
+      "no tenant is named \"nobody\"");
+  RunResult quota = Svctl({"admin", "quota", "get", "cli"}, admin);
+  ASSERT_EQ(quota.exit_code, 0) << quota.err;
+  EXPECT_EQ(nlohmann::json::parse(quota.out)["tenant_id"], tenant_id);
+  RunResult mode = Svctl({"admin", "billing-mode", "cli", "postpaid", "--credit-limit", "100"},
+                         admin);
+  ASSERT_EQ(mode.exit_code, 0) << mode.err;
+  EXPECT_NE(mode.out.find(tenant_id + " is postpaid"), std::string::npos) << mode.out;
+}
+
 TEST_F(SvctlTest, WhoamiNamesTheTenant) {
   RunResult r = Svctl({"whoami"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
