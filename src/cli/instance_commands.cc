@@ -137,28 +137,34 @@ int RunGet(Session& s, const std::string& id_or_name, bool wait, int wait_s) {
   return kExitOk;
 }
 
-int RunList(Session& s, int page_size, bool show_deleted) {
-  std::string error;
-  if (!s.Connect(&error)) return Fail(error);
+// Every page of the tenant's instances (at most 1,000 pages).
+grpc::Status ListEveryInstance(Session& s, v1::ListInstancesRequest request,
+                               std::vector<v1::Instance>* all) {
   v1::InstanceService::Stub stub(s.channel);
-  v1::ListInstancesRequest request;
-  request.set_page_size(page_size);
-  request.set_show_deleted(show_deleted);
-  std::vector<v1::Instance> all;
-  v1::ListInstancesResponse merged;
   constexpr int kPagesMax = 1000;
   for (int page = 0; page < kPagesMax; ++page) {
     v1::ListInstancesResponse response;
     grpc::Status status = stub.ListInstances(s.Context().get(), request, &response);
-    if (!status.ok()) return FailRpc(status, s);
-    for (const auto& i : response.instances()) {
-      all.push_back(i);
-      *merged.add_instances() = i;
-    }
+    if (!status.ok()) return status;
+    for (auto& i : *response.mutable_instances()) all->push_back(std::move(i));
     if (response.next_page_token().empty()) break;
     request.set_page_token(response.next_page_token());
   }
+  return grpc::Status::OK;
+}
+
+int RunList(Session& s, int page_size, bool show_deleted) {
+  std::string error;
+  if (!s.Connect(&error)) return Fail(error);
+  v1::ListInstancesRequest request;
+  request.set_page_size(page_size);
+  request.set_show_deleted(show_deleted);
+  std::vector<v1::Instance> all;
+  grpc::Status status = ListEveryInstance(s, request, &all);
+  if (!status.ok()) return FailRpc(status, s);
   if (s.format() == Format::kJson) {
+    v1::ListInstancesResponse merged;
+    for (const auto& i : all) *merged.add_instances() = i;
     PrintJson(merged, std::cout);
   } else {
     PrintInstanceTable(all, std::cout);
@@ -188,20 +194,14 @@ int ResolveInstance(Session& s, const std::string& id_or_name, std::string* id) 
     *id = id_or_name;
     return kExitOk;
   }
-  v1::InstanceService::Stub stub(s.channel);
   v1::ListInstancesRequest request;
   request.set_page_size(500);
+  std::vector<v1::Instance> all;
+  grpc::Status status = ListEveryInstance(s, request, &all);
+  if (!status.ok()) return FailRpc(status, s);
   std::vector<std::string> named;
-  constexpr int kPagesMax = 1000;
-  for (int page = 0; page < kPagesMax; ++page) {
-    v1::ListInstancesResponse response;
-    grpc::Status status = stub.ListInstances(s.Context().get(), request, &response);
-    if (!status.ok()) return FailRpc(status, s);
-    for (const auto& i : response.instances()) {
-      if (i.name() == id_or_name) named.push_back(i.id());
-    }
-    if (response.next_page_token().empty()) break;
-    request.set_page_token(response.next_page_token());
+  for (const auto& i : all) {
+    if (i.name() == id_or_name) named.push_back(i.id());
   }
   if (named.empty()) {
     return Fail("no instance is named \"" + id_or_name + "\" (svctl list shows ids and names)");
