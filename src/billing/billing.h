@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "billing/transfer_kinds.h"
 #include "common/clock.h"
+#include "common/money.h"
 #include "store/database.h"
 #include "store/store.h"
 
@@ -332,10 +333,8 @@ class Billing {
 
 // Fen rounding: half away from zero (documented in docs/billing.md).
 int64_t RoundToFen(int64_t micros);
-// An amount for people, exact: "10.56 CNY", "0.264 CNY", "-3.00 CNY" (at
-// least two decimals, more only where the micros need them). For messages;
-// APIs carry the int64 micros.
-std::string Yuan(int64_t micros);
+// Amounts in messages (common/money.h).
+using ::sv::Yuan;
 // The Unix minute that contains `t`.
 int64_t MinuteOf(absl::Time t);
 absl::Time MinuteStart(int64_t minute);

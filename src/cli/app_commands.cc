@@ -136,7 +136,8 @@ void AddAdmin(CLI::App& app, Action* action) {
   auto payout = std::make_shared<v1::RecordPayoutRequest>();
   auto amount = std::make_shared<std::string>();
   auto* pay = admin->add_subcommand("payout", "Record a payout to a publisher");
-  pay->add_option("tenant", *payout->mutable_publisher_tenant_id(), "Publisher tenant id")
+  pay->add_option("tenant", *payout->mutable_publisher_tenant_id(),
+                  "Publisher tenant id or name")
       ->required();
   pay->add_option("amount", *amount, "Amount in CNY, e.g. 100 or 12.50")->required();
   pay->add_option("--reference", *payout->mutable_reference(),
@@ -149,6 +150,11 @@ void AddAdmin(CLI::App& app, Action* action) {
       if (!ParseYuan(*amount, &micros)) return Fail(YuanSyntaxError("amount", *amount));
       v1::RecordPayoutRequest request = *payout;
       request.set_amount_micros(micros);
+      if (int rc = ResolveTenant(s, payout->publisher_tenant_id(),
+                                 request.mutable_publisher_tenant_id());
+          rc != kExitOk) {
+        return rc;
+      }
       v1::MarketplaceAdminService::Stub stub(s.channel);
       v1::Payout recorded;
       grpc::Status status = stub.RecordPayout(s.Context().get(), request, &recorded);

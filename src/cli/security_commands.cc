@@ -205,7 +205,7 @@ void AddAuditCommand(CLI::App& app, Action* action) {
   auto admin = std::make_shared<bool>(false);
   auto* audit = app.add_subcommand(
       "audit", "Mutating calls of your tenant, newest first (owners; --admin: every tenant)");
-  audit->add_option("--tenant", *request->mutable_tenant_id(), "Tenant id (admin only)");
+  audit->add_option("--tenant", *request->mutable_tenant_id(), "Tenant id or name (admin only)");
   auto limit = std::make_shared<int>(50);
   audit->add_option("--limit", *limit, "Entries to show (1..1000)")
       ->check(CLI::Range(1, 1000))
@@ -217,6 +217,14 @@ void AddAuditCommand(CLI::App& app, Action* action) {
       s.flags.admin = *admin;
       v1::ListAuditEntriesRequest r = *request;
       r.set_page_size(*limit);
+      if (*admin && !r.tenant_id().empty()) {
+        std::string error;
+        if (!s.Connect(&error)) return Fail(error);
+        if (int rc = ResolveTenant(s, request->tenant_id(), r.mutable_tenant_id());
+            rc != kExitOk) {
+          return rc;
+        }
+      }
       return Run<v1::AuditService::Stub, v1::ListAuditEntriesRequest,
                  v1::ListAuditEntriesResponse>(
           s, r, &v1::AuditService::Stub::ListAuditEntries,
@@ -242,9 +250,8 @@ void AddAuditCommand(CLI::App& app, Action* action) {
 void PrintCap(const v1::SpendCap& c) {
   std::cout << "tenant:       " << c.tenant_id() << "\n"
             << "monthly cap:  "
-            << (c.enabled() ? std::to_string(c.monthly_cap_micros()) + " micro-yuan" : "none")
-            << "\n"
-            << "spent (month): " << c.month_spent_micros() << " micro-yuan\n";
+            << (c.enabled() ? Yuan(c.monthly_cap_micros()) : "none") << "\n"
+            << "spent (month): " << Yuan(c.month_spent_micros()) << "\n";
 }
 
 void AddSpendCapCommands(CLI::App& app, Action* action) {

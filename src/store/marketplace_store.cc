@@ -5,6 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/ids.h"
+#include "common/money.h"
 #include "common/status.h"
 #include "store/sql_arrays.h"
 
@@ -383,15 +384,15 @@ absl::StatusOr<PayoutRecord> MarketplaceStore::RecordPayout(
       if (e.publisher_tenant_id != publisher_tenant_id || e.amount_micros != amount_micros) {
         return Error(absl::StatusCode::kAlreadyExists, "IDEMPOTENCY_KEY_REUSED",
                      absl::StrCat("payout reference '", reference, "' was already used for ",
-                                  e.amount_micros, " micro-yuan to ", e.publisher_tenant_id));
+                                  Yuan(e.amount_micros), " to ", e.publisher_tenant_id));
       }
       result = e;
       return absl::OkStatus();
     }
     if (balance[0].as<int64_t>() < amount_micros) {
       return Error(absl::StatusCode::kFailedPrecondition, "INSUFFICIENT_PAYABLE",
-                   absl::StrCat("the publisher is owed ", balance[0].as<int64_t>(),
-                                " micro-yuan, less than the payout of ", amount_micros));
+                   absl::StrCat("the publisher is owed ", Yuan(balance[0].as<int64_t>()),
+                                ", less than the payout of ", Yuan(amount_micros)));
     }
     const int64_t clearing = txn.exec1(
         "SELECT id FROM ledger_accounts WHERE tenant_id IS NULL AND kind = 'payment_clearing' "

@@ -310,6 +310,11 @@ TEST_F(MarketplaceBillingTest, LaunchChargesRentAndSplitAppFeeEveryMinute) {
   grpc::Status too_much = admin->RecordPayout(Context(svd.admin_key()).get(), payout, &recorded);
   EXPECT_EQ(too_much.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(api::ReasonOf(too_much), "INSUFFICIENT_PAYABLE");
+  EXPECT_NE(too_much.error_message().find(absl::StrCat("owed ", Yuan(publisher_total),
+                                                       ", less than the payout of ",
+                                                       Yuan(publisher_total + 1))),
+            std::string::npos)
+      << too_much.error_message();
   payout.set_amount_micros(publisher_total - 1000);
   ASSERT_TRUE(admin->RecordPayout(Context(svd.admin_key()).get(), payout, &recorded).ok());
   ASSERT_TRUE(admin->RecordPayout(Context(svd.admin_key()).get(), payout, &recorded).ok());

@@ -147,6 +147,12 @@ TEST_F(SvctlTest, OperatorsNameTenants) {
                          admin);
   ASSERT_EQ(mode.exit_code, 0) << mode.err;
   EXPECT_NE(mode.out.find(tenant_id + " is postpaid"), std::string::npos) << mode.out;
+  ASSERT_EQ(Svctl({"create", "--gpus", "1"}).exit_code, 0);  // A call the audit records.
+  RunResult audit = Svctl({"-o", "json", "audit", "--admin", "--tenant", "cli"}, admin);
+  ASSERT_EQ(audit.exit_code, 0) << audit.err;
+  const auto entries = nlohmann::json::parse(audit.out)["entries"];
+  ASSERT_FALSE(entries.empty()) << audit.out;
+  for (const auto& e : entries) EXPECT_EQ(e["tenant_id"], tenant_id) << e;
 }
 
 TEST_F(SvctlTest, WhoamiNamesTheTenant) {
