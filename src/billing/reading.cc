@@ -76,10 +76,22 @@ absl::StatusOr<Balance> Billing::GetBalance(const std::string& tenant_id, absl::
     found = !rows.empty();
     if (!found) return absl::OkStatus();
     balance = ReadBalance(rows[0], 0);
+    // Whether each notice still holds (the rows stay either way): a credit
+    // stop of an instance until the instance runs again; unpaid storage
+    // while a live volume of the tenant is unpaid, so a tenant who paid is
+    // no longer told its volumes will be deleted.
     auto notices = txn.exec_params(
-        "SELECT kind, coalesce(instance_id, ''), message, "
-        "(extract(epoch from at) * 1000000)::bigint FROM billing_notices "
-        "WHERE tenant_id = $1 ORDER BY at DESC, id DESC LIMIT $2",
+        "SELECT n.kind, coalesce(n.instance_id, ''), n.message, "
+        "(extract(epoch from n.at) * 1000000)::bigint, "
+        "CASE WHEN n.kind <> 'credit_exhausted' THEN true "
+        "     WHEN n.instance_id IS NULL THEN EXISTS (SELECT 1 FROM volumes v "
+        "       WHERE v.tenant_id = n.tenant_id AND v.unpaid_since_minute IS NOT NULL "
+        "       AND v.deleted_at IS NULL) "
+        "     ELSE NOT EXISTS (SELECT 1 FROM instance_events e "
+        "       WHERE e.instance_id = n.instance_id AND e.to_state = 'RUNNING' "
+        "       AND e.at > n.at) END "
+        "FROM billing_notices n "
+        "WHERE n.tenant_id = $1 ORDER BY n.at DESC, n.id DESC LIMIT $2",
         tenant_id, kNoticesMax);
     // A low-credit warning is shown while it holds: once a top-up, a
     // higher limit or fewer running GPUs cover the warning's minutes, it
@@ -90,6 +102,7 @@ absl::StatusOr<Balance> Billing::GetBalance(const std::string& tenant_id, absl::
             balance.burn_micros_per_minute * options_.low_credit_warning_minutes;
     for (const auto& n : notices) {
       if (n[0].as<std::string>() == "low_credit" && !credit_low) continue;
+      if (!n[4].as<bool>()) continue;
       balance.notices.push_back({n[0].as<std::string>(), n[1].as<std::string>(),
                                  n[2].as<std::string>(),
                                  absl::FromUnixMicros(n[3].as<int64_t>())});

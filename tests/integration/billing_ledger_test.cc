@@ -449,6 +449,17 @@ TEST_F(BillingTest, TrialFirstThenStopsAtTheRightMinute) {
   for (const auto& n : balance->notices) exhausted_notices += n.kind == "credit_exhausted";
   EXPECT_EQ(exhausted_notices, 1);
   ExpectAuditClean(billing);
+
+  // Topped up and running again, the stop no longer asks for a top-up.
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-again", 50 * kMicrosPerYuan, clock_.Now()).ok());
+  ASSERT_TRUE(store_->StartInstance(tenant, id, clock_.Now()).ok());
+  ASSERT_TRUE(scheduling_->RunPass(clock_.Now()).ok());
+  ASSERT_TRUE(store_->AdvanceSimulatedStarts(clock_.Now()).ok());
+  ASSERT_TRUE(store_->AdvanceSimulatedStarts(clock_.Now()).ok());
+  ASSERT_EQ(store_->GetInstance(tenant, id)->state, store::InstanceState::kRunning);
+  clock_.Advance(absl::Seconds(1));
+  balance = billing.GetBalance(tenant, clock_.Now());
+  for (const auto& n : balance->notices) EXPECT_NE(n.kind, "credit_exhausted") << n.message;
 }
 
 // With the loop running every minute, credit runs out in minute 41: the
@@ -708,9 +719,13 @@ TEST_F(BillingTest, VolumesWarnAndAreNoticedWhenUnpaid) {
   int64_t series_unpaid = 0;
   for (const auto& p : *points) series_unpaid += p.storage_shortfall_micros;
   EXPECT_EQ(series_unpaid, unpaid_storage);
-  // Paid again after a top-up, then unpaid again: a second notice.
+  // Paid again after a top-up: the notice no longer threatens deletion.
+  // Then unpaid again: a second notice, and both show.
   ASSERT_TRUE(billing.TopUp(tenant, "refill", 1 * kMicrosPerYuan, clock_.Now()).ok());
-  for (int minute = 1; minute <= 10; ++minute) {
+  clock_.Advance(absl::Minutes(1));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  EXPECT_TRUE(exhausted().empty());
+  for (int minute = 2; minute <= 10; ++minute) {
     clock_.Advance(absl::Minutes(1));
     ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
   }
