@@ -302,7 +302,8 @@ int ResolveTenant(Session& s, const std::string& id_or_name, std::string* id) {
     request.set_page_token(page.next_page_token());
   } while (found.empty() && !request.page_token().empty());
   if (found.empty()) {
-    return Fail("no tenant is named \"" + id_or_name + "\" (svctl admin balances shows ids and names)");
+    return Fail("no tenant is named \"" + id_or_name +
+                "\" (svctl admin balances shows ids and names)");
   }
   *id = found;
   return kExitOk;
