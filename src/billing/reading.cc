@@ -63,6 +63,14 @@ Balance ReadBalance(const pqxx::row& row, int offset) {
   return b;
 }
 
+// The low-credit warning for these funds and running cost. The wording is
+// that of the rows WarnLowCredit writes (billing/metering.cc).
+std::string LowCreditMessage(int64_t available_micros, int64_t per_minute_micros) {
+  const int64_t minutes = std::max<int64_t>(0, available_micros) / per_minute_micros;
+  return absl::StrCat("credit for about ", minutes, " more minutes at ", Yuan(per_minute_micros),
+                      " per minute; top up to keep instances running and volumes paid for");
+}
+
 }  // namespace
 
 absl::StatusOr<Balance> Billing::GetBalance(const std::string& tenant_id, absl::Time now) {
@@ -95,17 +103,26 @@ absl::StatusOr<Balance> Billing::GetBalance(const std::string& tenant_id, absl::
         tenant_id, kNoticesMax);
     // A low-credit warning is shown while it holds: once a top-up, a
     // higher limit or fewer running GPUs cover the warning's minutes, it
-    // no longer asks the tenant to top up (the row stays).
+    // no longer asks the tenant to top up (the row stays). While it holds,
+    // the newest warning alone is shown, with the minutes left and the
+    // running cost of now: the row's figures are those of when it was
+    // written (warnings are written at most once an hour), and a tenant
+    // who started more GPUs since read "about 40 more minutes" with 10 left.
     const bool credit_low =
         balance.burn_micros_per_minute > 0 &&
         balance.available_micros <
             balance.burn_micros_per_minute * options_.low_credit_warning_minutes;
+    bool low_credit_shown = false;
     for (const auto& n : notices) {
-      if (n[0].as<std::string>() == "low_credit" && !credit_low) continue;
+      std::string message = n[2].as<std::string>();
+      if (n[0].as<std::string>() == "low_credit") {
+        if (!credit_low || low_credit_shown) continue;
+        low_credit_shown = true;
+        message = LowCreditMessage(balance.available_micros, balance.burn_micros_per_minute);
+      }
       if (!n[4].as<bool>()) continue;
       balance.notices.push_back({n[0].as<std::string>(), n[1].as<std::string>(),
-                                 n[2].as<std::string>(),
-                                 absl::FromUnixMicros(n[3].as<int64_t>())});
+                                 std::move(message), absl::FromUnixMicros(n[3].as<int64_t>())});
     }
     return absl::OkStatus();
   }));

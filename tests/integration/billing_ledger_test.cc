@@ -647,6 +647,31 @@ TEST_F(BillingTest, WarnsBeforeCreditRunsOut) {
   EXPECT_NE(balance->notices[0].message.find("at 0.264 CNY per minute"), std::string::npos)
       << balance->notices[0].message;
   EXPECT_GT(balance->available_micros, 0);
+  // The warning shown tells the minutes left at the running cost of now,
+  // once, though the row keeps the figures it was written with and a later
+  // row repeats it.
+  clock_.Advance(absl::Minutes(2));
+  Run(tenant, 1);
+  balance = billing.GetBalance(tenant, clock_.Now());
+  ASSERT_TRUE(balance.ok());
+  ASSERT_FALSE(balance->notices.empty());
+  EXPECT_EQ(balance->notices[0].message,
+            absl::StrCat("credit for about ", balance->available_micros / 297'000,
+                         " more minutes at 0.297 CNY per minute; top up to keep instances "
+                         "running and volumes paid for"));
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+    txn.exec_params("INSERT INTO billing_notices (tenant_id, kind, message, at) "
+                    "VALUES ($1, 'low_credit', 'credit for about 25 more minutes', $2)",
+                    tenant, store::SqlTime(clock_.Now()));
+    return absl::OkStatus();
+  }).ok());
+  balance = billing.GetBalance(tenant, clock_.Now());
+  ASSERT_TRUE(balance.ok());
+  int low_credit = 0;
+  for (const auto& n : balance->notices) low_credit += n.kind == "low_credit";
+  EXPECT_EQ(low_credit, 1);
+  EXPECT_NE(balance->notices[0].message.find("at 0.297 CNY per minute"), std::string::npos)
+      << balance->notices[0].message;
   // Once a top-up covers the warning's minutes, the balance stops asking
   // for one.
   ASSERT_TRUE(billing.TopUp(tenant, "after-warning", 100 * kMicrosPerYuan, clock_.Now()).ok());
