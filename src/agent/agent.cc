@@ -316,6 +316,32 @@ class Agent::Session {
     return true;
   }
 
+  // Brings the authorized_keys of running instances to the tenant's keys
+  // svd sent. One found running after an agent restart is written once (it
+  // may have missed a change). A failure is logged once per key set: the
+  // keys then apply at the instance's next start.
+  void ReconcileKeys(const std::map<std::string, RuntimeInstance>& desired,
+                     const std::set<std::string>& running) {
+    for (const std::string& id : running) {
+      auto want = desired.find(id);
+      if (want == desired.end()) continue;
+      auto have = keys_.find(id);
+      if (have != keys_.end() && have->second == want->second.authorized_keys) continue;
+      absl::Status set = a_.driver_->SetAuthorizedKeys(id, want->second.authorized_keys);
+      if (set.ok()) {
+        spdlog::info("agent: {}: instance {} now has {} SSH keys", o_.node_name, id,
+                     want->second.authorized_keys.size());
+      } else if (have != keys_.end()) {
+        spdlog::warn("agent: {}: SSH keys of instance {} not changed: {}", o_.node_name, id,
+                     std::string(set.message()));
+      }
+      keys_[id] = want->second.authorized_keys;
+    }
+    for (auto it = keys_.begin(); it != keys_.end();) {
+      it = running.count(it->first) ? std::next(it) : keys_.erase(it);
+    }
+  }
+
   // Starts what svd wants and does not run, stops what runs unwanted, and
   // reports what ended by itself.
   bool StartedUnderOtherRun(const std::string& id,
@@ -391,6 +417,7 @@ class Agent::Session {
       if (started.ok()) {
         runs_[id] = instance.run;
         mounted_[id] = instance.volumes;
+        keys_[id] = instance.authorized_keys;
         running.insert(id);
         started_any = true;
       }
@@ -403,6 +430,7 @@ class Agent::Session {
     for (auto it = ended_.begin(); it != ended_.end();) {
       it = desired.count(*it) ? std::next(it) : ended_.erase(it);
     }
+    if (desired_changed) ReconcileKeys(desired, running);
     // Mount reports name instances the reports above started: those first.
     if (!FlushReports(stream)) return false;
     if ((desired_changed || started_any) && !ReconcileMounts(stream, desired, running)) {
@@ -451,6 +479,8 @@ class Agent::Session {
   std::map<std::string, int64_t> runs_;
   // What each running instance has mounted (hot attach and detach).
   std::map<std::string, std::vector<VolumeMap>> mounted_;
+  // The SSH keys each running instance has (agent/authorized_keys.h).
+  std::map<std::string, std::vector<std::string>> keys_;
   std::map<std::string, std::vector<VolumeMap>> reported_;  // As last told to svd.
   absl::Duration fault_checked_ = absl::ZeroDuration();
   std::unique_ptr<grpc::ClientWriter<v1::SlaTelemetryBatch>> telemetry_writer_;

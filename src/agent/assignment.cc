@@ -11,6 +11,7 @@ RuntimeInstance InstanceFromAssignment(const v1::InstanceAssignment& a) {
   for (const auto& p : a.ports()) {
     r.ports.push_back({p.host_port(), p.container_port(), p.protocol()});
   }
+  r.authorized_keys.assign(a.authorized_keys().begin(), a.authorized_keys().end());
   r.run = a.run();
   r.confirmed = a.confirmed();
   return r;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "agent/authorized_keys.h"
 #include "agent/host_mounts.h"
 #include "agent/runtime_driver.h"
 #include "agent/subprocess.h"
@@ -31,8 +32,8 @@ void SplitVolumes(const std::vector<VolumeMap>& all, std::vector<VolumeMap>* hot
 
 class DockerDriver final : public RuntimeDriver {
  public:
-  DockerDriver(std::string docker, std::string mounts_root)
-      : docker_(std::move(docker)) {
+  DockerDriver(std::string docker, std::string mounts_root, std::string keys_root)
+      : docker_(std::move(docker)), keys_(std::move(keys_root)) {
     if (!mounts_root.empty()) hot_ = std::make_unique<HostMounts>(std::move(mounts_root));
   }
 
@@ -50,15 +51,28 @@ class DockerDriver final : public RuntimeDriver {
       std::lock_guard<std::mutex> lock(mutex_);
       cold_[instance.instance_id] = run.volumes;
     }
+    // An instance started without keys gets no file: the image's own
+    // authorized_keys, if any, stay visible.
+    if (!instance.authorized_keys.empty()) {
+      SV_ASSIGN_OR_RETURN(run.authorized_keys_file,
+                          keys_.Write(instance.instance_id, instance.authorized_keys));
+    }
     std::vector<std::string> argv = {docker_};
     for (auto& a : DockerRunArgs(run, hot_dir)) argv.push_back(std::move(a));
     absl::Status started = Run(argv, "docker run");
     if (!started.ok() && hot_) (void)hot_->Release(instance.instance_id);
+    if (!started.ok()) keys_.Remove(instance.instance_id);
     return started;
+  }
+
+  absl::Status SetAuthorizedKeys(const std::string& instance_id,
+                                 const std::vector<std::string>& keys) override {
+    return keys_.Update(instance_id, keys);
   }
 
   absl::Status Stop(const std::string& instance_id) override {
     SV_RETURN_IF_ERROR(Run({docker_, "rm", "-f", ContainerName(instance_id)}, "docker rm"));
+    keys_.Remove(instance_id);
     if (hot_) {
       {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -130,6 +144,7 @@ class DockerDriver final : public RuntimeDriver {
   }
 
   const std::string docker_;
+  const AuthorizedKeysFiles keys_;
   std::unique_ptr<HostMounts> hot_;
   std::mutex mutex_;
   std::map<std::string, std::vector<VolumeMap>> cold_;  // `-v` volumes at start
@@ -203,13 +218,18 @@ std::vector<std::string> DockerRunArgs(const RuntimeInstance& instance,
     args.push_back("-v");
     args.push_back(absl::StrCat(v.source, ":", v.target, v.read_only ? ":ro" : ""));
   }
+  if (!instance.authorized_keys_file.empty()) {
+    args.push_back("-v");
+    args.push_back(absl::StrCat(instance.authorized_keys_file, ":", kAuthorizedKeysTarget, ":ro"));
+  }
   args.push_back(instance.image);
   return args;
 }
 
 std::unique_ptr<RuntimeDriver> NewDockerDriver(const std::string& docker_path,
-                                               const std::string& hot_mounts_root) {
-  return std::make_unique<DockerDriver>(docker_path, hot_mounts_root);
+                                               const std::string& hot_mounts_root,
+                                               const std::string& ssh_keys_root) {
+  return std::make_unique<DockerDriver>(docker_path, hot_mounts_root, ssh_keys_root);
 }
 
 std::unique_ptr<RuntimeDriver> NewSimulatedDriver() {

@@ -93,6 +93,11 @@ int main(int argc, char** argv) {
                  "docker: per-instance directories bound at /mnt with mount propagation, so "
                  "volumes under /mnt attach while a container runs (empty: at start only)")
       ->capture_default_str();
+  std::string ssh_keys_dir = "/var/lib/sv/ssh-keys";
+  app.add_option("--ssh-keys-dir", ssh_keys_dir,
+                 "docker: per-instance authorized_keys files, bound read-only at "
+                 "/root/.ssh/authorized_keys")
+      ->capture_default_str();
   app.add_option("--state-dir", state_dir, "Pid files and probe files")->capture_default_str();
   app.add_option("--telemetry", telemetry, "nvml, simulated or none")
       ->check(CLI::IsMember({"nvml", "simulated", "none"}))
@@ -190,7 +195,7 @@ int main(int argc, char** argv) {
     source = std::move(simulated);
   }
   auto runtime = driver == "docker"
-                     ? sv::agent::NewDockerDriver(docker_path, hot_mounts_dir)
+                     ? sv::agent::NewDockerDriver(docker_path, hot_mounts_dir, ssh_keys_dir)
                      : sv::agent::NewProcessDriver(state_dir + "/instances", process_command);
 
   sigset_t signals;

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "agent/authorized_keys.h"
 #include "agent/runtime_driver.h"
 #include "common/status.h"
 
@@ -24,7 +25,7 @@ constexpr absl::Duration kStopGrace = absl::Seconds(5);
 class ProcessDriver final : public RuntimeDriver {
  public:
   ProcessDriver(std::string state_dir, std::string command)
-      : dir_(std::move(state_dir)), command_(std::move(command)) {
+      : dir_(std::move(state_dir)), command_(std::move(command)), keys_(dir_ + "/ssh-keys") {
     std::error_code ignored;
     fs::create_directories(dir_, ignored);
   }
@@ -42,6 +43,11 @@ class ProcessDriver final : public RuntimeDriver {
         "SV_INSTANCE_ID=" + instance.instance_id, "SV_GPU_INDICES=" + gpus,
         "CUDA_VISIBLE_DEVICES=" + gpus, "SV_IMAGE=" + instance.image,
         "PATH=/usr/local/bin:/usr/bin:/bin"};
+    if (!instance.authorized_keys.empty()) {
+      SV_ASSIGN_OR_RETURN(std::string keys,
+                          keys_.Write(instance.instance_id, instance.authorized_keys));
+      env.push_back("SV_SSH_AUTHORIZED_KEYS_FILE=" + keys);
+    }
     std::vector<char*> envp;
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
@@ -79,8 +85,14 @@ class ProcessDriver final : public RuntimeDriver {
     }
     std::error_code ignored;
     fs::remove(PathOf(instance_id, ".pid"), ignored);
+    keys_.Remove(instance_id);
     exited_.erase(instance_id);
     return absl::OkStatus();
+  }
+
+  absl::Status SetAuthorizedKeys(const std::string& instance_id,
+                                 const std::vector<std::string>& keys) override {
+    return keys_.Update(instance_id, keys);
   }
 
   absl::StatusOr<std::vector<RuntimeStatus>> List() override {
@@ -131,6 +143,7 @@ class ProcessDriver final : public RuntimeDriver {
 
   const std::string dir_;
   const std::string command_;
+  const AuthorizedKeysFiles keys_;
   std::mutex mutex_;
   std::map<std::string, int> exited_;
 };

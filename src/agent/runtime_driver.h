@@ -37,6 +37,10 @@ struct RuntimeInstance {
   int64_t run = 0;  // svd's start number; a new one means restart.
   // svd's, not the runtime's: svd needs no more start confirmations of it.
   bool confirmed = false;
+  // The tenant's SSH public keys (agent/authorized_keys.h); and, set by the
+  // driver that wrote them, the file to bind at /root/.ssh/authorized_keys.
+  std::vector<std::string> authorized_keys;
+  std::string authorized_keys_file;
 };
 
 // What the runtime says about an instance it knows.
@@ -58,6 +62,15 @@ class RuntimeDriver {
   // Every instance the runtime knows, including ones that ended by
   // themselves and were not yet stopped (forgotten) through Stop().
   virtual absl::StatusOr<std::vector<RuntimeStatus>> List() = 0;
+  // Makes the running instance's authorized_keys exactly `keys`. A driver
+  // with no such file says why (FAILED_PRECONDITION); the keys then apply
+  // at the instance's next start.
+  virtual absl::Status SetAuthorizedKeys(const std::string& instance_id,
+                                         const std::vector<std::string>& keys) {
+    (void)instance_id;
+    (void)keys;
+    return absl::OkStatus();
+  }
   // Hot attach/detach: makes the running instance's mounts exactly
   // `volumes`. A runtime that cannot change the mounts of a running
   // instance says so (FAILED_PRECONDITION); svd then shows the reason and
@@ -73,8 +86,9 @@ class RuntimeDriver {
 };
 
 // Runs each instance as a local process group: `/bin/sh -c command` with
-// SV_INSTANCE_ID, SV_GPU_INDICES, SV_IMAGE and CUDA_VISIBLE_DEVICES set. Pid
-// files under `state_dir` let a restarted agent find what still runs.
+// SV_INSTANCE_ID, SV_GPU_INDICES, SV_IMAGE and CUDA_VISIBLE_DEVICES set (and
+// SV_SSH_AUTHORIZED_KEYS_FILE when it has SSH keys). Pid files under
+// `state_dir` let a restarted agent find what still runs.
 std::unique_ptr<RuntimeDriver> NewProcessDriver(const std::string& state_dir,
                                                 const std::string& command);
 
@@ -82,8 +96,12 @@ std::unique_ptr<RuntimeDriver> NewProcessDriver(const std::string& state_dir,
 // With `hot_mounts_root` (e.g. /var/lib/sv/instance-mounts), volumes under
 // /mnt attach and detach while the container runs (agent/host_mounts.h);
 // empty: every volume is bound at start only.
+// Instances started with SSH keys get their authorized_keys file from
+// under `ssh_keys_root` (agent/authorized_keys.h).
 std::unique_ptr<RuntimeDriver> NewDockerDriver(const std::string& docker_path,
-                                               const std::string& hot_mounts_root = "");
+                                               const std::string& hot_mounts_root = "",
+                                               const std::string& ssh_keys_root =
+                                                   "/var/lib/sv/ssh-keys");
 
 // Keeps instances in memory only; used by simulated agents.
 std::unique_ptr<RuntimeDriver> NewSimulatedDriver();

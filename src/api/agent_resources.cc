@@ -42,10 +42,11 @@ void AddAssignmentResources(const store::AgentAssignment& a, v1::InstanceAssignm
     port->set_container_port(p.container_port);
     port->set_protocol(p.protocol);
   }
+  for (const auto& k : a.authorized_keys) out->add_authorized_keys(k);
 }
 
 bool SameAssignmentResources(const store::AgentAssignment& a, const store::AgentAssignment& b) {
-  return a.mounts == b.mounts && a.ports == b.ports;
+  return a.mounts == b.mounts && a.ports == b.ports && a.authorized_keys == b.authorized_keys;
 }
 
 void RememberSentMounts(const std::vector<store::AgentAssignment>& sent,

@@ -86,6 +86,9 @@ const std::vector<MethodRule>& MethodRules() {
       {"/sv.v1.AuditService/ListAuditEntries", P::kAuditRead, R},
       {"/sv.v1.BudgetService/GetSpendCap", P::kTenantRead, R},
       {"/sv.v1.BudgetService/SetSpendCap", P::kBudgetWrite, W},
+      {"/sv.v1.SshKeyService/AddSshKey", P::kInstancesWrite, W},
+      {"/sv.v1.SshKeyService/ListSshKeys", P::kInstancesRead, R},
+      {"/sv.v1.SshKeyService/DeleteSshKey", P::kInstancesWrite, W},
       // agent.proto
       {"/sv.v1.AgentService/Connect", P::kNodeAgent, R},
       {"/sv.v1.NodeCredentialService/CreateNodeCredential", P::kAdminFleet, W},

@@ -1,4 +1,5 @@
 // svctl create, get, list and delete.
+#include <algorithm>
 #include <iostream>
 #include <thread>
 
@@ -74,6 +75,7 @@ struct CreateArgs {
   bool wait = false;
   int wait_s = 300;
   bool movable = false;
+  bool ssh = false;
 };
 
 int RunCreate(Session& s, const CreateArgs& a) {
@@ -87,6 +89,9 @@ int RunCreate(Session& s, const CreateArgs& a) {
   request.mutable_instance()->set_max_leaves(a.max_leaves);
   for (const auto& m : a.mounts) request.mutable_instance()->add_library_mounts(m);
   for (int p : a.ports) request.mutable_instance()->add_ports()->set_container_port(p);
+  if (a.ssh && std::find(a.ports.begin(), a.ports.end(), 22) == a.ports.end()) {
+    request.mutable_instance()->add_ports()->set_container_port(22);
+  }
   request.set_request_id(a.request_id.empty() ? NewUuid() : a.request_id);
   v1::Instance instance;
   // Retrying after a lost answer is safe: the request id stays the same.
@@ -231,6 +236,9 @@ void AddInstanceCommands(CLI::App& app, Action* action) {
                      "Public library item to mount read-only at /public/<name> (repeatable)");
   create->add_option("--port", create_args->ports,
                      "Container port to publish, e.g. 7860 (repeatable); see its URL in get");
+  create->add_flag("--ssh", create_args->ssh,
+                   "Publish port 22: log in as root with your SSH keys (svctl ssh-keys; the "
+                   "image runs sshd)");
   create->add_flag("--movable", create_args->movable,
                    "Let svd restart it on another node to free whole nodes (1-7 GPUs; see "
                    "svctl movable)");

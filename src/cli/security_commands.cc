@@ -1,5 +1,8 @@
-// svctl keys, svctl users, svctl audit and svctl spend-cap (docs/security.md).
+// svctl keys, users, audit, spend-cap and ssh-keys (docs/security.md).
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "CLI/CLI.hpp"
 #include "absl/time/time.h"
@@ -120,6 +123,110 @@ void AddKeyCommands(CLI::App& app, Action* action) {
       request.set_overlap_seconds(*overlap);
       return Run<v1::ApiKeyService::Stub, v1::RotateApiKeyRequest, v1::CreateApiKeyResponse>(
           s, request, &v1::ApiKeyService::Stub::RotateApiKey, PrintNewKey);
+    };
+  });
+}
+
+void PrintSshKeys(const v1::ListSshKeysResponse& r) {
+  std::vector<std::vector<std::string>> rows{{"ID", "NAME", "FINGERPRINT", "ADDED"}};
+  for (const auto& k : r.keys()) {
+    rows.push_back({k.id(), k.name(), k.fingerprint(), FormatTime(k.create_time())});
+  }
+  PrintTable(rows, std::cout);
+}
+
+// The public key to add: --key, else --file, else the first of the usual
+// ~/.ssh/*.pub files that exists.
+bool ReadPublicKey(const std::string& key, const std::string& file, std::string* out,
+                   std::string* error) {
+  if (!key.empty()) {
+    *out = key;
+    return true;
+  }
+  std::vector<std::string> candidates;
+  if (!file.empty()) {
+    candidates.push_back(file);
+  } else if (const char* home = std::getenv("HOME"); home != nullptr) {
+    for (const char* name : {"id_ed25519.pub", "id_ecdsa.pub", "id_rsa.pub"}) {
+      candidates.push_back(std::string(home) + "/.ssh/" + name);
+    }
+  }
+  for (const auto& path : candidates) {
+    std::ifstream in(path);
+    if (!in) continue;
+    std::stringstream text;
+    text << in.rdbuf();
+    *out = text.str();
+    // A private key never leaves this machine.
+    if (out->find("PRIVATE KEY") != std::string::npos ||
+        out->rfind("PuTTY-User-Key-File", 0) == 0) {
+      out->clear();
+      *error = path + " is a private key; give the .pub file";
+      return false;
+    }
+    return true;
+  }
+  *error = file.empty() ? "no ~/.ssh/id_ed25519.pub, id_ecdsa.pub or id_rsa.pub; give --file "
+                          "or --key (ssh-keygen -t ed25519 makes one)"
+                        : "cannot read " + file;
+  return false;
+}
+
+void AddSshKeyCommands(CLI::App& app, Action* action) {
+  auto* keys = app.add_subcommand(
+      "ssh-keys", "SSH public keys: every running instance of the tenant accepts them for root");
+  keys->require_subcommand(1);
+
+  auto name = std::make_shared<std::string>();
+  auto file = std::make_shared<std::string>();
+  auto key = std::make_shared<std::string>();
+  auto* a = keys->add_subcommand("add", "Add a public key (default: ~/.ssh/id_ed25519.pub)");
+  a->add_option("--name", *name, "Name (default: from the key's comment)");
+  a->add_option("--file", *file, "A .pub file");
+  a->add_option("--key", *key, "The key itself: \"ssh-ed25519 AAAA... comment\"");
+  a->callback([=] {
+    *action = [=](Session& s) {
+      v1::AddSshKeyRequest request;
+      request.set_name(*name);
+      std::string error;
+      if (!ReadPublicKey(*key, *file, request.mutable_public_key(), &error)) return Fail(error);
+      return Run<v1::SshKeyService::Stub, v1::AddSshKeyRequest, v1::SshKey>(
+          s, request, &v1::SshKeyService::Stub::AddSshKey, [](const v1::SshKey& k) {
+            std::cout << "added " << k.name() << " (" << k.id() << ", " << k.fingerprint()
+                      << ")\n";
+          });
+    };
+  });
+
+  auto* l = keys->add_subcommand("list", "List the tenant's SSH keys");
+  l->callback([=] {
+    *action = [=](Session& s) {
+      return Run<v1::SshKeyService::Stub, v1::ListSshKeysRequest, v1::ListSshKeysResponse>(
+          s, v1::ListSshKeysRequest(), &v1::SshKeyService::Stub::ListSshKeys, PrintSshKeys);
+    };
+  });
+
+  auto target = std::make_shared<std::string>();
+  auto* d = keys->add_subcommand(
+      "delete", "Delete a key: running instances stop accepting it within seconds");
+  d->add_option("key", *target, "The key's name or id")->required();
+  d->callback([=] {
+    *action = [=](Session& s) {
+      std::string error;
+      if (!s.Connect(&error)) return Fail(error);
+      v1::SshKeyService::Stub stub(s.channel);
+      v1::ListSshKeysResponse listed;
+      grpc::Status status =
+          stub.ListSshKeys(s.Context().get(), v1::ListSshKeysRequest(), &listed);
+      if (!status.ok()) return FailRpc(status, s);
+      v1::DeleteSshKeyRequest request;
+      request.set_id(*target);  // Unknown names go as ids: svd says it is not found.
+      for (const auto& k : listed.keys()) {
+        if (k.id() == *target || k.name() == *target) request.set_id(k.id());
+      }
+      return Run<v1::SshKeyService::Stub, v1::DeleteSshKeyRequest, v1::DeleteSshKeyResponse>(
+          s, request, &v1::SshKeyService::Stub::DeleteSshKey,
+          [=](const v1::DeleteSshKeyResponse&) { std::cout << "deleted " << *target << "\n"; });
     };
   });
 }
@@ -294,6 +401,7 @@ void AddSecurityCommands(CLI::App& app, Action* action) {
   AddUserCommands(app, action);
   AddAuditCommand(app, action);
   AddSpendCapCommands(app, action);
+  AddSshKeyCommands(app, action);
 }
 
 }  // namespace sv::cli

@@ -33,6 +33,9 @@ const std::vector<RestRoute>& RestRoutes() {
       {"GET", "/v1/auditEntries", "sv.v1.AuditService.ListAuditEntries", ""},
       {"GET", "/v1/spendCap", "sv.v1.BudgetService.GetSpendCap", ""},
       {"PUT", "/v1/spendCap", "sv.v1.BudgetService.SetSpendCap", "*"},
+      {"POST", "/v1/sshKeys", "sv.v1.SshKeyService.AddSshKey", "*"},
+      {"GET", "/v1/sshKeys", "sv.v1.SshKeyService.ListSshKeys", ""},
+      {"DELETE", "/v1/sshKeys/{id}", "sv.v1.SshKeyService.DeleteSshKey", ""},
       // Money.
       {"GET", "/v1/balance", "sv.v1.BillingService.GetBalance", ""},
       {"GET", "/v1/transfers", "sv.v1.BillingService.ListTransfers", ""},

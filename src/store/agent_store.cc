@@ -323,7 +323,7 @@ std::vector<DesiredSetResult> AgentStore::DesiredForNodes(
       }
     }
     if (all_ids.empty()) return absl::OkStatus();
-    // Ports, volumes and library mounts, for the nodes that run an
+    // Ports, volumes, library mounts and SSH keys, for the nodes that run an
     // instance with any: most sets have none, and one probe of all the
     // batch's instances spares their nodes five statements each.
     std::set<std::string> with_resources;
@@ -331,7 +331,9 @@ std::vector<DesiredSetResult> AgentStore::DesiredForNodes(
              "SELECT u.id FROM unnest($1::text[]) AS u(id) WHERE "
              "EXISTS (SELECT 1 FROM instance_ports p WHERE p.instance_id = u.id) OR "
              "EXISTS (SELECT 1 FROM volume_attachments a WHERE a.instance_id = u.id) OR "
-             "EXISTS (SELECT 1 FROM instance_library_mounts m WHERE m.instance_id = u.id)",
+             "EXISTS (SELECT 1 FROM instance_library_mounts m WHERE m.instance_id = u.id) OR "
+             "EXISTS (SELECT 1 FROM instances i JOIN ssh_keys k ON k.tenant_id = i.tenant_id "
+             "WHERE i.id = u.id)",
              TextArrayLiteral(all_ids))) {
       with_resources.insert(row[0].as<std::string>());
     }

@@ -44,6 +44,8 @@ struct AgentAssignment {
   // node ports (store/node_resources.h).
   std::vector<AssignedMount> mounts;
   std::vector<AssignedPort> ports;
+  // The tenant's SSH public keys, for the instance's authorized_keys.
+  std::vector<std::string> authorized_keys;
 };
 
 struct InstanceEventRecord {

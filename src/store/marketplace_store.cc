@@ -454,8 +454,11 @@ absl::StatusOr<std::map<std::string, InstanceExtrasView>> MarketplaceStore::Extr
       const std::string address = r[4].as<std::string>();
       if (v.node_port > 0 && !address.empty()) {
         const bool v6 = address.find(':') != std::string::npos;
-        v.url = absl::StrCat(v.protocol == "udp" ? "udp://" : "http://", v6 ? "[" : "", address,
-                             v6 ? "]" : "", ":", v.node_port);
+        // Port 22 over TCP is the instance's SSH server (the tenant's keys are
+        // in its authorized_keys): ssh://root@host:port, as ssh(1) takes it.
+        const bool ssh = v.container_port == 22 && v.protocol == "tcp";
+        v.url = absl::StrCat(v.protocol == "udp" ? "udp://" : ssh ? "ssh://root@" : "http://",
+                             v6 ? "[" : "", address, v6 ? "]" : "", ":", v.node_port);
       }
       out[r[0].as<std::string>()].ports.push_back(std::move(v));
     }

@@ -111,6 +111,13 @@ absl::Status LoadAssignmentResources(pqxx::work& txn, const std::string& node_id
     by_id[row[0].as<std::string>()]->mounts.push_back(
         {"", absl::StrCat(kLibraryHostRoot, name), absl::StrCat(kLibraryMountRoot, name), true});
   }
+  for (const auto& row : ExecPrepared(txn, "sv_agent_ssh_keys",
+           "SELECT i.id, k.public_key FROM instances i JOIN ssh_keys k "
+           "ON k.tenant_id = i.tenant_id WHERE i.id = ANY($1::text[]) "
+           "ORDER BY i.id, k.created_at, k.id",
+           ids)) {
+    by_id[row[0].as<std::string>()]->authorized_keys.push_back(row[1].as<std::string>());
+  }
   return absl::OkStatus();
 }
 

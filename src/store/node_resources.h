@@ -39,7 +39,7 @@ struct AssignedPort {
   bool operator==(const AssignedPort&) const = default;
 };
 
-// Fills mounts and ports of the node's assignments, inside the transaction
+// Fills mounts, ports and SSH keys of the node's assignments, inside the transaction
 // that computes them: binds node-local volumes placed for the first time to
 // this node and allocates missing node ports.
 absl::Status LoadAssignmentResources(pqxx::work& txn, const std::string& node_id,

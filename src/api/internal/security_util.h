@@ -24,6 +24,9 @@ std::unique_ptr<grpc::Service> NewAuditService(const ApiDependencies& deps,
                                                const Authenticator& auth);
 std::unique_ptr<grpc::Service> NewBudgetService(const ApiDependencies& deps,
                                                 const Authenticator& auth);
+// ssh_key_service.cc.
+std::unique_ptr<grpc::Service> NewSshKeyService(const ApiDependencies& deps,
+                                                const Authenticator& auth);
 
 // The first instant of the calendar month (Asia/Shanghai) that `now` is in.
 absl::Time SpendCapMonthStart(absl::Time now);
