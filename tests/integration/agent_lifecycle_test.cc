@@ -19,6 +19,7 @@
 #include "api/errors.h"
 #include "sv/v1/agent.grpc.pb.h"
 #include "sv/v1/instance.grpc.pb.h"
+#include "sv/v1/security.grpc.pb.h"
 #include "sv/v1/sla.grpc.pb.h"
 #include "store/embedded_postgres.h"
 #include "tests/integration/harness.h"
@@ -301,6 +302,93 @@ TEST_F(AgentLifecycleTest, StartStopStartDelete) {
   ASSERT_TRUE(stub_->DeleteInstance(Context(token_).get(), del, &deleted).ok());
   EXPECT_EQ(deleted.state(), v1::DELETED);
   EXPECT_TRUE(WaitFor([&] { return !Alive(second); }));
+}
+
+// Goal: a tenant's SSH keys reach its running instance through a real
+// agent, follow adds and deletes while it runs (a deleted key stops being
+// accepted), and never reach another tenant's instance; the published port
+// 22 is an ssh:// URL. Keys are checked and scoped: a retried add answers
+// with the same key, the same key under another name is ALREADY_EXISTS, and
+// another tenant can neither see nor delete it.
+TEST_F(AgentLifecycleTest, SshKeysReachRunningInstances) {
+  const std::string key_a =
+      "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIP70Y+xCt5EzReeUR50s3jvnEg4Zp0K69t/uLvsMIhiw a@test";
+  const std::string key_b =
+      "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAINZaiqN+/kNi5Igegz1Selii6NOeHjd/W3ausrjADWks b@test";
+  const std::string key_c =
+      "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAINgDRegrOONw5ORLXW8P8NQOLRS/KL+WEWMLl+GxR3Fs c@test";
+  auto keys = v1::SshKeyService::NewStub(svd_->channel());
+  auto add = [&](const std::string& token, const std::string& name, const std::string& key,
+                 v1::SshKey* out) {
+    v1::AddSshKeyRequest request;
+    request.set_name(name);
+    request.set_public_key(key);
+    return keys->AddSshKey(Context(token).get(), request, out);
+  };
+  v1::SshKey a, again, b;
+  ASSERT_TRUE(add(token_, "", key_a + "\n", &a).ok());
+  EXPECT_EQ(a.name(), "a-test");
+  EXPECT_EQ(a.public_key(), key_a);
+  ASSERT_TRUE(add(token_, "a-test", key_a, &again).ok());  // A retry.
+  EXPECT_EQ(again.id(), a.id());
+  grpc::Status renamed = add(token_, "laptop", key_a, &again);
+  EXPECT_EQ(renamed.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(api::ReasonOf(renamed), "SSH_KEY_EXISTS");
+  grpc::Status taken = add(token_, "a-test", key_b, &again);
+  EXPECT_EQ(taken.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(api::ReasonOf(taken), "SSH_KEY_NAME_TAKEN");
+
+  const std::string other = CreateTenant(*svd_, "beta");
+  v1::SshKey c;
+  ASSERT_TRUE(add(other, "", key_c, &c).ok());
+  v1::ListSshKeysResponse listed;
+  ASSERT_TRUE(keys->ListSshKeys(Context(other).get(), {}, &listed).ok());
+  ASSERT_EQ(listed.keys_size(), 1);
+  EXPECT_EQ(listed.keys(0).id(), c.id());
+  v1::DeleteSshKeyRequest steal;
+  steal.set_id(a.id());
+  v1::DeleteSshKeyResponse deleted;
+  grpc::Status stolen = keys->DeleteSshKey(Context(other).get(), steal, &deleted);
+  EXPECT_EQ(stolen.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(api::ReasonOf(stolen), "SSH_KEY_NOT_FOUND");
+
+  AgentProcess& agent = StartAgent("node-a");
+  v1::CreateInstanceRequest request;
+  request.mutable_instance()->set_gpu_count(1);
+  request.mutable_instance()->add_ports()->set_container_port(22);
+  Instance created;
+  ASSERT_TRUE(stub_->CreateInstance(Context(token_).get(), request, &created).ok());
+  ASSERT_TRUE(WaitForState(created.id(), v1::RUNNING)) << Slurp(svd_->log_path());
+  const Instance running = Get(created.id());
+  ASSERT_EQ(running.ports_size(), 1);
+  EXPECT_EQ(running.ports(0).url().rfind("ssh://root@", 0), 0u) << running.ports(0).url();
+
+  // The instance's environment names its authorized_keys file.
+  const pid_t pid = agent.InstancePid(created.id());
+  const std::string marker = "SV_SSH_AUTHORIZED_KEYS_FILE=";
+  std::string file;
+  ASSERT_TRUE(WaitFor([&] {
+    const std::string environ = Slurp("/proc/" + std::to_string(pid) + "/environ");
+    const size_t at = environ.find(marker);
+    if (at == std::string::npos) return false;
+    file = environ.substr(at + marker.size(), environ.find('\0', at) - at - marker.size());
+    return true;
+  }));
+  EXPECT_NE(Slurp(file).find(key_a + "\n"), std::string::npos) << Slurp(file);
+
+  ASSERT_TRUE(add(token_, "b", key_b, &b).ok());
+  EXPECT_TRUE(WaitFor([&] { return Slurp(file).find(key_b) != std::string::npos; }))
+      << Slurp(file);
+  v1::DeleteSshKeyRequest drop;
+  drop.set_id(a.id());
+  ASSERT_TRUE(keys->DeleteSshKey(Context(token_).get(), drop, &deleted).ok());
+  EXPECT_TRUE(WaitFor([&] { return Slurp(file).find(key_a) == std::string::npos; }))
+      << Slurp(file);
+  const std::string now = Slurp(file);
+  EXPECT_NE(now.find(key_b + "\n"), std::string::npos) << now;
+  EXPECT_EQ(now.find(key_c), std::string::npos) << now;
+  EXPECT_EQ(keys->DeleteSshKey(Context(token_).get(), drop, &deleted).error_code(),
+            grpc::StatusCode::NOT_FOUND);
 }
 
 // Goal: an agent that crashes and comes back adopts the instance processes

@@ -71,6 +71,49 @@ TEST(DockerDriverTest, RunArgumentsCarryGpusPortsAndVolumes) {
             "-v\n/models:/models:ro\nsv/ubuntu:22.04\n--\n");
 }
 
+// Goal: an instance started with the tenant's SSH keys gets them in a 0600
+// file bound read-only at /root/.ssh/authorized_keys; a change rewrites the
+// same file (same inode, so the running container's bind shows it), and
+// Stop removes it. One started without keys gets no bind (the image's own
+// keys stay) and says a later key applies at its next start.
+TEST(DockerDriverTest, SshKeysAreBoundAndFollowChanges) {
+  TempDir dir;
+  const std::string keys_root = dir.path() + "/ssh-keys";
+  auto driver = NewDockerDriver(WriteFakeDocker(dir.path()), "", keys_root);
+  RuntimeInstance instance{"ins-ssh", {0}, "img", {}, {{30000, 22, "tcp"}}};
+  instance.authorized_keys = {"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA alice@laptop"};
+  ASSERT_TRUE(driver->Start(instance).ok());
+  const std::string file = keys_root + "/ins-ssh/authorized_keys";
+  EXPECT_EQ(Slurp(dir.path() + "/calls.txt"),
+            "run\n-d\n--name\nsv-ins-ssh\n--label\nsv.instance=ins-ssh\n--gpus\n"
+            "\"device=0\"\n-p\n30000:22/tcp\n-v\n" + file +
+                ":/root/.ssh/authorized_keys:ro\nimg\n--\n");
+  EXPECT_NE(Slurp(file).find("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA alice@laptop\n"),
+            std::string::npos);
+  struct stat before {};
+  ASSERT_EQ(stat(file.c_str(), &before), 0);
+  EXPECT_EQ(before.st_mode & 0777, 0600u);
+
+  ASSERT_TRUE(driver->SetAuthorizedKeys("ins-ssh", {"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB bob"})
+                  .ok());
+  struct stat after {};
+  ASSERT_EQ(stat(file.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);
+  EXPECT_EQ(Slurp(file).find("alice"), std::string::npos);
+  EXPECT_NE(Slurp(file).find("bob"), std::string::npos);
+  ASSERT_TRUE(driver->SetAuthorizedKeys("ins-ssh", {}).ok());  // Every key deleted.
+  EXPECT_EQ(Slurp(file).find("ssh-ed25519"), std::string::npos);
+
+  ASSERT_TRUE(driver->Stop("ins-ssh").ok());
+  EXPECT_FALSE(fs::exists(keys_root + "/ins-ssh"));
+
+  ASSERT_TRUE(driver->Start({"ins-bare", {1}, "img", {}, {}}).ok());
+  EXPECT_EQ(Slurp(dir.path() + "/calls.txt").find("ins-bare/authorized_keys"), std::string::npos);
+  EXPECT_EQ(driver->SetAuthorizedKeys("ins-bare", {"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB b"})
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(DockerDriverTest, StopRemovesTheContainer) {
   TempDir dir;
   auto driver = NewDockerDriver(WriteFakeDocker(dir.path()));
@@ -232,6 +275,31 @@ TEST(ProcessDriverTest, StartListStopAndExitCodes) {
   ASSERT_TRUE(driver->Stop("ins-fail").ok());
   EXPECT_FALSE(Find(*driver, "ins-run").has_value());
   EXPECT_FALSE(Find(*driver, "ins-fail").has_value());
+}
+
+// Goal: the process driver names the instance's authorized_keys file in
+// SV_SSH_AUTHORIZED_KEYS_FILE, and only when the tenant has keys.
+TEST(ProcessDriverTest, SshKeysFileIsNamedInTheEnvironment) {
+  TempDir dir;
+  auto driver = NewProcessDriver(
+      dir.path(), "echo \"keys=${SV_SSH_AUTHORIZED_KEYS_FILE:-none}\"; exec sleep 30");
+  RuntimeInstance with{"ins-keys", {0}, "img", {}, {}};
+  with.authorized_keys = {"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA alice"};
+  ASSERT_TRUE(driver->Start(with).ok());
+  ASSERT_TRUE(driver->Start({"ins-none", {1}, "img", {}, {}}).ok());
+  const std::string file = dir.path() + "/ssh-keys/ins-keys/authorized_keys";
+  std::string with_log, none_log;
+  for (int i = 0; i < 300 && (with_log.empty() || none_log.empty()); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    with_log = Slurp(dir.path() + "/ins-keys.log");
+    none_log = Slurp(dir.path() + "/ins-none.log");
+  }
+  EXPECT_EQ(with_log, "keys=" + file + "\n");
+  EXPECT_EQ(none_log, "keys=none\n");
+  EXPECT_NE(Slurp(file).find("alice"), std::string::npos);
+  ASSERT_TRUE(driver->Stop("ins-keys").ok());
+  ASSERT_TRUE(driver->Stop("ins-none").ok());
+  EXPECT_FALSE(fs::exists(file));
 }
 
 // Goal: a restarted agent (a new driver on the same folder) finds what runs.
