@@ -1,5 +1,6 @@
-// Volumes, the app marketplace, the public library, published ports and
-// publisher earnings (docs/storage.md, docs/marketplace.md).
+// Volumes, the app marketplace, the public library, published ports, SSH
+// keys and publisher earnings (docs/storage.md, docs/marketplace.md,
+// docs/security.md).
 'use strict';
 
 let stoppers = [];
@@ -68,8 +69,31 @@ async function refreshVolumes() {
   for (const i of instanceCache) for (const p of i.ports || []) rows.push({ i, p });
   fillTable(document.querySelector('#ports-table tbody'), rows, ({ i, p }) => [
     i.name || i.id, `${p.containerPort}/${p.protocol || 'tcp'}`,
-    p.url ? el('a', { href: p.url, text: p.url, target: '_blank', rel: 'noopener' }) : 'not placed yet',
+    portLink(p.url),
   ], 'No published ports.');
+}
+
+// An ssh://root@host:port URL is shown as the command that opens it.
+function portLink(url) {
+  if (!url) return 'not placed yet';
+  const ssh = /^ssh:\/\/root@\[?([^\]]+?)\]?:(\d+)$/.exec(url);
+  if (ssh) return el('code', { text: `ssh -p ${ssh[2]} root@${ssh[1]}` });
+  return el('a', { href: url, text: url, target: '_blank', rel: 'noopener' });
+}
+
+async function refreshSshKeys() {
+  const keys = (await api('GET', '/v1/sshKeys')).keys || [];
+  fillTable(document.querySelector('#ssh-keys-table tbody'), keys, (k) => [
+    k.name, el('code', { text: k.fingerprint }), formatTime(k.createTime),
+    el('button', { type: 'button', class: 'danger', onclick: async () => {
+      if (!confirm(`Delete SSH key ${k.name}? Running instances stop accepting it.`)) return;
+      try {
+        await api('DELETE', `/v1/sshKeys/${encodeURIComponent(k.id)}`);
+        status('ssh-key-status', `Deleted ${k.name}`);
+        await refreshSshKeys();
+      } catch (e) { status('ssh-key-status', failText('Delete', e), true); }
+    } }, `Delete ${k.name}`),
+  ], 'No SSH keys yet.');
 }
 
 async function refreshCatalog() {
@@ -113,10 +137,24 @@ document.addEventListener('DOMContentLoaded', () => {
       await refreshVolumes();
     } catch (e) { status('volume-status', failText('Create', e), true); }
   });
+  document.getElementById('ssh-key-form').addEventListener('submit', async (event) => {
+    event.preventDefault();
+    try {
+      const k = await api('POST', '/v1/sshKeys', {
+        name: document.getElementById('ssh-key-name').value.trim(),
+        publicKey: document.getElementById('ssh-key-text').value,
+      });
+      status('ssh-key-status', `Added ${k.name} (${k.fingerprint})`);
+      document.getElementById('ssh-key-text').value = '';
+      document.getElementById('ssh-key-name').value = '';
+      await refreshSshKeys();
+    } catch (e) { status('ssh-key-status', failText('Add', e), true); }
+  });
   setupSignIn({
     onSignedIn: async () => {
       stoppers.forEach((s) => s());
-      stoppers = [poll(refreshVolumes, 2000), poll(refreshCatalog, 10000)];
+      stoppers = [poll(refreshVolumes, 2000), poll(refreshCatalog, 10000),
+        poll(refreshSshKeys, 10000)];
     },
     onSignedOut: () => { stoppers.forEach((s) => s()); stoppers = []; },
   });

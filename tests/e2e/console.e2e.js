@@ -167,6 +167,36 @@ async function availableMicros(page) {
       await page.getByRole('button', { name: 'Allow moves of e2e-small' }).waitFor({ timeout: 10000 });
     });
 
+    await step('add an SSH key, see the ssh command of port 22, delete the key', async () => {
+      await page.goto(opts.base + '/storage.html');
+      await page.locator('#ssh-keys-table tbody').filter({ hasText: 'No SSH keys yet.' })
+        .waitFor({ timeout: 15000 });
+      const unlabeled = await page.evaluate(() => [...document.querySelectorAll('input, select, textarea')]
+        .filter((e) => !e.labels || e.labels.length === 0).map((e) => e.id || e.name));
+      if (unlabeled.length) throw new Error('controls without a label: ' + unlabeled.join(', '));
+      // A private key is refused with the reason.
+      await page.getByLabel('Public key').fill('-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n');
+      await page.getByRole('button', { name: 'Add SSH key' }).click();
+      await page.locator('#ssh-key-status.error').filter({ hasText: 'INVALID_SSH_KEY' }).waitFor({ timeout: 10000 });
+      await page.getByLabel('Public key').fill(
+        'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIP70Y+xCt5EzReeUR50s3jvnEg4Zp0K69t/uLvsMIhiw e2e@laptop\n');
+      await page.getByRole('button', { name: 'Add SSH key' }).click();
+      const row = page.locator('#ssh-keys-table tbody tr', { hasText: 'e2e-laptop' });
+      await row.filter({ hasText: 'SHA256:' }).waitFor({ timeout: 10000 });
+      const created = await rest('POST', '/v1/instances', opts.key,
+        { instance: { gpuCount: 1, name: 'e2e-ssh', ports: [{ containerPort: 22 }] }, requestId: 'e2e-ssh-1' });
+      if (created.status !== 200) throw new Error('create: ' + JSON.stringify(created));
+      await page.locator('#ports-table tbody tr', { hasText: 'e2e-ssh' })
+        .locator('code', { hasText: /^ssh -p \d+ root@/ }).waitFor({ timeout: 30000 });
+      await shot(page, '04c-ssh-keys');
+      page.once('dialog', (d) => d.accept());
+      await page.getByRole('button', { name: 'Delete e2e-laptop' }).click();
+      await page.locator('#ssh-keys-table tbody').filter({ hasText: 'No SSH keys yet.' })
+        .waitFor({ timeout: 10000 });
+      await page.goto(opts.base + '/');
+      await page.locator('#instances-table tbody tr').first().waitFor({ timeout: 10000 });
+    });
+
     await step('open the admin dashboard and see the revenue', async () => {
       const admin = await context.newPage();
       await admin.goto(opts.base + '/admin');
