@@ -123,6 +123,40 @@ TEST_F(SvctlTest, InstancesByName) {
   EXPECT_EQ(nlohmann::json::parse(started.out)["id"], id);
 }
 
+// svctl ssh-keys adds ~/.ssh/id_ed25519.pub by default and never sends a
+// private key; create --ssh publishes port 22 and get prints the ssh
+// command; delete takes the key's name.
+TEST_F(SvctlTest, SshKeysAndTheSshCommand) {
+  const std::string pub =
+      "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIP70Y+xCt5EzReeUR50s3jvnEg4Zp0K69t/uLvsMIhiw dev@box";
+  std::filesystem::create_directories(home_ + "/.ssh");
+  std::ofstream(home_ + "/.ssh/id_ed25519.pub") << pub << "\n";
+  std::ofstream(home_ + "/.ssh/id_ed25519") << "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n"
+                                            << "-----END OPENSSH PRIVATE KEY-----\n";
+  ExpectOneLineError(Svctl({"ssh-keys", "add", "--file", home_ + "/.ssh/id_ed25519"}),
+                     "is a private key; give the .pub file");
+  RunResult added = Svctl({"ssh-keys", "add"});
+  ASSERT_EQ(added.exit_code, 0) << added.err;
+  EXPECT_NE(added.out.find("added dev-box"), std::string::npos) << added.out;
+  RunResult listed = Svctl({"ssh-keys", "list"});
+  EXPECT_NE(listed.out.find("SHA256:"), std::string::npos) << listed.out;
+  ExpectOneLineError(Svctl({"ssh-keys", "add", "--name", "again"}), "SSH_KEY_EXISTS");
+
+  RunResult created = Svctl({"create", "--gpus", "1", "--name", "box", "--ssh", "--wait"});
+  ASSERT_EQ(created.exit_code, 0) << created.err;
+  RunResult got = Svctl({"get", "box"});
+  EXPECT_NE(got.out.find("ssh:"), std::string::npos) << got.out;
+  EXPECT_NE(got.out.find("ssh -p 3"), std::string::npos) << got.out;
+  EXPECT_NE(got.out.find(" root@127.0.0.1"), std::string::npos) << got.out;
+
+  RunResult deleted = Svctl({"ssh-keys", "delete", "dev-box"});
+  ASSERT_EQ(deleted.exit_code, 0) << deleted.err;
+  ExpectOneLineError(Svctl({"ssh-keys", "delete", "dev-box"}), "SSH_KEY_NOT_FOUND");
+  RunResult empty = Svctl({"-o", "json", "ssh-keys", "list"});
+  EXPECT_EQ(nlohmann::json::parse(empty.out).value("keys", nlohmann::json::array()).size(), 0u)
+      << empty.out;
+}
+
 // Operator commands on one tenant take its name as well as its id (tenant
 // names are unique); an unknown name is an error that credits nobody.
 TEST_F(SvctlTest, OperatorsNameTenants) {
