@@ -6,6 +6,7 @@
 
 #include "fuzz_input.h"
 #include "api/api_keys.h"
+#include "api/ssh_public_key.h"
 #include "api/validation.h"
 #include "common/status.h"
 
@@ -61,5 +62,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (key.has_value()) Check(key->key_id.rfind("key-", 0) == 0 && key->secret.size() == 40);
   auto page = sv::api::NormalizePageSize(gpus);
   if (page.ok()) Check(*page >= 1 && *page <= sv::api::kPageSizeMax);
+  // An SSH key line lands in every instance's authorized_keys: one accepted
+  // is one line with no control character, no options before its type, a
+  // fingerprint of the right shape and a valid default name.
+  auto ssh = sv::api::ParseSshPublicKey(image + " " + token + " " + name);
+  if (ssh.ok()) {
+    for (char c : ssh->line) Check(static_cast<unsigned char>(c) >= 0x20 && c != 0x7f);
+    Check(ssh->line.rfind(ssh->type + " ", 0) == 0);
+    Check(ssh->type.rfind("ssh-", 0) == 0 || ssh->type.rfind("ecdsa-", 0) == 0 ||
+          ssh->type.rfind("sk-", 0) == 0);
+    Check(ssh->fingerprint.size() == 50 && ssh->fingerprint.rfind("SHA256:", 0) == 0);
+    Check(sv::api::ValidSshKeyName(sv::api::DefaultSshKeyName(*ssh)));
+  } else {
+    Check(sv::ReasonOf(ssh.status()) == "INVALID_SSH_KEY");
+  }
   return 0;
 }
