@@ -255,6 +255,10 @@ absl::Status SecurityStore::RemoveMember(const std::string& tenant_id,
         "UPDATE api_keys SET revoked_at = $3::timestamptz "
         "WHERE tenant_id = $1 AND user_id = $2 AND revoked_at IS NULL",
         tenant_id, user_id, SqlTime(now));
+    // The SSH keys the member added go too: a removed member logs in to no
+    // instance (the trigger of migration 0108 tells the nodes).
+    txn.exec_params("DELETE FROM ssh_keys WHERE tenant_id = $1 AND created_by = $2", tenant_id,
+                    user_id);
     return absl::OkStatus();
   });
 }

@@ -98,7 +98,8 @@ class SecurityStore {
   // FAILED_PRECONDITION / LAST_OWNER when the change would leave no owner.
   absl::StatusOr<MemberRow> SetMemberRole(const std::string& tenant_id,
                                           const std::string& user_id, TenantRole role);
-  // Removes the membership and revokes the user's keys of the tenant.
+  // Removes the membership, revokes the user's API keys of the tenant and
+  // deletes the SSH keys the user added to it.
   absl::Status RemoveMember(const std::string& tenant_id, const std::string& user_id,
                             absl::Time now);
 

@@ -389,6 +389,27 @@ TEST_F(AgentLifecycleTest, SshKeysReachRunningInstances) {
   EXPECT_EQ(now.find(key_c), std::string::npos) << now;
   EXPECT_EQ(keys->DeleteSshKey(Context(token_).get(), drop, &deleted).error_code(),
             grpc::StatusCode::NOT_FOUND);
+
+  // A member's keys go with the member.
+  auto users = v1::UserService::NewStub(svd_->channel());
+  v1::AddUserRequest join;
+  join.set_email("dev@alpha.example");
+  join.set_role(v1::TENANT_ROLE_MEMBER);
+  v1::AddUserResponse member;
+  ASSERT_TRUE(users->AddUser(Context(token_).get(), join, &member).ok());
+  const std::string key_d =
+      "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHfEEtt9IWoMZRzane5L5oxN9EqjMENrsNsXY3GBvRUL d@test";
+  v1::SshKey d;
+  ASSERT_TRUE(add(member.first_key().secret(), "", key_d, &d).ok());
+  EXPECT_TRUE(WaitFor([&] { return Slurp(file).find(key_d) != std::string::npos; }))
+      << Slurp(file);
+  v1::RemoveUserRequest leave;
+  leave.set_user_id(member.user().id());
+  v1::RemoveUserResponse left;
+  ASSERT_TRUE(users->RemoveUser(Context(token_).get(), leave, &left).ok());
+  EXPECT_TRUE(WaitFor([&] { return Slurp(file).find(key_d) == std::string::npos; }))
+      << Slurp(file);
+  EXPECT_NE(Slurp(file).find(key_b), std::string::npos);
 }
 
 // Goal: an agent that crashes and comes back adopts the instance processes
