@@ -4,6 +4,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "billing/internal/ledger_sql.h"
 #include "common/status.h"
 #include "store/database.h"
@@ -245,9 +246,9 @@ std::string VolumesLiveSql(const std::string& lo, const std::string& hi) {
                       " * 60)))");
 }
 
-absl::StatusOr<int64_t> PostAddOnCharges(pqxx::work& txn, int64_t from_minute,
-                                         int64_t to_minute, absl::Time now,
-                                         const AddOnBatch& batch) {
+absl::StatusOr<AddOnsPosted> PostAddOnCharges(pqxx::work& txn, int64_t from_minute,
+                                              int64_t to_minute, absl::Time now,
+                                              const AddOnBatch& batch) {
   // Most batches have neither app instances nor volumes; the statements
   // that would find nothing are skipped.
   int64_t app_legs = 0, storage_legs = 0;
@@ -259,7 +260,40 @@ absl::StatusOr<int64_t> PostAddOnCharges(pqxx::work& txn, int64_t from_minute,
                         PostStorage(txn, batch.platform_account, from_minute, to_minute, now,
                                     batch.unpaid_storage_grace_minutes));
   }
-  return app_legs + storage_legs;
+  AddOnsPosted posted;
+  posted.legs = app_legs + storage_legs;
+  if (to_minute - from_minute <= 1 || (!batch.app_rent_rows && !batch.volumes_live)) {
+    return posted;
+  }
+  // Several minutes at once (catching up) charge all their rent, then all
+  // app fees, then all storage. Where a tenant's funds ran out inside the
+  // batch that order differs from the minute-by-minute one: storage of
+  // minute m unpaid while rent of minute m+5 took the money. Found from
+  // the tenant's first unpaid add-on minute and any rent (or app fee) of
+  // it charged for a later minute of the batch.
+  std::vector<std::string> firsts;
+  if (batch.app_rent_rows) {
+    firsts.push_back("SELECT tenant_id, min(minute) AS m FROM addon_app "
+                     "WHERE first_cap IS NOT NULL AND minute >= first_cap GROUP BY tenant_id");
+  }
+  if (batch.volumes_live) {
+    firsts.push_back("SELECT tenant_id, min(minute) AS m FROM addon_storage "
+                     "WHERE charged < fee GROUP BY tenant_id");
+  }
+  const std::string later_app_fee =
+      batch.app_rent_rows
+          ? " OR EXISTS (SELECT 1 FROM addon_app a WHERE a.tenant_id = s.tenant_id "
+            "AND a.minute > s.m AND a.charged > 0)"
+          : "";
+  auto found = txn.exec_params(
+      absl::StrCat("SELECT EXISTS (SELECT 1 FROM (", absl::StrJoin(firsts, " UNION ALL "),
+                   ") s JOIN tenants t ON t.id = s.tenant_id "
+                   "WHERE EXISTS (SELECT 1 FROM ledger_charges c WHERE c.tenant_no = "
+                   "t.billing_no AND c.minute > s.m AND c.minute < $1::bigint)",
+                   later_app_fee, ")"),
+      to_minute);
+  posted.out_of_order = found[0][0].as<bool>();
+  return posted;
 }
 
 std::vector<std::pair<std::string, std::string>> AddOnAuditChecks() {

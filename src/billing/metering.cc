@@ -361,10 +361,14 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
   // nothing costs no pass over billing_stops afterwards.
   bool stops_pending = false;
   int stop_passes = 0;
+  // Minutes before this one are billed one per batch: a batch of several
+  // found a tenant's funds running out in it (AddOnsPosted::out_of_order).
+  int64_t split_before = 0;
   for (int round = 0; round < 100'000; ++round) {
     bool done = false, stops_first = false;
     int64_t minutes = 0, postings = 0, cursor_after = 0;
-    SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    const int64_t split_was = split_before;
+    absl::Status batch = db_.Transact([&](pqxx::work& txn) -> absl::Status {
       done = stops_first = stops_pending = false;
       minutes = postings = 0;
       // One round trip for the lock, the settings and what the batch needs
@@ -431,8 +435,11 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
         return absl::OkStatus();
       }
       const int64_t active = std::max<int64_t>(1, head[0][2].as<int64_t>());
-      const int64_t span = std::clamp<int64_t>(options_.batch_rows_max / active, 1,
-                                               options_.batch_minutes_max);
+      const int64_t span =
+          cursor < split_before
+              ? 1
+              : std::clamp<int64_t>(options_.batch_rows_max / active, 1,
+                                    options_.batch_minutes_max);
       const int64_t end = std::min(before_minute, cursor + span);
       // The fast path may fail on a charge already present; the savepoint
       // (taken by the first round trip) keeps the rest of the transaction.
@@ -516,9 +523,17 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
       }
       // App fees and storage of the same minutes, after the rent
       // (billing/addons.cc).
-      SV_ASSIGN_OR_RETURN(int64_t addon_legs,
+      SV_ASSIGN_OR_RETURN(internal::AddOnsPosted addons_posted,
                           internal::PostAddOnCharges(txn, cursor, end, now, addons));
-      postings += addon_legs;
+      if (addons_posted.out_of_order) {
+        // A tenant's last funds went to later rent before earlier storage or
+        // app fees: undo the batch and bill its minutes one by one.
+        // Not kAborted: Transact would retry that as a conflict.
+        split_before = end;
+        return Error(absl::StatusCode::kFailedPrecondition, "BATCH_SPLIT",
+                     "the batch is billed again minute by minute");
+      }
+      postings += addons_posted.legs;
       if (!cursor_moved) {
         auto moved = txn.exec_params(
             absl::StrCat("UPDATE billing_cursor SET billed_before_minute = $1, "
@@ -530,7 +545,9 @@ absl::StatusOr<MeteringResult> Billing::BillMinutesBefore(int64_t before_minute,
       minutes = end - cursor;
       cursor_after = end;
       return absl::OkStatus();
-    }));
+    });
+    if (!batch.ok() && split_before != split_was) continue;  // Rolled back; split.
+    SV_RETURN_IF_ERROR(batch);
     if (stops_first) {
       // Each pass applies up to 1,000 stops and marks them; a stop that
       // stays pending after this many passes would otherwise spin here.

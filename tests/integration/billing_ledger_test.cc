@@ -758,6 +758,67 @@ TEST_F(BillingTest, VolumesWarnAndAreNoticedWhenUnpaid) {
   ExpectAuditClean(billing);
 }
 
+// Catching up after downtime bills the minutes as if each had been billed
+// on time: rent and storage of minute m before anything of minute m+1. Until
+// 2026-12-06 a batch of many minutes charged all its rent first, so the
+// trial paid 37 minutes of GPU rent while the volume went unpaid from its
+// second minute ("credit ran out for storage" half an hour before the
+// instance stopped).
+TEST_F(BillingTest, CatchUpPaysRentAndStorageMinuteByMinute) {
+  Billing billing = MakeBilling();
+  auto [tenant, user] = NewTenant("sleeper");
+  ASSERT_TRUE(billing.EnsureTrialGrant(user, clock_.Now()).ok());
+  const std::string id = Run(tenant, 8);
+  NetworkVolume("vol-data", tenant, 10'000);  // 4 CNY an hour
+  auto balance = billing.GetBalance(tenant, clock_.Now());
+  ASSERT_TRUE(balance.ok()) << balance.status();
+  const int64_t burn = balance->burn_micros_per_minute;
+  ASSERT_GT(burn, 0);
+  // An hour with no billing run (svd down), then one run catches up.
+  clock_.Advance(absl::Hours(1));
+  auto caught_up = billing.RunOnce(clock_.Now());
+  ASSERT_TRUE(caught_up.ok()) << caught_up.status();
+
+  int64_t last_rent = 0, rent_minutes = 0, first_unpaid = 0, storage_paid_minutes = 0;
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+    auto rent = txn.exec_params(
+        "SELECT max(c.minute), count(*) FROM ledger_charges c JOIN instances i "
+        "ON i.billing_no = c.instance_no WHERE i.id = $1", id);
+    last_rent = rent[0][0].as<int64_t>();
+    rent_minutes = rent[0][1].as<int64_t>();
+    first_unpaid = txn.exec("SELECT min(usage_minute) FROM storage_shortfalls")[0][0]
+                       .as<int64_t>();
+    storage_paid_minutes =
+        txn.exec("SELECT count(DISTINCT usage_minute) FROM ledger_transfers "
+                 "WHERE kind = 'storage'")[0][0].as<int64_t>();
+    return absl::OkStatus();
+  }).ok());
+  // 10 CNY at the combined burn: rent and storage run out together.
+  const int64_t expected_minutes = 10 * kMicrosPerYuan / burn;
+  EXPECT_NEAR(rent_minutes, expected_minutes, 1);
+  EXPECT_GE(first_unpaid, last_rent) << "storage went unpaid before later rent was charged";
+  // Within a minute rent comes first, as on time: the last rent minute
+  // may leave nothing for its storage.
+  EXPECT_GE(storage_paid_minutes, rent_minutes - 1);
+  // The instance ran until the run that caught up (it stops when the stop
+  // is applied, as in UnappliedStopIsAppliedBeforeLaterMinutes), and the
+  // notice of the storage names its first unpaid minute.
+  EXPECT_EQ(StoppedAt(id), clock_.Now());
+  balance = billing.GetBalance(tenant, clock_.Now());
+  ASSERT_TRUE(balance.ok());
+  const std::string minute_text = absl::FormatTime(
+      "%Y-%m-%d %H:%M", absl::FromUnixSeconds(first_unpaid * 60), absl::UTCTimeZone());
+  bool storage_notice = false;
+  for (const auto& n : balance->notices) {
+    if (n.message.find("credit ran out for storage in minute " + minute_text) !=
+        std::string::npos) {
+      storage_notice = true;
+    }
+  }
+  EXPECT_TRUE(storage_notice);
+  ExpectAuditClean(billing);
+}
+
 // A volume whose storage stays unpaid for the grace period is deleted, with
 // a notice; its attachment to a stopped instance goes with it. A tenant who
 // tops up within the grace keeps its volume, as does a tenant who pays.

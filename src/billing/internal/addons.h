@@ -34,12 +34,12 @@ inline constexpr char kCreateAppRentTableSql[] =
 // SQL expressions of type bigint), so the minutes may owe storage.
 std::string VolumesLiveSql(const std::string& lo, const std::string& hi);
 
-// What PostAddOnCharges needs to know about the batch, found by the
-// metering statements themselves so that a batch without app instances or
-// volumes costs no round trip here.
 // "7 days", "90 minutes": a grace period in a notice.
 std::string GraceText(int64_t minutes);
 
+// What PostAddOnCharges needs to know about the batch, found by the
+// metering statements themselves so that a batch without app instances or
+// volumes costs no round trip here.
 struct AddOnBatch {
   int64_t platform_account = 0;  // platform_revenue
   bool app_rent_rows = false;    // billing_batch has rows
@@ -49,15 +49,25 @@ struct AddOnBatch {
   int64_t unpaid_storage_grace_minutes = 0;
 };
 
+struct AddOnsPosted {
+  int64_t legs = 0;  // ledger legs written
+  // A batch of several minutes left an app fee or storage minute unpaid
+  // while the same tenant's rent (or app fees) of a later minute of the
+  // batch was paid: the batch charged the tenant's last funds in another
+  // order than minute by minute would have. The caller rolls the batch back
+  // and bills those minutes one at a time.
+  bool out_of_order = false;
+};
+
 // Posts the app fees of the rent minutes in billing_batch (the temp table
 // of the metering transaction) and the storage of every live volume-minute
 // of [from_minute, to_minute), in that order after the rent, each capped at
 // what the tenant's funds still hold. Idempotent: keys app:<instance>:<minute>
 // and storage:<volume>:<minute>; a replay with other content is INTERNAL /
-// CHARGE_CONTENT_CLASH. Returns the legs written.
-absl::StatusOr<int64_t> PostAddOnCharges(pqxx::work& txn, int64_t from_minute,
-                                         int64_t to_minute, absl::Time now,
-                                         const AddOnBatch& batch);
+// CHARGE_CONTENT_CLASH.
+absl::StatusOr<AddOnsPosted> PostAddOnCharges(pqxx::work& txn, int64_t from_minute,
+                                              int64_t to_minute, absl::Time now,
+                                              const AddOnBatch& batch);
 
 // The auditor's checks of these postings: {name, sql}; the sql may use $1/$2
 // (audited range as timestamps) and $3/$4 (the same as Unix minutes).
