@@ -166,9 +166,11 @@ async function refreshTenants() {
     t.tenantName, formatMoney(t.grantedMicros), formatMoney(t.burnedMicros), formatMoney(t.expiredMicros),
     formatMoney(t.remainingMicros), formatTime(t.expireTime)]);
   document.getElementById('topup-totals').textContent =
-    `${topups.totalCount} top-ups, ${formatMoney(topups.totalMicros)} in all.`;
+    `${topups.totalCount} top-ups, ${formatMoney(topups.totalMicros)} in all, ` +
+    `${formatMoney(topups.refundedMicros || '0')} of it refunded.`;
   fillTable(document.querySelector('#topups-table tbody'), topups.topups || [], (t) => [
-    formatTime(t.createTime), t.tenantName, t.paymentId, formatMoney(t.amountMicros)], 'No top-ups yet.');
+    formatTime(t.createTime), t.tenantName, t.paymentId, formatMoney(t.amountMicros),
+    formatMoney(t.refundedMicros || '0')], 'No top-ups yet.');
   // The newest 100 invoices; the totals are of all of them.
   document.getElementById('invoice-totals').textContent =
     `${num(invoices.invoiceCount)} invoices: ${formatMoney(invoices.totalMicros || '0')} invoiced, ` +

@@ -34,6 +34,8 @@ const std::vector<MethodRule>& MethodRules() {
       {"/sv.v1.BillingAdminService/GetRevenueSummary", P::kAdminBilling, R},
       {"/sv.v1.BillingAdminService/ListTenantBalances", P::kAdminBilling, R},
       {"/sv.v1.BillingAdminService/TopUp", P::kAdminBilling, W},
+      {"/sv.v1.BillingAdminService/IssueCredit", P::kAdminBilling, W},
+      {"/sv.v1.BillingAdminService/RefundTopUp", P::kAdminBilling, W},
       {"/sv.v1.BillingAdminService/SetBillingMode", P::kAdminBilling, W},
       {"/sv.v1.BillingAdminService/SetGpuPrice", P::kAdminBilling, W},
       {"/sv.v1.BillingAdminService/RunAudit", P::kAdminBilling, R},

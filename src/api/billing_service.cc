@@ -298,6 +298,8 @@ class BillingAdminServiceImpl final : public v1::BillingAdminService::Service {
       response->set_shortfall_micros(s.shortfall_micros);
       response->set_storage_shortfall_micros(s.storage_shortfall_micros);
       response->set_app_fee_shortfall_micros(s.app_fee_shortfall_micros);
+      response->set_topup_refunds_micros(s.topup_refunds_micros);
+      response->set_credits_micros(s.credits_micros);
       response->set_platform_revenue_balance_micros(s.platform_revenue_balance_micros);
       response->set_app_fees_micros(s.app_fees_micros);
       response->set_app_fees_to_publishers_micros(s.app_fees_to_publishers_micros);
@@ -368,16 +370,41 @@ class BillingAdminServiceImpl final : public v1::BillingAdminService::Service {
   grpc::Status TopUp(grpc::ServerContext* context, const v1::TopUpRequest* request,
                      v1::Transfer* response) override {
     return Run("TopUp", *context, [&]() -> absl::Status {
-      if (request->tenant_id().empty() || request->tenant_id().size() > 64) {
-        return Error(absl::StatusCode::kInvalidArgument, "INVALID_TENANT_ID",
-                     "tenant_id is required (at most 64 characters)");
-      }
+      SV_RETURN_IF_ERROR(CheckTenantId(request->tenant_id()));
       SV_ASSIGN_OR_RETURN(auto transfer,
                           deps_.billing->TopUp(request->tenant_id(), request->payment_id(),
                                                request->amount_micros(), deps_.clock->Now()));
       ToProto(transfer, response);
       spdlog::info("api: top-up {} of {} micro-yuan tenant={}", request->payment_id(),
                    request->amount_micros(), request->tenant_id());
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status IssueCredit(grpc::ServerContext* context, const v1::IssueCreditRequest* request,
+                           v1::Transfer* response) override {
+    return RunAs("IssueCredit", *context, [&](const store::Principal& who) -> absl::Status {
+      SV_RETURN_IF_ERROR(CheckTenantId(request->tenant_id()));
+      SV_ASSIGN_OR_RETURN(
+          auto transfer,
+          deps_.billing->IssueCredit(request->tenant_id(), request->credit_id(),
+                                     request->amount_micros(), request->reason(), Issuer(who),
+                                     deps_.clock->Now()));
+      ToProto(transfer, response);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status RefundTopUp(grpc::ServerContext* context, const v1::RefundTopUpRequest* request,
+                           v1::Transfer* response) override {
+    return RunAs("RefundTopUp", *context, [&](const store::Principal& who) -> absl::Status {
+      SV_RETURN_IF_ERROR(CheckTenantId(request->tenant_id()));
+      SV_ASSIGN_OR_RETURN(
+          auto transfer,
+          deps_.billing->RefundTopUp(request->tenant_id(), request->payment_id(),
+                                     request->amount_micros(), request->reason(), Issuer(who),
+                                     deps_.clock->Now()));
+      ToProto(transfer, response);
       return absl::OkStatus();
     });
   }
@@ -423,13 +450,32 @@ class BillingAdminServiceImpl final : public v1::BillingAdminService::Service {
   }
 
  private:
+  // Who issued a credit or refund, for ledger_transfer_reasons.
+  static const std::string& Issuer(const store::Principal& who) {
+    return who.user_id.empty() ? who.api_key_id : who.user_id;
+  }
+
+  static absl::Status CheckTenantId(const std::string& tenant_id) {
+    if (tenant_id.empty() || tenant_id.size() > 64) {
+      return Error(absl::StatusCode::kInvalidArgument, "INVALID_TENANT_ID",
+                   "tenant_id is required (at most 64 characters)");
+    }
+    return absl::OkStatus();
+  }
+
   template <typename Body>
   grpc::Status Run(const char* method, const grpc::ServerContext& context, Body body) {
+    return RunAs(method, context, [&](const store::Principal&) { return body(); });
+  }
+
+  // Run, for a body that needs the operator (who issued a credit).
+  template <typename Body>
+  grpc::Status RunAs(const char* method, const grpc::ServerContext& context, Body body) {
     auto who = auth_.Authenticate(context);
     if (!who.ok()) return Finish(method, nullptr, "", who.status());
     absl::Status status = OperatorOnly(*who);
     if (status.ok() && deps_.billing == nullptr) status = NoBilling();
-    if (status.ok()) status = body();
+    if (status.ok()) status = body(*who);
     return Finish(method, &*who, "", status);
   }
 

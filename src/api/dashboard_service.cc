@@ -257,11 +257,13 @@ class DashboardAdminServiceImpl final : public v1::DashboardAdminService::Servic
         t->set_payment_id(r.payment_id);
         t->set_amount_micros(r.amount_micros);
         *t->mutable_create_time() = ToProto(r.at);
+        t->set_refunded_micros(r.refunded_micros);
       }
       if (more) response->set_next_page_token(std::to_string(rows.back().transfer_id));
       SV_ASSIGN_OR_RETURN(auto totals, dashboard_.TopUpTotalsIn(from, to));
       response->set_total_count(totals.count);
       response->set_total_micros(totals.amount_micros);
+      response->set_refunded_micros(totals.refunded_micros);
       return absl::OkStatus();
     });
   }

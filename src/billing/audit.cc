@@ -104,6 +104,32 @@ std::vector<Check> Checks() {
            "WHERE coalesce(o.gross, 0) <> coalesce(c.amount, 0) + "
            "coalesce(s.shortfall_micros, 0) "
            "AND NOT (o.instance_id IS NULL AND c.instance_id IS NULL)"},
+      // Operator credits and refunds of top-ups (billing/credits.cc).
+      {"credits come from credit_expense to their tenant, with a reason",
+       "SELECT t.idempotency_key || ' moves ' || t.amount_micros || ' from ' || fa.kind || "
+       "' to ' || ta.kind || ' of ' || coalesce(ta.tenant_id, 'the platform') || "
+       "CASE WHEN r.reason IS NULL THEN ' and has no reason' ELSE '' END "
+       "FROM ledger_transfers t JOIN ledger_accounts fa ON fa.id = t.from_account_id "
+       "JOIN ledger_accounts ta ON ta.id = t.to_account_id "
+       "LEFT JOIN ledger_transfer_reasons r ON r.idempotency_key = t.idempotency_key "
+       "WHERE t.kind = 'credit' AND (fa.kind <> 'credit_expense' OR fa.tenant_id IS NOT NULL "
+       "OR ta.kind NOT IN ('paid_wallet', 'receivable') "
+       "OR ta.tenant_id IS DISTINCT FROM t.tenant_id OR r.reason IS NULL)"},
+      {"top-up refunds give back at most their top-up, to payment_clearing",
+       "SELECT t.idempotency_key || ' moves ' || t.amount_micros || ' from ' || fa.kind || "
+       "' of ' || coalesce(fa.tenant_id, 'the platform') || ' to ' || ta.kind || "
+       "CASE WHEN p.amount_micros IS NULL THEN '; the tenant has no such top-up' "
+       "ELSE '; the top-up was ' || p.amount_micros END "
+       "FROM ledger_transfers t JOIN ledger_accounts fa ON fa.id = t.from_account_id "
+       "JOIN ledger_accounts ta ON ta.id = t.to_account_id "
+       "LEFT JOIN ledger_transfers p ON p.kind = 'topup' AND p.leg = 0 "
+       "AND p.tenant_id = t.tenant_id "
+       "AND p.idempotency_key = 'topup:' || substr(t.idempotency_key, 14) "
+       "LEFT JOIN ledger_transfer_reasons r ON r.idempotency_key = t.idempotency_key "
+       "WHERE t.kind = 'topup_refund' AND (ta.kind <> 'payment_clearing' "
+       "OR fa.kind NOT IN ('paid_wallet', 'receivable') "
+       "OR fa.tenant_id IS DISTINCT FROM t.tenant_id OR p.amount_micros IS NULL "
+       "OR t.amount_micros > p.amount_micros OR r.reason IS NULL)"},
   };
   // App fees, storage and payouts (billing/addons.cc).
   static const auto* const kAddOns =

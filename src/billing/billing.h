@@ -181,6 +181,8 @@ struct RevenueSummary {
   int64_t charged_micros = 0;        // Charges in the window.
   int64_t trial_spent_micros = 0;    // Of which paid from trial credit.
   int64_t topups_micros = 0;
+  int64_t topup_refunds_micros = 0;  // Of top-ups, given back.
+  int64_t credits_micros = 0;        // Operator credits given.
   int64_t trial_granted_micros = 0;
   int64_t trial_expired_micros = 0;
   int64_t sla_refunds_micros = 0;
@@ -231,6 +233,25 @@ class Billing {
                                        int64_t amount_micros, absl::Time now);
   absl::Status SetBillingMode(const std::string& tenant_id, BillingMode mode,
                               int64_t credit_limit_micros);
+
+  // ---- Credits and refunds (operators; billing/credits.cc) -----------------
+  // Gives the tenant `amount_micros` from the platform's credit_expense
+  // account: into its paid wallet (prepaid) or receivable (postpaid), with a
+  // notice that shows `reason`. `credit_id` is the idempotency key
+  // (credit:<credit_id>); `issued_by` is the operator, for the record.
+  absl::StatusOr<TransferRecord> IssueCredit(const std::string& tenant_id,
+                                             const std::string& credit_id,
+                                             int64_t amount_micros, const std::string& reason,
+                                             const std::string& issued_by, absl::Time now);
+  // Gives back `amount_micros` (0: all) of the tenant's top-up `payment_id`
+  // to payment_clearing, from the paid wallet (prepaid) or the receivable
+  // (postpaid); once per payment (topup-refund:<payment_id>). Never more
+  // than the top-up, than the wallet holds (REFUND_EXCEEDS_BALANCE) or than
+  // the credit limit allows.
+  absl::StatusOr<TransferRecord> RefundTopUp(const std::string& tenant_id,
+                                             const std::string& payment_id,
+                                             int64_t amount_micros, const std::string& reason,
+                                             const std::string& issued_by, absl::Time now);
 
   // ---- Credit gate ---------------------------------------------------------
   // FAILED_PRECONDITION / INSUFFICIENT_CREDIT unless the tenant can pay the

@@ -379,7 +379,9 @@ absl::StatusOr<RevenueSummary> Billing::GetRevenueSummary(absl::Time from, absl:
         "  WHEN ta.kind = 'platform_revenue' THEN t.amount_micros "
         "  WHEN fa.kind = 'platform_revenue' THEN -t.amount_micros ELSE 0 END), 0)::bigint, "
         "coalesce(sum(CASE WHEN ta.kind = 'platform_revenue' THEN t.amount_micros "
-        "  WHEN fa.kind = 'platform_revenue' THEN -t.amount_micros ELSE 0 END), 0)::bigint "
+        "  WHEN fa.kind = 'platform_revenue' THEN -t.amount_micros ELSE 0 END), 0)::bigint, "
+        "coalesce(sum(t.amount_micros) FILTER (WHERE t.kind = 'topup_refund'), 0)::bigint, "
+        "coalesce(sum(t.amount_micros) FILTER (WHERE t.kind = 'credit'), 0)::bigint "
         "FROM ledger_all_transfers t JOIN ledger_accounts fa ON fa.id = t.from_account_id "
         "JOIN ledger_accounts ta ON ta.id = t.to_account_id "
         "WHERE t.at >= $1::timestamptz AND t.at < $2::timestamptz",
@@ -395,6 +397,8 @@ absl::StatusOr<RevenueSummary> Billing::GetRevenueSummary(absl::Time from, absl:
     s.storage_micros = rows[0][8].as<int64_t>();
     s.adjustments_net_micros = rows[0][9].as<int64_t>();
     s.platform_revenue_micros = rows[0][10].as<int64_t>();
+    s.topup_refunds_micros = rows[0][11].as<int64_t>();
+    s.credits_micros = rows[0][12].as<int64_t>();
     auto shortfall = txn.exec_params(
         "SELECT coalesce(sum(shortfall_micros), 0)::bigint FROM billing_shortfalls "
         "WHERE at >= $1::timestamptz AND at < $2::timestamptz",

@@ -7,11 +7,12 @@
 namespace sv::billing {
 
 // Every kind a ledger transfer may have: the CHECK on ledger_transfers.kind
-// (migration 0103). A filter naming another kind is refused, not answered
+// (migration 0109). A filter naming another kind is refused, not answered
 // with an empty page that looks like "no such transfers".
 inline constexpr const char* kTransferKinds[] = {
     "charge", "trial_grant", "trial_expiry", "topup",   "sla_refund",
-    "adjustment", "app_fee", "storage",     "payout", "balance_move"};
+    "adjustment", "app_fee", "storage",     "payout", "balance_move",
+    "credit",     "topup_refund"};
 
 }  // namespace sv::billing
 

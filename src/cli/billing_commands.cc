@@ -1,6 +1,6 @@
-// svctl balance, usage, transfers, invoices; svctl admin topup, balances, invoices,
-// revenue, audit. Money is printed from int64 micro-yuan without floating
-// point.
+// svctl balance, usage, transfers, invoices; svctl admin topup, credit,
+// refund-topup, balances, invoices, revenue, audit. Money is printed from
+// int64 micro-yuan without floating point.
 #include <cstdlib>
 #include <iostream>
 
@@ -347,6 +347,87 @@ void AddAdminBillingCommands(CLI::App& app, Action* action) {
       return kExitOk;
     });
   });
+  auto credit = std::make_shared<v1::IssueCreditRequest>();
+  auto credit_amount = std::make_shared<std::string>();
+  auto* give = admin->add_subcommand(
+      "credit", "Give a tenant credit (compensation, promotion): paid wallet, or off a "
+                "postpaid tenant's receivable");
+  give->add_option("tenant", *credit->mutable_tenant_id(), "Tenant id or name")->required();
+  give->add_option("amount", *credit_amount, "Amount in CNY, e.g. 50 or 12.50")->required();
+  give->add_option("--credit-id", *credit->mutable_credit_id(),
+                   "An id of your choosing, e.g. the incident's; a replay with it is a no-op")
+      ->required();
+  give->add_option("--reason", *credit->mutable_reason(), "Why; the tenant is shown it")
+      ->required();
+  give->callback([=] {
+    *action = AdminCall([=](Session& s, v1::BillingAdminService::Stub& stub) {
+      int64_t micros = 0;
+      if (!ParseYuan(*credit_amount, &micros)) {
+        return Fail(YuanSyntaxError("amount", *credit_amount));
+      }
+      credit->set_amount_micros(micros);
+      if (int rc = ResolveTenant(s, credit->tenant_id(), credit->mutable_tenant_id());
+          rc != kExitOk) {
+        return rc;
+      }
+      v1::Transfer transfer;
+      grpc::Status status = stub.IssueCredit(s.Context().get(), *credit, &transfer);
+      if (!status.ok()) return FailRpc(status, s);
+      if (s.format() == Format::kJson) {
+        PrintJson(transfer, std::cout);
+      } else {
+        PrintTable({{"tenant", credit->tenant_id()},
+                    {"credit", Yuan(transfer.amount_micros())},
+                    {"to", transfer.to_account()},
+                    {"transfer", transfer.idempotency_key()},
+                    {"time", FormatTime(transfer.create_time())}},
+                   std::cout);
+      }
+      return kExitOk;
+    });
+  });
+  auto refund = std::make_shared<v1::RefundTopUpRequest>();
+  auto refund_amount = std::make_shared<std::string>();
+  auto* back = admin->add_subcommand(
+      "refund-topup", "Give a top-up back, all or part (once per payment; at most what the "
+                      "paid wallet holds)");
+  back->add_option("tenant", *refund->mutable_tenant_id(), "Tenant id or name")->required();
+  back->add_option("--payment-id", *refund->mutable_payment_id(), "The top-up's payment id")
+      ->required();
+  back->add_option("--amount", *refund_amount, "Amount in CNY (default: the whole top-up)");
+  back->add_option("--reason", *refund->mutable_reason(), "Why; the tenant is shown it")
+      ->required();
+  back->callback([=] {
+    *action = AdminCall([=](Session& s, v1::BillingAdminService::Stub& stub) {
+      int64_t micros = 0;
+      if (!refund_amount->empty() && !ParseYuan(*refund_amount, &micros)) {
+        return Fail(YuanSyntaxError("--amount", *refund_amount));
+      }
+      if (!refund_amount->empty() && micros <= 0) {
+        return Fail("--amount must be positive (leave it out to refund the whole top-up)");
+      }
+      refund->set_amount_micros(micros);
+      if (int rc = ResolveTenant(s, refund->tenant_id(), refund->mutable_tenant_id());
+          rc != kExitOk) {
+        return rc;
+      }
+      v1::Transfer transfer;
+      grpc::Status status = stub.RefundTopUp(s.Context().get(), *refund, &transfer);
+      if (!status.ok()) return FailRpc(status, s);
+      if (s.format() == Format::kJson) {
+        PrintJson(transfer, std::cout);
+      } else {
+        PrintTable({{"tenant", refund->tenant_id()},
+                    {"payment", refund->payment_id()},
+                    {"refunded", Yuan(transfer.amount_micros())},
+                    {"from", transfer.from_account()},
+                    {"transfer", transfer.idempotency_key()},
+                    {"time", FormatTime(transfer.create_time())}},
+                   std::cout);
+      }
+      return kExitOk;
+    });
+  });
   admin->add_subcommand("balances", "Balances of all tenants (every page)")->callback([=] {
     *action = AdminCall([](Session& s, v1::BillingAdminService::Stub& stub) {
       v1::ListTenantBalancesResponse all;
@@ -463,6 +544,8 @@ void AddAdminBillingCommands(CLI::App& app, Action* action) {
                   {"shortfall: storage (kept, not paid)", Yuan(r.storage_shortfall_micros())},
                   {"shortfall: app fees (ran, not paid)", Yuan(r.app_fee_shortfall_micros())},
                   {"top-ups", Yuan(r.topups_micros())},
+                  {"top-ups refunded", Yuan(r.topup_refunds_micros())},
+                  {"credits given", Yuan(r.credits_micros())},
                   {"trial granted", Yuan(r.trial_granted_micros())},
                   {"trial expired", Yuan(r.trial_expired_micros())},
                   {"platform revenue balance (all time)",

@@ -243,14 +243,17 @@ absl::StatusOr<std::vector<TopUpRow>> DashboardStore::TopUps(absl::Time from, ab
     auto rows = txn.exec_params(
         "SELECT l.id, coalesce(l.tenant_id, ''), coalesce(t.name, ''), "
         "substr(l.idempotency_key, 7), l.amount_micros, " + MicrosOf("l.at") +
-        " FROM ledger_transfers l LEFT JOIN tenants t ON t.id = l.tenant_id "
+        ", coalesce(r.amount_micros, 0) "
+        "FROM ledger_transfers l LEFT JOIN tenants t ON t.id = l.tenant_id "
+        "LEFT JOIN ledger_transfers r ON r.idempotency_key = "
+        "'topup-refund:' || substr(l.idempotency_key, 7) AND r.leg = 0 "
         "WHERE l.kind = 'topup' AND l.at >= $1::timestamptz AND l.at < $2::timestamptz "
         "AND ($3 = 0 OR l.id < $3) ORDER BY l.id DESC LIMIT $4",
         SqlTime(Clamp(from)), SqlTime(Clamp(to)), before_id, limit);
     for (const auto& row : rows) {
       out.push_back({row[0].as<int64_t>(), row[1].as<std::string>(), row[2].as<std::string>(),
                      row[3].as<std::string>(), row[4].as<int64_t>(),
-                     TimeFromMicros(row[5].as<int64_t>())});
+                     TimeFromMicros(row[5].as<int64_t>()), row[6].as<int64_t>()});
     }
     return absl::OkStatus();
   });
@@ -262,11 +265,15 @@ absl::StatusOr<TopUpTotals> DashboardStore::TopUpTotalsIn(absl::Time from, absl:
   TopUpTotals totals;
   absl::Status status = db_.Transact([&](pqxx::work& txn) {
     auto rows = txn.exec_params(
-        "SELECT count(*)::bigint, coalesce(sum(amount_micros), 0)::bigint FROM ledger_transfers "
-        "WHERE kind = 'topup' AND at >= $1::timestamptz AND at < $2::timestamptz",
+        "SELECT count(*)::bigint, coalesce(sum(l.amount_micros), 0)::bigint, "
+        "coalesce(sum(r.amount_micros), 0)::bigint FROM ledger_transfers l "
+        "LEFT JOIN ledger_transfers r ON r.idempotency_key = "
+        "'topup-refund:' || substr(l.idempotency_key, 7) AND r.leg = 0 "
+        "WHERE l.kind = 'topup' AND l.at >= $1::timestamptz AND l.at < $2::timestamptz",
         SqlTime(Clamp(from)), SqlTime(Clamp(to)));
     totals.count = rows[0][0].as<int64_t>();
     totals.amount_micros = rows[0][1].as<int64_t>();
+    totals.refunded_micros = rows[0][2].as<int64_t>();
     return absl::OkStatus();
   });
   if (!status.ok()) return status;

@@ -61,11 +61,13 @@ struct TopUpRow {
   std::string tenant_id, tenant_name, payment_id;
   int64_t amount_micros = 0;
   absl::Time at;
+  int64_t refunded_micros = 0;
 };
 
 struct TopUpTotals {
   int64_t count = 0;
   int64_t amount_micros = 0;
+  int64_t refunded_micros = 0;  // Of those top-ups, given back so far.
 };
 
 class DashboardStore {

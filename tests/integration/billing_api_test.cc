@@ -267,6 +267,34 @@ TEST(BillingApiTest, BalanceCreditGateTopUpAndAudit) {
   RunResult bad_time = svctl(token, {"transfers", "--from", "yesterday"});
   EXPECT_NE(bad_time.exit_code, 0);
   EXPECT_NE(bad_time.err.find("RFC 3339"), std::string::npos) << bad_time.err;
+  // An operator's credit and a refund of a top-up through svctl: the
+  // revenue summary shows both.
+  RunResult credited =
+      svctl(svd.admin_key(), {"--token", svd.admin_key(), "admin", "credit", "payer", "2.5",
+                              "--credit-id", "inc-9", "--reason", "slow start on 12-01"});
+  EXPECT_EQ(credited.exit_code, 0) << credited.err;
+  EXPECT_NE(credited.out.find("2.500000 CNY"), std::string::npos) << credited.out;
+  EXPECT_NE(credited.out.find("credit:inc-9"), std::string::npos) << credited.out;
+  RunResult no_reason = svctl(svd.admin_key(), {"--token", svd.admin_key(), "admin", "credit",
+                                                "payer", "1", "--credit-id", "inc-10"});
+  EXPECT_NE(no_reason.exit_code, 0);
+  EXPECT_NE(no_reason.err.find("--reason"), std::string::npos) << no_reason.err;
+  RunResult refunded = svctl(svd.admin_key(),
+                             {"--token", svd.admin_key(), "admin", "refund-topup", tenant_id,
+                              "--payment-id", "wx-77", "--reason", "paid twice"});
+  EXPECT_EQ(refunded.exit_code, 0) << refunded.err;
+  EXPECT_NE(refunded.out.find("12.500000 CNY"), std::string::npos) << refunded.out;
+  RunResult twice = svctl(svd.admin_key(),
+                          {"--token", svd.admin_key(), "admin", "refund-topup", tenant_id,
+                           "--payment-id", "wx-77", "--amount", "1", "--reason", "paid twice"});
+  EXPECT_NE(twice.exit_code, 0);
+  EXPECT_NE(twice.err.find("IDEMPOTENCY_KEY_REUSED"), std::string::npos) << twice.err;
+  RunResult summed = svctl(svd.admin_key(), {"--token", svd.admin_key(), "admin", "revenue"});
+  EXPECT_NE(summed.out.find("credits given"), std::string::npos) << summed.out;
+  EXPECT_NE(summed.out.find("2.500000 CNY"), std::string::npos) << summed.out;
+  RunResult told = svctl(token, {"balance"});
+  EXPECT_NE(told.out.find("slow start on 12-01"), std::string::npos) << told.out;
+  EXPECT_NE(told.out.find("paid twice"), std::string::npos) << told.out;
   RunResult audited = svctl(svd.admin_key(), {"--token", svd.admin_key(), "admin", "audit"});
   EXPECT_EQ(audited.exit_code, 0) << audited.out << audited.err;
 

@@ -7,12 +7,14 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "billing/billing.h"
 #include "billing/sla_refunds.h"
+#include "common/money.h"
 #include "common/status.h"
 #include "control/scheduling.h"
 #include "gtest/gtest.h"
@@ -948,6 +950,134 @@ TEST_F(BillingTest, TopUpIdempotency) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(billing.TopUp("ten-nope", "pay-9", 1, clock_.Now()).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// Operators give credit and refund top-ups through the ledger (until
+// 2026-12-06 only raw SQL could): each is a transfer with a reason the
+// tenant is shown, idempotent by its id, and never more than the rules
+// allow: a refund never exceeds its top-up, what the wallet still holds,
+// or a postpaid tenant's credit limit, and a payment is refunded once.
+TEST_F(BillingTest, CreditsAndTopUpRefunds) {
+  Billing billing = MakeBilling();
+  auto [tenant, user] = NewTenant("refunds");
+  auto [other, other_user] = NewTenant("bystander");
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-r1", 100 * kMicrosPerYuan, clock_.Now()).ok());
+  ASSERT_TRUE(billing.TopUp(other, "pay-o1", 7 * kMicrosPerYuan, clock_.Now()).ok());
+
+  // A credit: paid wallet up, a notice with the reason, a replay is a no-op.
+  auto credit = billing.IssueCredit(tenant, "inc-42", 5 * kMicrosPerYuan,
+                                    "outage of pod 3 on 2026-12-01", "usr-op", clock_.Now());
+  ASSERT_TRUE(credit.ok()) << credit.status();
+  EXPECT_EQ(credit->kind, "credit");
+  EXPECT_EQ(credit->tenant_delta_micros, 5 * kMicrosPerYuan);
+  auto replay = billing.IssueCredit(tenant, "inc-42", 5 * kMicrosPerYuan,
+                                    "outage of pod 3 on 2026-12-01", "usr-op", clock_.Now());
+  ASSERT_TRUE(replay.ok()) << replay.status();
+  EXPECT_EQ(replay->id, credit->id);
+  for (auto [t, amount, reason] :
+       {std::tuple{tenant, 6 * kMicrosPerYuan, "outage of pod 3 on 2026-12-01"},
+        std::tuple{tenant, 5 * kMicrosPerYuan, "another reason"},
+        std::tuple{other, 5 * kMicrosPerYuan, "outage of pod 3 on 2026-12-01"}}) {
+    auto clash = billing.IssueCredit(t, "inc-42", amount, reason, "usr-op", clock_.Now());
+    EXPECT_EQ(ReasonOf(clash.status()), "IDEMPOTENCY_KEY_REUSED") << clash.status();
+  }
+  EXPECT_EQ(ReasonOf(billing.IssueCredit(tenant, "inc-43", 1, "", "usr-op", clock_.Now())
+                         .status()),
+            "INVALID_REASON");
+  EXPECT_EQ(ReasonOf(billing.IssueCredit(tenant, "inc-43", 1, "two\nlines", "usr-op",
+                                         clock_.Now()).status()),
+            "INVALID_REASON");
+  EXPECT_EQ(ReasonOf(billing.IssueCredit(tenant, "inc-43", 0, "x", "usr-op", clock_.Now())
+                         .status()),
+            "INVALID_AMOUNT");
+  EXPECT_EQ(billing.IssueCredit("ten-nope", "inc-44", 1, "x", "usr-op", clock_.Now())
+                .status().code(),
+            absl::StatusCode::kNotFound);
+  auto balance = billing.GetBalance(tenant, clock_.Now());
+  ASSERT_TRUE(balance.ok());
+  EXPECT_EQ(balance->paid_micros, 105 * kMicrosPerYuan);
+  bool credit_notice = false;
+  for (const auto& n : balance->notices) {
+    if (n.kind == "credit" &&
+        n.message == "a credit of 5.00 CNY was added to the paid wallet: outage of pod 3 "
+                     "on 2026-12-01") {
+      credit_notice = true;
+    }
+  }
+  EXPECT_TRUE(credit_notice);
+
+  // Refunds: part of a payment, once; never another tenant's payment, never
+  // more than the top-up.
+  EXPECT_EQ(ReasonOf(billing.RefundTopUp(tenant, "pay-o1", 0, "x", "usr-op", clock_.Now())
+                         .status()),
+            "TOPUP_NOT_FOUND");
+  EXPECT_EQ(ReasonOf(billing.RefundTopUp(tenant, "pay-r1", 101 * kMicrosPerYuan, "x",
+                                         "usr-op", clock_.Now()).status()),
+            "REFUND_ABOVE_TOPUP");
+  auto refund = billing.RefundTopUp(tenant, "pay-r1", 30 * kMicrosPerYuan,
+                                    "entered 130 instead of 100", "usr-op", clock_.Now());
+  ASSERT_TRUE(refund.ok()) << refund.status();
+  EXPECT_EQ(refund->kind, "topup_refund");
+  EXPECT_EQ(refund->tenant_delta_micros, -30 * kMicrosPerYuan);
+  EXPECT_EQ(billing.RefundTopUp(tenant, "pay-r1", 30 * kMicrosPerYuan,
+                                "entered 130 instead of 100", "usr-op", clock_.Now())
+                ->id,
+            refund->id);
+  EXPECT_EQ(ReasonOf(billing.RefundTopUp(tenant, "pay-r1", 0, "entered 130 instead of 100",
+                                         "usr-op", clock_.Now()).status()),
+            "IDEMPOTENCY_KEY_REUSED");
+  EXPECT_EQ(billing.GetBalance(tenant, clock_.Now())->paid_micros, 75 * kMicrosPerYuan);
+
+  // Never more than the wallet holds: 8 GPUs for an hour spend the trial
+  // and about 6 CNY of the 7 paid.
+  const std::string id = Run(other, 8);
+  clock_.Advance(absl::Hours(1));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  const int64_t left = billing.GetBalance(other, clock_.Now())->paid_micros;
+  ASSERT_GT(left, 0);
+  ASSERT_LT(left, 7 * kMicrosPerYuan);
+  auto spent = billing.RefundTopUp(other, "pay-o1", 0, "tenant leaves", "usr-op", clock_.Now());
+  EXPECT_EQ(ReasonOf(spent.status()), "REFUND_EXCEEDS_BALANCE") << spent.status();
+  EXPECT_NE(spent.status().message().find("refund at most " + Yuan(left)), std::string::npos)
+      << spent.status();
+  auto rest = billing.RefundTopUp(other, "pay-o1", left, "tenant leaves", "usr-op",
+                                  clock_.Now());
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(billing.GetBalance(other, clock_.Now())->paid_micros, 0);
+
+  // Postpaid: a credit lowers what is owed; a refund raises it, within the
+  // credit limit.
+  ASSERT_TRUE(billing.SetBillingMode(tenant, BillingMode::kPostpaid, 50 * kMicrosPerYuan).ok());
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-r2", 20 * kMicrosPerYuan, clock_.Now()).ok());
+  auto postpaid_credit = billing.IssueCredit(tenant, "inc-45", 2 * kMicrosPerYuan, "goodwill",
+                                             "usr-op", clock_.Now());
+  ASSERT_TRUE(postpaid_credit.ok()) << postpaid_credit.status();
+  EXPECT_EQ(postpaid_credit->to_kind, "receivable");
+  auto before = billing.GetBalance(tenant, clock_.Now());
+  ASSERT_EQ(before->receivable_micros, 97 * kMicrosPerYuan);  // 75 moved, 20 paid, 2 given.
+  ASSERT_TRUE(billing.SetBillingMode(tenant, BillingMode::kPostpaid, 0).ok());
+  ASSERT_TRUE(billing.RefundTopUp(tenant, "pay-r2", 0, "paid twice", "usr-op", clock_.Now())
+                  .ok());
+  EXPECT_EQ(billing.GetBalance(tenant, clock_.Now())->receivable_micros, 77 * kMicrosPerYuan);
+
+  auto summary = billing.GetRevenueSummary(absl::InfinitePast(), absl::InfiniteFuture());
+  ASSERT_TRUE(summary.ok());
+  EXPECT_EQ(summary->credits_micros, 7 * kMicrosPerYuan);
+  EXPECT_EQ(summary->topup_refunds_micros, 30 * kMicrosPerYuan + left + 20 * kMicrosPerYuan);
+  EXPECT_EQ(summary->topups_micros, 127 * kMicrosPerYuan);
+  ExpectAuditClean(billing);
+  // The auditor checks each refund against its top-up.
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+    txn.exec("ALTER TABLE ledger_transfers DISABLE TRIGGER USER");
+    txn.exec("UPDATE ledger_transfers SET idempotency_key = 'topup-refund:pay-none' "
+             "WHERE idempotency_key = 'topup-refund:pay-r2'");
+    txn.exec("ALTER TABLE ledger_transfers ENABLE TRIGGER USER");
+    return absl::OkStatus();
+  }).ok());
+  auto failures = billing.Audit();
+  ASSERT_TRUE(failures.ok());
+  ASSERT_EQ(failures->size(), 1u);
+  EXPECT_NE((*failures)[0].find("topup-refund:pay-none"), std::string::npos) << (*failures)[0];
 }
 
 // A change of billing mode takes the tenant's money along: the paid wallet

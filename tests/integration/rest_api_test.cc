@@ -322,6 +322,40 @@ TEST_F(RestApiTest, MoneyAndDashboard) {
   Reply transfers = rest_->Call("GET", "/v1/transfers?kind=topup", key);
   ASSERT_EQ(transfers.status, 200);
   EXPECT_EQ(transfers.body["transfers"].size(), 1u);
+  // An operator's credit and a refund of part of the top-up; a tenant may
+  // call neither, and a second refund of the payment is refused.
+  const std::string credit =
+      R"({"creditId": "inc-rest-1", "amountMicros": "3000000", "reason": "late start"})";
+  EXPECT_EQ(rest_->Call("POST", "/v1/admin/tenants/" + tenant + "/credits", key, credit).status,
+            403);
+  Reply credited = rest_->Call("POST", "/v1/admin/tenants/" + tenant + "/credits", admin, credit);
+  ASSERT_EQ(credited.status, 200) << credited.raw;
+  EXPECT_EQ(credited.body["kind"], "credit");
+  const std::string refund = R"({"amountMicros": "5000000", "reason": "asked for it back"})";
+  const std::string refund_path = "/v1/admin/tenants/" + tenant + "/topups/pay-rest-1/refund";
+  Reply refunded = rest_->Call("POST", refund_path, admin, refund);
+  ASSERT_EQ(refunded.status, 200) << refunded.raw;
+  EXPECT_EQ(refunded.body["tenantDeltaMicros"], "-5000000");
+  Reply again = rest_->Call("POST", refund_path, admin,
+                            R"({"amountMicros": "1000000", "reason": "asked for it back"})");
+  EXPECT_EQ(again.status, 409) << again.raw;
+  EXPECT_EQ(Reason(again), "IDEMPOTENCY_KEY_REUSED");
+  EXPECT_EQ(rest_->Call("POST", "/v1/admin/tenants/" + tenant + "/topups/pay-none/refund", admin,
+                        refund).status,
+            404);
+  balance = rest_->Call("GET", "/v1/balance", key);
+  EXPECT_EQ(balance.body["paidMicros"], "23000000");
+  bool told = false;
+  for (const auto& n : balance.body["notices"]) {
+    if (n["kind"] == "topup_refund" &&
+        n["message"] == "5.00 CNY of payment 'pay-rest-1' was refunded from the paid wallet: "
+                        "asked for it back") {
+      told = true;
+    }
+  }
+  EXPECT_TRUE(told) << balance.raw;
+  rest_->Call("POST", refund_path, admin, refund);  // A replay changes nothing.
+  EXPECT_EQ(rest_->Call("GET", "/v1/balance", key).body["paidMicros"], "23000000");
   EXPECT_EQ(rest_->Call("GET", "/v1/usage?startTime=2026-01-01T00:00:00Z", key).status, 200);
   Reply bad_time = rest_->Call("GET", "/v1/usage?startTime=yesterday", key);
   EXPECT_EQ(bad_time.status, 400);
@@ -335,6 +369,8 @@ TEST_F(RestApiTest, MoneyAndDashboard) {
   ASSERT_EQ(topups.body["topups"].size(), 1u);
   EXPECT_EQ(topups.body["topups"][0]["paymentId"], "pay-rest-1");
   EXPECT_EQ(topups.body["topups"][0]["tenantName"], "rest-money");
+  EXPECT_EQ(topups.body["topups"][0]["refundedMicros"], "5000000");
+  EXPECT_EQ(topups.body["refundedMicros"], "5000000");
   Reply trials = rest_->Call("GET", "/v1/admin/dashboard/trialGrants", admin);
   ASSERT_EQ(trials.status, 200) << trials.raw;
   bool found = false;
