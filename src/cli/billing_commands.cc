@@ -311,6 +311,41 @@ int ResolveTenant(Session& s, const std::string& id_or_name, std::string* id) {
 
 namespace {
 
+// The operator's money commands (topup, credit, refund-topup): parses the
+// amount (optional: empty leaves 0), resolves the tenant, makes the call and
+// prints the transfer it answers, `label` naming its amount. A replay of the
+// id answers the first transfer.
+template <typename Request, typename Call>
+int AdminTransferCall(Session& s, Request& request, const std::string& amount_flag,
+                      const std::string& amount, const std::string& id_label,
+                      const std::string& id, const std::string& label, Call call) {
+  int64_t micros = 0;
+  if (!amount.empty() && !ParseYuan(amount, &micros)) {
+    return Fail(YuanSyntaxError(amount_flag, amount));
+  }
+  request.set_amount_micros(micros);
+  if (int rc = ResolveTenant(s, request.tenant_id(), request.mutable_tenant_id());
+      rc != kExitOk) {
+    return rc;
+  }
+  v1::Transfer transfer;
+  grpc::Status status = call(request, &transfer);
+  if (!status.ok()) return FailRpc(status, s);
+  if (s.format() == Format::kJson) {
+    PrintJson(transfer, std::cout);
+    return kExitOk;
+  }
+  PrintTable({{"tenant", request.tenant_id()},
+              {id_label, id},
+              {label, Yuan(transfer.amount_micros())},
+              {"from", transfer.from_account()},
+              {"to", transfer.to_account()},
+              {"transfer", transfer.idempotency_key()},
+              {"time", FormatTime(transfer.create_time())}},
+             std::cout);
+  return kExitOk;
+}
+
 void AddAdminBillingCommands(CLI::App& app, Action* action) {
   CLI::App* admin = app.get_subcommand("admin");
   auto topup = std::make_shared<v1::TopUpRequest>();
@@ -323,28 +358,10 @@ void AddAdminBillingCommands(CLI::App& app, Action* action) {
       ->required();
   top->callback([=] {
     *action = AdminCall([=](Session& s, v1::BillingAdminService::Stub& stub) {
-      int64_t micros = 0;
-      if (!ParseYuan(*amount, &micros)) return Fail(YuanSyntaxError("amount", *amount));
-      topup->set_amount_micros(micros);
-      if (int rc = ResolveTenant(s, topup->tenant_id(), topup->mutable_tenant_id());
-          rc != kExitOk) {
-        return rc;
-      }
-      v1::Transfer transfer;
-      grpc::Status status = stub.TopUp(s.Context().get(), *topup, &transfer);
-      if (!status.ok()) return FailRpc(status, s);
-      if (s.format() == Format::kJson) {
-        PrintJson(transfer, std::cout);
-      } else {
-        // A replay of the payment id answers the first transfer.
-        PrintTable({{"tenant", topup->tenant_id()},
-                    {"payment", topup->payment_id()},
-                    {"amount", Yuan(transfer.amount_micros())},
-                    {"transfer", transfer.idempotency_key()},
-                    {"time", FormatTime(transfer.create_time())}},
-                   std::cout);
-      }
-      return kExitOk;
+      return AdminTransferCall(s, *topup, "amount", *amount, "payment", topup->payment_id(),
+                               "amount", [&](const auto& r, v1::Transfer* t) {
+                                 return stub.TopUp(s.Context().get(), r, t);
+                               });
     });
   });
   auto credit = std::make_shared<v1::IssueCreditRequest>();
@@ -361,29 +378,11 @@ void AddAdminBillingCommands(CLI::App& app, Action* action) {
       ->required();
   give->callback([=] {
     *action = AdminCall([=](Session& s, v1::BillingAdminService::Stub& stub) {
-      int64_t micros = 0;
-      if (!ParseYuan(*credit_amount, &micros)) {
-        return Fail(YuanSyntaxError("amount", *credit_amount));
-      }
-      credit->set_amount_micros(micros);
-      if (int rc = ResolveTenant(s, credit->tenant_id(), credit->mutable_tenant_id());
-          rc != kExitOk) {
-        return rc;
-      }
-      v1::Transfer transfer;
-      grpc::Status status = stub.IssueCredit(s.Context().get(), *credit, &transfer);
-      if (!status.ok()) return FailRpc(status, s);
-      if (s.format() == Format::kJson) {
-        PrintJson(transfer, std::cout);
-      } else {
-        PrintTable({{"tenant", credit->tenant_id()},
-                    {"credit", Yuan(transfer.amount_micros())},
-                    {"to", transfer.to_account()},
-                    {"transfer", transfer.idempotency_key()},
-                    {"time", FormatTime(transfer.create_time())}},
-                   std::cout);
-      }
-      return kExitOk;
+      return AdminTransferCall(s, *credit, "amount", *credit_amount, "credit id",
+                               credit->credit_id(), "credit",
+                               [&](const auto& r, v1::Transfer* t) {
+                                 return stub.IssueCredit(s.Context().get(), r, t);
+                               });
     });
   });
   auto refund = std::make_shared<v1::RefundTopUpRequest>();
@@ -399,33 +398,15 @@ void AddAdminBillingCommands(CLI::App& app, Action* action) {
       ->required();
   back->callback([=] {
     *action = AdminCall([=](Session& s, v1::BillingAdminService::Stub& stub) {
-      int64_t micros = 0;
-      if (!refund_amount->empty() && !ParseYuan(*refund_amount, &micros)) {
-        return Fail(YuanSyntaxError("--amount", *refund_amount));
-      }
-      if (!refund_amount->empty() && micros <= 0) {
+      if (!refund_amount->empty() && refund_amount->find_first_not_of("0.") ==
+                                         std::string::npos) {
         return Fail("--amount must be positive (leave it out to refund the whole top-up)");
       }
-      refund->set_amount_micros(micros);
-      if (int rc = ResolveTenant(s, refund->tenant_id(), refund->mutable_tenant_id());
-          rc != kExitOk) {
-        return rc;
-      }
-      v1::Transfer transfer;
-      grpc::Status status = stub.RefundTopUp(s.Context().get(), *refund, &transfer);
-      if (!status.ok()) return FailRpc(status, s);
-      if (s.format() == Format::kJson) {
-        PrintJson(transfer, std::cout);
-      } else {
-        PrintTable({{"tenant", refund->tenant_id()},
-                    {"payment", refund->payment_id()},
-                    {"refunded", Yuan(transfer.amount_micros())},
-                    {"from", transfer.from_account()},
-                    {"transfer", transfer.idempotency_key()},
-                    {"time", FormatTime(transfer.create_time())}},
-                   std::cout);
-      }
-      return kExitOk;
+      return AdminTransferCall(s, *refund, "--amount", *refund_amount, "payment",
+                               refund->payment_id(), "refunded",
+                               [&](const auto& r, v1::Transfer* t) {
+                                 return stub.RefundTopUp(s.Context().get(), r, t);
+                               });
     });
   });
   admin->add_subcommand("balances", "Balances of all tenants (every page)")->callback([=] {
