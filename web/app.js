@@ -113,7 +113,7 @@ async function refreshMoneyTables() {
   // The newest 50, newest first.
   const list = transfers.transfers || [];
   fillTable(document.querySelector('#transfers-table tbody'), list, (t) => [
-    formatTime(t.createTime), t.kind, t.instanceId ? el('code', { text: t.instanceId }) : '—',
+    formatTime(t.createTime), t.reason ? `${t.kind}: ${t.reason}` : t.kind, t.instanceId ? el('code', { text: t.instanceId }) : '—',
     t.usageMinuteTime ? formatTime(t.usageMinuteTime) : '—', formatMoney(t.tenantDeltaMicros)]);
   fillTable(document.querySelector('#invoices-table tbody'), invoices.invoices || [], (inv) => [
     inv.period, el('code', { text: inv.id }), formatTime(inv.issueTime), formatMoney(inv.totalMicros),

@@ -69,6 +69,7 @@ void ToProto(const billing::TransferRecord& t, v1::Transfer* out) {
     *out->mutable_usage_minute_time() = ToProto(billing::MinuteStart(*t.usage_minute));
   }
   *out->mutable_create_time() = ToProto(t.at);
+  out->set_reason(t.reason);
 }
 
 void ToProto(const billing::Invoice& inv, v1::Invoice* out) {

@@ -93,6 +93,8 @@ struct TransferRecord {
   std::string instance_id;
   std::optional<int64_t> usage_minute;
   absl::Time at;
+  // The operator's reason of a credit or top-up refund; empty otherwise.
+  std::string reason;
   // Keyset position in ListTransfers' order (posting time, then source,
   // id or instance number, minute, leg); opaque to callers.
   std::string cursor;

@@ -1,8 +1,10 @@
 #include "billing/internal/ledger_sql.h"
 
 #include <cassert>
+#include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status.h"
 
 namespace sv::billing::internal {
@@ -191,6 +193,25 @@ TransferRecord ReadTransfer(const pqxx::row& row, const std::string& tenant_id) 
   return t;
 }
 
+void FillReasons(pqxx::work& txn, std::vector<TransferRecord>* transfers) {
+  std::vector<std::string> keys;
+  for (const auto& t : *transfers) {
+    if (t.kind == "credit" || t.kind == "topup_refund") {
+      keys.push_back(txn.quote(t.idempotency_key));
+    }
+  }
+  if (keys.empty()) return;
+  auto rows = txn.exec(absl::StrCat(
+      "SELECT idempotency_key, reason FROM ledger_transfer_reasons WHERE idempotency_key IN (",
+      absl::StrJoin(keys, ", "), ")"));
+  std::map<std::string, std::string> reasons;
+  for (const auto& r : rows) reasons[r[0].as<std::string>()] = r[1].as<std::string>();
+  for (auto& t : *transfers) {
+    auto it = reasons.find(t.idempotency_key);
+    if (it != reasons.end()) t.reason = it->second;
+  }
+}
+
 absl::StatusOr<TransferRecord> FindTransfer(store::Database& db, const std::string& tenant_id,
                                             const std::string& key) {
   std::optional<TransferRecord> found;
@@ -202,7 +223,10 @@ absl::StatusOr<TransferRecord> FindTransfer(store::Database& db, const std::stri
                      "WHERE t.tenant_id = $1 AND t.idempotency_key = $2 AND t.kind <> 'charge' "
                      "ORDER BY t.leg LIMIT 1"),
         tenant_id, key);
-    if (!rows.empty()) found = ReadTransfer(rows[0], tenant_id);
+    if (rows.empty()) return absl::OkStatus();
+    std::vector<TransferRecord> one = {ReadTransfer(rows[0], tenant_id)};
+    FillReasons(txn, &one);
+    found = std::move(one[0]);
     return absl::OkStatus();
   }));
   if (!found) {

@@ -263,6 +263,7 @@ absl::StatusOr<std::vector<TransferRecord>> Billing::ListTransfers(
     txn.exec("SET LOCAL jit = off");  // See store::TenantChargesSql.
     if (!windowed) {
       out = ReadTransferPage(txn, tenant_id, filter, from_us, to_us, has_cursor, after);
+      internal::FillReasons(txn, &out);
       return absl::OkStatus();
     }
     // Where the tenant's history starts (nothing has a key before it), and
@@ -300,7 +301,10 @@ absl::StatusOr<std::vector<TransferRecord>> Billing::ListTransfers(
         if (!last) from = start;
       }
       out = ReadTransferPage(txn, tenant_id, filter, from, to, has_cursor, after);
-      if (last || out.size() >= static_cast<size_t>(filter.limit)) return absl::OkStatus();
+      if (last || out.size() >= static_cast<size_t>(filter.limit)) {
+        internal::FillReasons(txn, &out);
+        return absl::OkStatus();
+      }
       width_us *= 4;
     }
   }));

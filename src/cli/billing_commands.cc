@@ -158,8 +158,12 @@ void AddTenantCommands(CLI::App& app, Action* action) {
         PrintJson(response, std::cout);
         return kExitOk;
       }
+      // A REASON column only where a credit or refund has one.
+      bool reasons = false;
+      for (const auto& t : response.transfers()) reasons = reasons || !t.reason().empty();
       std::vector<std::vector<std::string>> rows = {{"ID", "TIME", "KIND", "AMOUNT", "FROM",
                                                      "TO", "INSTANCE", "MINUTE"}};
+      if (reasons) rows[0].push_back("REASON");
       for (const auto& t : response.transfers()) {
         // A minute charge's legs have no transfer id (docs/billing.md).
         rows.push_back({t.id() == 0 ? "-" : std::to_string(t.id()), FormatTime(t.create_time()),
@@ -169,6 +173,7 @@ void AddTenantCommands(CLI::App& app, Action* action) {
                         t.from_account(), t.to_account(),
                         t.instance_id().empty() ? "-" : t.instance_id(),
                         FormatTime(t.usage_minute_time())});
+        if (reasons) rows.back().push_back(t.reason().empty() ? "-" : t.reason());
       }
       PrintTable(rows, std::cout);
       if (!response.next_page_token().empty()) {

@@ -292,6 +292,9 @@ TEST(BillingApiTest, BalanceCreditGateTopUpAndAudit) {
   RunResult summed = svctl(svd.admin_key(), {"--token", svd.admin_key(), "admin", "revenue"});
   EXPECT_NE(summed.out.find("credits given"), std::string::npos) << summed.out;
   EXPECT_NE(summed.out.find("2.500000 CNY"), std::string::npos) << summed.out;
+  RunResult statement = svctl(token, {"transfers", "--kind", "credit"});
+  EXPECT_NE(statement.out.find("REASON"), std::string::npos) << statement.out;
+  EXPECT_NE(statement.out.find("slow start on 12-01"), std::string::npos) << statement.out;
   RunResult told = svctl(token, {"balance"});
   EXPECT_NE(told.out.find("slow start on 12-01"), std::string::npos) << told.out;
   EXPECT_NE(told.out.find("paid twice"), std::string::npos) << told.out;

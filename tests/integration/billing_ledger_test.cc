@@ -970,6 +970,7 @@ TEST_F(BillingTest, CreditsAndTopUpRefunds) {
   ASSERT_TRUE(credit.ok()) << credit.status();
   EXPECT_EQ(credit->kind, "credit");
   EXPECT_EQ(credit->tenant_delta_micros, 5 * kMicrosPerYuan);
+  EXPECT_EQ(credit->reason, "outage of pod 3 on 2026-12-01");
   auto replay = billing.IssueCredit(tenant, "inc-42", 5 * kMicrosPerYuan,
                                     "outage of pod 3 on 2026-12-01", "usr-op", clock_.Now());
   ASSERT_TRUE(replay.ok()) << replay.status();
@@ -1027,6 +1028,14 @@ TEST_F(BillingTest, CreditsAndTopUpRefunds) {
                                          "usr-op", clock_.Now()).status()),
             "IDEMPOTENCY_KEY_REUSED");
   EXPECT_EQ(billing.GetBalance(tenant, clock_.Now())->paid_micros, 75 * kMicrosPerYuan);
+  // The tenant's statement carries the reasons.
+  auto statement = billing.ListTransfers(tenant, {.limit = 100});
+  ASSERT_TRUE(statement.ok()) << statement.status();
+  std::map<std::string, std::string> reasons;
+  for (const auto& t : *statement) reasons[t.kind] = t.reason;
+  EXPECT_EQ(reasons["credit"], "outage of pod 3 on 2026-12-01");
+  EXPECT_EQ(reasons["topup_refund"], "entered 130 instead of 100");
+  EXPECT_EQ(reasons["topup"], "");
 
   // Never more than the wallet holds: 8 GPUs for an hour spend the trial
   // and about 6 CNY of the 7 paid.

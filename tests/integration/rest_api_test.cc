@@ -331,6 +331,7 @@ TEST_F(RestApiTest, MoneyAndDashboard) {
   Reply credited = rest_->Call("POST", "/v1/admin/tenants/" + tenant + "/credits", admin, credit);
   ASSERT_EQ(credited.status, 200) << credited.raw;
   EXPECT_EQ(credited.body["kind"], "credit");
+  EXPECT_EQ(credited.body["reason"], "late start");
   const std::string refund = R"({"amountMicros": "5000000", "reason": "asked for it back"})";
   const std::string refund_path = "/v1/admin/tenants/" + tenant + "/topups/pay-rest-1/refund";
   Reply refunded = rest_->Call("POST", refund_path, admin, refund);

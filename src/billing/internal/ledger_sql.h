@@ -43,6 +43,9 @@ int64_t GpuPriceAt(pqxx::work& txn, const std::string& gpu_model, absl::Time at)
 extern const char kTransferColumns[];
 extern const char kTransferJoins[];
 TransferRecord ReadTransfer(const pqxx::row& row, const std::string& tenant_id);
+// Fills `reason` of the credits and top-up refunds among `transfers`
+// (ledger_transfer_reasons): one statement, none when there are none.
+void FillReasons(pqxx::work& txn, std::vector<TransferRecord>* transfers);
 // The posting of ledger_transfers (not a minute charge) with key `key`.
 absl::StatusOr<TransferRecord> FindTransfer(store::Database& db, const std::string& tenant_id,
                                             const std::string& key);
