@@ -98,8 +98,9 @@ async function refreshBalance() {
 }
 
 async function refreshMoneyTables() {
-  const [usage, transfers, invoices] = await Promise.all([
-    api('GET', '/v1/usage'), api('GET', '/v1/transfers?pageSize=50&newestFirst=true'), api('GET', '/v1/invoices')]);
+  const [usage, transfers, invoices, prices] = await Promise.all([
+    api('GET', '/v1/usage'), api('GET', '/v1/transfers?pageSize=50&newestFirst=true'), api('GET', '/v1/invoices'),
+    api('GET', '/v1/prices')]);
   const rows = usage.rows || [];
   const byDay = new Map();
   for (const r of rows) byDay.set(r.day, (byDay.get(r.day) || 0) + microsToNumber(r.amountMicros));
@@ -119,6 +120,16 @@ async function refreshMoneyTables() {
     inv.period, el('code', { text: inv.id }), formatTime(inv.issueTime), formatMoney(inv.totalMicros),
     inv.amountDueMicros !== undefined ? formatMoney(inv.amountDueMicros) : '—'],
   'No invoices (postpaid tenants get one a month).');
+  // Per GPU-hour and per GiB-month (30 days); scheduled changes show their start.
+  const since = (iso) => (!iso || Date.parse(iso) <= 0 ? '—' : formatTime(iso));
+  fillTable(document.querySelector('#prices-table tbody'), prices.prices || [], (p) => {
+    const gpu = p.itemKind === 'gpu_minute';
+    const unit = BigInt(p.unitPriceMicros || 0);
+    const item = gpu ? (p.item === '*' ? 'Any other GPU' : p.item)
+      : (p.item === '*' ? 'Any other volume' : `${p.item} volume`);
+    const price = gpu ? `${formatMoney(unit * 60n)} per GPU-hour` : `${formatMoney(unit * 720n)} per GiB-month`;
+    return [item, price, since(p.effectiveTime), since(p.untilTime)];
+  });
 }
 
 function verdictText(v) {

@@ -31,6 +31,8 @@ const std::vector<MethodRule>& MethodRules() {
       {"/sv.v1.BillingService/GetUsage", P::kBillingRead, R},
       {"/sv.v1.BillingService/ListInvoices", P::kBillingRead, R},
       {"/sv.v1.BillingService/GetInvoice", P::kBillingRead, R},
+      // Whoever may create instances may read what they cost.
+      {"/sv.v1.BillingService/ListPrices", P::kInstancesRead, R},
       {"/sv.v1.BillingAdminService/GetRevenueSummary", P::kAdminBilling, R},
       {"/sv.v1.BillingAdminService/ListTenantBalances", P::kAdminBilling, R},
       {"/sv.v1.BillingAdminService/TopUp", P::kAdminBilling, W},

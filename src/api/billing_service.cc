@@ -143,6 +143,28 @@ class BillingServiceImpl final : public v1::BillingService::Service {
     return Finish("ListInvoices", &*who, "", Invoices(*who, *request, response));
   }
 
+  grpc::Status ListPrices(grpc::ServerContext* context, const v1::ListPricesRequest*,
+                          v1::ListPricesResponse* response) override {
+    auto who = auth_.Authenticate(*context);
+    if (!who.ok()) return Finish("ListPrices", nullptr, "", who.status());
+    absl::Status status = deps_.billing == nullptr ? NoBilling() : absl::OkStatus();
+    if (status.ok()) {
+      auto prices = deps_.billing->ListPrices(deps_.clock->Now());
+      status = prices.status();
+      if (prices.ok()) {
+        for (const auto& p : *prices) {
+          auto* out = response->add_prices();
+          out->set_item_kind(p.item_kind);
+          out->set_item(p.item);
+          out->set_unit_price_micros(p.unit_price_micros);
+          *out->mutable_effective_time() = ToProto(p.from);
+          if (p.until) *out->mutable_until_time() = ToProto(*p.until);
+        }
+      }
+    }
+    return Finish("ListPrices", &*who, "", status);
+  }
+
   grpc::Status GetInvoice(grpc::ServerContext* context, const v1::GetInvoiceRequest* request,
                           v1::Invoice* response) override {
     auto who = auth_.Authenticate(*context);

@@ -173,6 +173,18 @@ struct InvoiceList {
   int64_t count = 0;
 };
 
+// One price of the price book: per GPU-minute (kind gpu_minute, item a GPU
+// model, or '*' for any model without its own) or per GiB-hour of a volume
+// (storage_gib_hour, item a volume kind or '*'), from `from` until the
+// next price of the same item (none: until further notice).
+struct PriceRow {
+  std::string item_kind;
+  std::string item;
+  int64_t unit_price_micros = 0;
+  absl::Time from;
+  std::optional<absl::Time> until;
+};
+
 struct TenantBalance {
   std::string tenant_id;
   std::string tenant_name;
@@ -304,6 +316,9 @@ class Billing {
   absl::StatusOr<std::vector<TenantBalance>> ListTenantBalances(const std::string& after_id,
                                                                 int limit, absl::Time now);
   absl::StatusOr<RevenueSummary> GetRevenueSummary(absl::Time from, absl::Time to);
+  // The GPU and storage prices in effect at `now` and every one scheduled
+  // after it, by kind and item ('*' last), then time.
+  absl::StatusOr<std::vector<PriceRow>> ListPrices(absl::Time now);
 
   // ---- Invoices ------------------------------------------------------------
   // Issues the invoice of a postpaid tenant for the Asia/Shanghai month that

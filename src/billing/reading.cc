@@ -360,6 +360,33 @@ absl::StatusOr<std::vector<TenantBalance>> Billing::ListTenantBalances(
   return out;
 }
 
+absl::StatusOr<std::vector<PriceRow>> Billing::ListPrices(absl::Time now) {
+  std::vector<PriceRow> out;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    out.clear();
+    // App prices are the marketplace's (ListImages), not here.
+    auto rows = txn.exec_params(
+        "SELECT item_kind, item, unit_price_micros, "
+        "(extract(epoch from effective_from) * 1000000)::bigint, "
+        "(extract(epoch from until) * 1000000)::bigint FROM ("
+        "  SELECT item_kind, item, unit_price_micros, effective_from, "
+        "  lead(effective_from) OVER (PARTITION BY item_kind, item ORDER BY effective_from) "
+        "    AS until "
+        "  FROM price_book WHERE item_kind IN ('gpu_minute', 'storage_gib_hour')) p "
+        "WHERE until IS NULL OR until > $1::timestamptz "
+        "ORDER BY item_kind, item = '*', item, effective_from",
+        SqlTime(now));
+    for (const auto& r : rows) {
+      PriceRow p{r[0].as<std::string>(), r[1].as<std::string>(), r[2].as<int64_t>(),
+                 absl::FromUnixMicros(r[3].as<int64_t>()), std::nullopt};
+      if (!r[4].is_null()) p.until = absl::FromUnixMicros(r[4].as<int64_t>());
+      out.push_back(std::move(p));
+    }
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
 absl::StatusOr<RevenueSummary> Billing::GetRevenueSummary(absl::Time from, absl::Time to) {
   RevenueSummary s;
   // Timestamps outside what PostgreSQL stores are clamped to sane bounds.

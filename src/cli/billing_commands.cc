@@ -65,6 +65,24 @@ void PrintBalance(const v1::Balance& b, std::ostream& out) {
   }
 }
 
+// The price list as people read it: per GPU-hour and per GiB-month (30
+// days), with the book's own unit after it.
+void PrintPrices(const v1::ListPricesResponse& prices, std::ostream& out) {
+  std::vector<std::vector<std::string>> rows = {{"ITEM", "PRICE", "FROM", "UNTIL"}};
+  for (const auto& p : prices.prices()) {
+    const bool gpu = p.item_kind() == "gpu_minute";
+    const int64_t unit = p.unit_price_micros();
+    std::string item = gpu ? (p.item() == "*" ? "any other GPU" : p.item())
+                           : (p.item() == "*" ? "any other volume" : p.item() + " volume");
+    std::string price =
+        gpu ? absl::StrCat(Yuan(unit * 60), " per GPU-hour (", Yuan(unit), " per GPU-minute)")
+            : absl::StrCat(Yuan(unit * 24 * 30), " per GiB-month (", Yuan(unit),
+                           " per GiB-hour)");
+    rows.push_back({item, price, FormatTime(p.effective_time()), FormatTime(p.until_time())});
+  }
+  PrintTable(rows, out);
+}
+
 void AddTenantCommands(CLI::App& app, Action* action) {
   app.add_subcommand("balance", "Show paid and trial credit, and billing notices")
       ->callback([=] {
@@ -79,6 +97,24 @@ void AddTenantCommands(CLI::App& app, Action* action) {
             PrintJson(balance, std::cout);
           } else {
             PrintBalance(balance, std::cout);
+          }
+          return kExitOk;
+        };
+      });
+
+  app.add_subcommand("prices", "What GPUs and volumes cost, and price changes already scheduled")
+      ->callback([=] {
+        *action = [](Session& s) {
+          std::string error;
+          if (!s.Connect(&error)) return Fail(error);
+          v1::ListPricesResponse prices;
+          auto stub = v1::BillingService::NewStub(s.channel);
+          grpc::Status status = stub->ListPrices(s.Context().get(), {}, &prices);
+          if (!status.ok()) return FailRpc(status, s);
+          if (s.format() == Format::kJson) {
+            PrintJson(prices, std::cout);
+          } else {
+            PrintPrices(prices, std::cout);
           }
           return kExitOk;
         };

@@ -40,6 +40,7 @@ const std::vector<RestRoute>& RestRoutes() {
       {"GET", "/v1/balance", "sv.v1.BillingService.GetBalance", ""},
       {"GET", "/v1/transfers", "sv.v1.BillingService.ListTransfers", ""},
       {"GET", "/v1/usage", "sv.v1.BillingService.GetUsage", ""},
+      {"GET", "/v1/prices", "sv.v1.BillingService.ListPrices", ""},
       {"GET", "/v1/invoices", "sv.v1.BillingService.ListInvoices", ""},
       {"GET", "/v1/invoices/{id}", "sv.v1.BillingService.GetInvoice", ""},
       // Operators: tenants and scheduling.

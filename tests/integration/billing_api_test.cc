@@ -355,6 +355,26 @@ TEST(BillingApiTest, StartIsHeldToTheCreditGate) {
   RunResult priced = svctl({"price", "RTX 4090", "--per-gpu-hour", "12"});
   ASSERT_EQ(priced.exit_code, 0) << priced.err;
   EXPECT_NE(priced.out.find("0.200000 CNY per GPU-minute"), std::string::npos) << priced.out;
+  // The tenant reads the price list: today's price until the one the
+  // operator scheduled, then that one; the replaced 1.98 is gone.
+  RunResult scheduled =
+      svctl({"price", "RTX 4090", "--per-gpu-hour", "9", "--from", "2099-01-01T00:00:00Z"});
+  ASSERT_EQ(scheduled.exit_code, 0) << scheduled.err;
+  RunResult listed = RunCapture({SvctlPath(), "--token", token, "prices"},
+                                {"SVCTL_ENDPOINT=" + svd.endpoint(), "HOME=/nonexistent",
+                                 "XDG_CONFIG_HOME="});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_NE(listed.out.find("12.000000 CNY per GPU-hour"), std::string::npos) << listed.out;
+  EXPECT_NE(listed.out.find("9.000000 CNY per GPU-hour"), std::string::npos) << listed.out;
+  EXPECT_NE(listed.out.find("2099-01-01 00:00:00 UTC"), std::string::npos) << listed.out;
+  int rtx_rows = 0;  // The replaced 1.98 is not among them.
+  for (size_t at = listed.out.find("\nRTX 4090 "); at != std::string::npos;
+       at = listed.out.find("\nRTX 4090 ", at + 1)) {
+    ++rtx_rows;
+  }
+  EXPECT_EQ(rtx_rows, 2) << listed.out;
+  EXPECT_NE(listed.out.find("network volume"), std::string::npos) << listed.out;
+  EXPECT_NE(listed.out.find("0.288000 CNY per GiB-month"), std::string::npos) << listed.out;
 
   v1::StartInstanceRequest start;
   start.set_id(instance.id());

@@ -935,6 +935,34 @@ TEST_F(BillingTest, UnpaidVolumesAreDeletedAfterTheGrace) {
 
 // A top-up's payment id is its idempotency key: a replay is a no-op, a
 // different amount under the same id is refused.
+// The price list a tenant reads: each item's price in effect now, until
+// the next one scheduled, and that one; '*' after the named items; storage
+// after GPUs; prices already replaced are left out.
+TEST_F(BillingTest, PriceListShowsScheduledChanges) {
+  Billing billing = MakeBilling();
+  const absl::Time now = clock_.Now();
+  ASSERT_TRUE(billing.SetGpuPrice("RTX 4090", 40'000, now, now).ok());
+  ASSERT_TRUE(billing.SetGpuPrice("RTX 4090", 50'000, now + absl::Hours(48), now).ok());
+  auto prices = billing.ListPrices(now + absl::Seconds(1));
+  ASSERT_TRUE(prices.ok()) << prices.status();
+  std::vector<std::string> shown;
+  for (const auto& p : *prices) {
+    shown.push_back(absl::StrCat(p.item_kind, " ", p.item, " ", p.unit_price_micros,
+                                 p.until ? " until" : ""));
+  }
+  EXPECT_EQ(shown, (std::vector<std::string>{
+                       "gpu_minute RTX 4090 40000 until", "gpu_minute RTX 4090 50000",
+                       "gpu_minute * 33000", "storage_gib_hour network 400",
+                       "storage_gib_hour node_local 200", "storage_gib_hour * 400"}));
+  EXPECT_EQ((*prices)[0].from, now);
+  EXPECT_EQ((*prices)[0].until, now + absl::Hours(48));
+  // Two days on, the scheduled price is the one in effect, alone.
+  prices = billing.ListPrices(now + absl::Hours(49));
+  ASSERT_TRUE(prices.ok());
+  EXPECT_EQ((*prices)[0].unit_price_micros, 50'000);
+  EXPECT_EQ((*prices)[1].item, "*");
+}
+
 TEST_F(BillingTest, TopUpIdempotency) {
   Billing billing = MakeBilling();
   auto [tenant, user] = NewTenant("topup");

@@ -361,6 +361,13 @@ TEST_F(RestApiTest, MoneyAndDashboard) {
   Reply bad_time = rest_->Call("GET", "/v1/usage?startTime=yesterday", key);
   EXPECT_EQ(bad_time.status, 400);
   EXPECT_EQ(rest_->Call("GET", "/v1/invoices", key).status, 200);
+  Reply prices = rest_->Call("GET", "/v1/prices", key);
+  ASSERT_EQ(prices.status, 200) << prices.raw;
+  ASSERT_FALSE(prices.body["prices"].empty()) << prices.raw;
+  EXPECT_EQ(prices.body["prices"][0]["itemKind"], "gpu_minute");
+  EXPECT_EQ(prices.body["prices"][0]["item"], "RTX 4090");
+  EXPECT_EQ(prices.body["prices"][0]["unitPriceMicros"], "33000");
+  EXPECT_FALSE(prices.body["prices"][0].contains("untilTime")) << prices.raw;
   EXPECT_EQ(rest_->Call("GET", "/v1/invoices/inv-none", key).status, 404);
 
   Reply topups = rest_->Call("GET", "/v1/admin/dashboard/topups", admin);
