@@ -57,6 +57,7 @@ const std::vector<MethodRule>& MethodRules() {
       {"/sv.v1.SchedulerAdminService/SetTenantQuota", P::kAdminQuotas, W},
       {"/sv.v1.SchedulerAdminService/GetTenantQuota", P::kAdminQuotas, R},
       {"/sv.v1.SchedulerAdminService/SetInstancePriority", P::kAdminQuotas, W},
+      {"/sv.v1.SchedulerAdminService/ListFleetInstances", P::kAdminFleet, R},
       // volume.proto
       {"/sv.v1.VolumeService/CreateVolume", P::kInstancesWrite, W},
       {"/sv.v1.VolumeService/GetVolume", P::kInstancesRead, R},

@@ -3,6 +3,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "api/internal/service_util.h"
+#include "api/validation.h"
 #include "common/status.h"
 #include "control/scheduling.h"
 #include "spdlog/spdlog.h"
@@ -134,6 +135,14 @@ class SchedulerAdminServiceImpl final : public v1::SchedulerAdminService::Servic
     });
   }
 
+  grpc::Status ListFleetInstances(grpc::ServerContext* context,
+                                  const v1::ListFleetInstancesRequest* request,
+                                  v1::ListFleetInstancesResponse* response) override {
+    return Run("ListFleetInstances", *context, [&](const store::Principal&) {
+      return FleetInstances(*request, response);
+    });
+  }
+
   grpc::Status SetInstancePriority(grpc::ServerContext* context,
                                    const v1::SetInstancePriorityRequest* request,
                                    v1::InstancePriority* response) override {
@@ -169,6 +178,39 @@ class SchedulerAdminServiceImpl final : public v1::SchedulerAdminService::Servic
     if (more) {
       response->set_next_page_token(kNodePageTokenPrefix +
                                     absl::WebSafeBase64Escape(nodes.back().node.name));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status FleetInstances(const v1::ListFleetInstancesRequest& request,
+                              v1::ListFleetInstancesResponse* response) {
+    SV_ASSIGN_OR_RETURN(int page_size, NormalizePageSize(request.page_size()));
+    if (!v1::InstanceState_IsValid(request.state())) {
+      return Error(absl::StatusCode::kInvalidArgument, "INVALID_STATE",
+                   "state is not an instance state");
+    }
+    store::FleetInstanceFilter filter{request.tenant_id(), request.node(), ""};
+    if (request.state() != v1::INSTANCE_STATE_UNSPECIFIED) {
+      filter.state = v1::InstanceState_Name(request.state());
+    }
+    // Too long to exist (the store says NOT_FOUND for the others).
+    if (filter.tenant_id.size() > 64) {
+      return Error(absl::StatusCode::kNotFound, "TENANT_NOT_FOUND", "no such tenant");
+    }
+    if (filter.node_name.size() > kNodeNameLengthMax) {
+      return Error(absl::StatusCode::kNotFound, "NODE_NOT_FOUND", "no node has that name");
+    }
+    // The token says which list it continues: with DELETED rows or not.
+    const bool deleted = filter.state == "DELETED";
+    SV_ASSIGN_OR_RETURN(auto cursor, DecodePageToken(request.page_token(), deleted));
+    SV_ASSIGN_OR_RETURN(auto records,
+                        deps_.store->ListFleetInstances(filter, cursor, page_size + 1));
+    const bool more = static_cast<int>(records.size()) > page_size;
+    if (more) records.resize(page_size);
+    for (const auto& r : records) internal::ToProto(r, response->add_instances());
+    if (more) {
+      response->set_next_page_token(EncodePageToken(
+          {absl::ToUnixMicros(records.back().created_at), records.back().id}, deleted));
     }
     return absl::OkStatus();
   }

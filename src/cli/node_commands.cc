@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "sv/v1/admin.grpc.pb.h"
@@ -59,6 +60,50 @@ int RunListNodes(Session& s) {
     PrintJson(merged, std::cout);
   } else {
     PrintNodes({merged.nodes().begin(), merged.nodes().end()}, std::cout);
+  }
+  return kExitOk;
+}
+
+struct FleetInstanceArgs {
+  std::string tenant;
+  std::string node;
+  std::string state;
+};
+
+int RunListFleetInstances(Session& s, const FleetInstanceArgs& args) {
+  std::string error;
+  if (!ConnectAdmin(s, &error)) return Fail(error);
+  v1::ListFleetInstancesRequest request;
+  if (!args.state.empty()) {
+    v1::InstanceState state = v1::INSTANCE_STATE_UNSPECIFIED;
+    if (!v1::InstanceState_Parse(absl::AsciiStrToUpper(args.state), &state) ||
+        state == v1::INSTANCE_STATE_UNSPECIFIED) {
+      return Fail("--state must be pending, scheduled, starting, running, stopping, stopped, "
+                  "deleted or failed, got '" + args.state + "'");
+    }
+    request.set_state(state);
+  }
+  if (!args.tenant.empty()) {
+    if (int rc = ResolveTenant(s, args.tenant, request.mutable_tenant_id()); rc != kExitOk) {
+      return rc;
+    }
+  }
+  request.set_node(args.node);
+  request.set_page_size(500);
+  v1::SchedulerAdminService::Stub stub(s.channel);
+  v1::ListFleetInstancesResponse merged;
+  for (int page = 0; page < kNodePagesMax; ++page) {
+    v1::ListFleetInstancesResponse response;
+    grpc::Status status = stub.ListFleetInstances(s.Context().get(), request, &response);
+    if (!status.ok()) return FailRpc(status, s);
+    for (const auto& i : response.instances()) *merged.add_instances() = i;
+    if (response.next_page_token().empty()) break;
+    request.set_page_token(response.next_page_token());
+  }
+  if (s.format() == Format::kJson) {
+    PrintJson(merged, std::cout);
+  } else {
+    PrintFleetInstanceTable({merged.instances().begin(), merged.instances().end()}, std::cout);
   }
   return kExitOk;
 }
@@ -237,6 +282,16 @@ void AddNodeSubcommands(CLI::App& admin, Action* action) {
   }
 }
 
+void AddFleetInstancesSubcommand(CLI::App& admin, Action* action) {
+  auto args = std::make_shared<FleetInstanceArgs>();
+  auto* list = admin.add_subcommand(
+      "instances", "Every tenant's instances (not deleted ones unless --state deleted)");
+  list->add_option("--tenant", args->tenant, "Only this tenant's (id or name)");
+  list->add_option("--node", args->node, "Only those holding GPUs on this node");
+  list->add_option("--state", args->state, "Only this state, e.g. running or pending");
+  list->callback([=] { *action = [=](Session& s) { return RunListFleetInstances(s, *args); }; });
+}
+
 void AddQuotaSubcommands(CLI::App& admin, Action* action) {
   auto* quota = admin.add_subcommand("quota", "Per-tenant scheduling quotas");
   quota->require_subcommand(1);
@@ -272,6 +327,7 @@ void AddSchedulingCommands(CLI::App& app, Action* action) {
 
   CLI::App* admin = app.get_subcommand("admin");  // made by AddAdminCommands
   AddNodeSubcommands(*admin, action);
+  AddFleetInstancesSubcommand(*admin, action);
   AddQuotaSubcommands(*admin, action);
   AddNodeCredentialSubcommands(*admin, action);
   auto instance = std::make_shared<std::string>();

@@ -102,6 +102,17 @@ void PrintInstanceTable(const std::vector<v1::Instance>& instances, std::ostream
   PrintRows(rows, out);
 }
 
+void PrintFleetInstanceTable(const std::vector<v1::Instance>& instances, std::ostream& out) {
+  std::vector<std::vector<std::string>> rows = {
+      {"ID", "TENANT", "GPUS", "STATE", "PLACEMENT", "CREATED", "REASON"}};
+  for (const auto& i : instances) {
+    rows.push_back({i.id(), i.tenant_id(), std::to_string(i.gpu_count()), StateName(i.state()),
+                    NodesOf(i), FormatTime(i.create_time()),
+                    i.state_reason().empty() ? "-" : i.state_reason()});
+  }
+  PrintRows(rows, out);
+}
+
 std::string RoleText(v1::TenantRole role) {
   switch (role) {
     case v1::TENANT_ROLE_VIEWER: return "viewer";

@@ -23,6 +23,8 @@ void ShowInstance(const v1::Instance& instance, Format format);
 // Ports with their URLs, library mounts, volumes and app (output_extras.cc).
 void PrintInstanceExtras(const v1::Instance& instance, std::ostream& out);
 void PrintInstanceTable(const std::vector<v1::Instance>& instances, std::ostream& out);
+// Every tenant's instances (svctl admin instances): with the tenant and reason.
+void PrintFleetInstanceTable(const std::vector<v1::Instance>& instances, std::ostream& out);
 void PrintAccount(const v1::Account& account, std::ostream& out);
 // Columns padded to the widest cell; the first row is the header.
 void PrintTable(const std::vector<std::vector<std::string>>& rows, std::ostream& out);

@@ -46,6 +46,7 @@ const std::vector<RestRoute>& RestRoutes() {
       // Operators: tenants and scheduling.
       {"POST", "/v1/admin/tenants", "sv.v1.AdminService.CreateTenant", "*"},
       {"GET", "/v1/admin/nodes", "sv.v1.SchedulerAdminService.ListNodes", ""},
+      {"GET", "/v1/admin/instances", "sv.v1.SchedulerAdminService.ListFleetInstances", ""},
       {"POST", "/v1/admin/nodes/{name}:cordon", "sv.v1.SchedulerAdminService.CordonNode", "*"},
       {"POST", "/v1/admin/nodes/{name}:uncordon", "sv.v1.SchedulerAdminService.UncordonNode", "*"},
       {"POST", "/v1/admin/nodes/{name}:drain", "sv.v1.SchedulerAdminService.DrainNode", "*"},

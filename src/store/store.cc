@@ -687,6 +687,45 @@ absl::StatusOr<std::vector<InstanceRecord>> Store::ListInstances(
   return records;
 }
 
+absl::StatusOr<std::vector<InstanceRecord>> Store::ListFleetInstances(
+    const FleetInstanceFilter& filter, const std::optional<ListCursor>& after, int limit) {
+  assert(limit > 0 && limit <= 1001);
+  std::vector<InstanceRecord> records;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    records.clear();
+    auto known = txn.exec_params(
+        "SELECT $1 = '' OR EXISTS (SELECT 1 FROM tenants WHERE id = $1), "
+        "$2 = '' OR EXISTS (SELECT 1 FROM nodes WHERE name = $2)",
+        filter.tenant_id, filter.node_name);
+    if (!known[0][0].as<bool>()) {
+      return Error(absl::StatusCode::kNotFound, "TENANT_NOT_FOUND",
+                   absl::StrCat("no tenant has id ", filter.tenant_id));
+    }
+    if (!known[0][1].as<bool>()) {
+      return Error(absl::StatusCode::kNotFound, "NODE_NOT_FOUND",
+                   absl::StrCat("no node is named ", filter.node_name));
+    }
+    // A node's instances come from its reservations (at most 8); a
+    // tenant's from instances_tenant_page; neither: a scan of the table
+    // without the deleted rows, which is what an operator asks for rarely.
+    auto rows = txn.exec_params(
+        "SELECT " + kInstanceTableColumns +
+            " FROM instances WHERE ($1 = '' OR tenant_id = $1) "
+            "AND ($2 = '' OR id IN (SELECT r.instance_id FROM gpu_reservations r "
+            "  JOIN nodes n ON n.id = r.node_id WHERE n.name = $2)) "
+            "AND (CASE WHEN $3 = '' THEN state <> 'DELETED' ELSE state = $3 END) "
+            "AND ($4 OR (created_at, id) > ($5::timestamptz, $6)) "
+            "ORDER BY created_at, id LIMIT $7",
+        filter.tenant_id, filter.node_name, filter.state, !after.has_value(),
+        SqlTime(TimeFromMicros(after ? after->created_at_micros : 0)), after ? after->id : "",
+        limit);
+    for (const auto& row : rows) records.push_back(InstanceFromRow(row));
+    LoadPlacements(txn, records);
+    return absl::OkStatus();
+  }));
+  return records;
+}
+
 absl::StatusOr<InstanceRecord> Store::DeleteInstance(const std::string& tenant_id,
                                                      const std::string& id,
                                                      absl::Time now) {

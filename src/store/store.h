@@ -141,6 +141,13 @@ struct ListCursor {
   std::string id;
 };
 
+// The operator's view of every tenant's instances (ListAllInstances).
+struct FleetInstanceFilter {
+  std::string tenant_id;  // Empty: every tenant.
+  std::string node_name;  // Empty: any; else those holding GPUs on it.
+  std::string state;      // Empty: every state but DELETED.
+};
+
 // ---- Creates (migration 0065, store/create_batch.h) --------------------------
 
 // The billing and budget checks a create must pass, run inside the create's
@@ -290,6 +297,9 @@ class Store {
   absl::StatusOr<std::vector<InstanceRecord>> ListInstances(
       const std::string& tenant_id, const std::optional<ListCursor>& after,
       int limit, bool show_deleted);
+  // Every tenant's instances matching `filter`, oldest first, for operators.
+  absl::StatusOr<std::vector<InstanceRecord>> ListFleetInstances(
+      const FleetInstanceFilter& filter, const std::optional<ListCursor>& after, int limit);
   absl::StatusOr<InstanceRecord> DeleteInstance(const std::string& tenant_id,
                                                 const std::string& id, absl::Time now);
   // Stops an instance: releases its GPUs and keeps the instance (and, later,

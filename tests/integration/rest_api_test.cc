@@ -110,6 +110,14 @@ TEST_F(RestApiTest, InstanceLifecycle) {
 
   json running = WaitForState(*rest_, key, id, "RUNNING");
   EXPECT_EQ(running["placement"].size(), 1u);
+  // The operator sees it among every tenant's running instances.
+  Reply fleet = rest_->Call("GET", "/v1/admin/instances?state=RUNNING", svd_->admin_key());
+  ASSERT_EQ(fleet.status, 200) << fleet.raw;
+  ASSERT_EQ(fleet.body["instances"].size(), 1u) << fleet.raw;
+  EXPECT_EQ(fleet.body["instances"][0]["id"], id);
+  EXPECT_EQ(rest_->Call("GET", "/v1/admin/instances", key).status, 403);
+  EXPECT_EQ(rest_->Call("GET", "/v1/admin/instances?state=ASLEEP", svd_->admin_key()).status,
+            400);
   Reply list = rest_->Call("GET", "/v1/instances?pageSize=10", key);
   ASSERT_EQ(list.status, 200);
   ASSERT_EQ(list.body["instances"].size(), 1u);

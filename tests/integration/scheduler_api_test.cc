@@ -303,7 +303,8 @@ TEST_F(SchedulerApiTest, ResizeGrowsAndShrinksInPlace) {
 }
 
 // A cordoned node takes nothing new; drain names what must move; uncordon
-// lets the queue in. Only operators may do any of it.
+// lets the queue in; the operator lists every tenant's instances by node,
+// state and tenant. Only operators may do any of it.
 TEST_F(SchedulerApiTest, CordonDrainUncordonAndList) {
   StartSvd(2, 1);
   v1::DrainNodeResponse out;
@@ -336,6 +337,54 @@ TEST_F(SchedulerApiTest, CordonDrainUncordonAndList) {
   ASSERT_EQ(out.instances_to_move_size(), 1);
   EXPECT_EQ(out.instances_to_move(0).instance_id(), first.id());
   EXPECT_EQ(out.instances_to_move(0).gpu_count(), 8);
+
+  // The operator finds instances by node, state and tenant.
+  auto fleet = [&](const std::string& node, v1::InstanceState state, const std::string& tenant,
+                   std::vector<std::string>* ids, const std::string& key = "") {
+    v1::ListFleetInstancesRequest request;
+    request.set_node(node);
+    request.set_state(state);
+    request.set_tenant_id(tenant);
+    request.set_page_size(1);  // Every page, one at a time.
+    ids->clear();
+    for (int page = 0; page < 10; ++page) {
+      v1::ListFleetInstancesResponse response;
+      grpc::Status status = admin_->ListFleetInstances(
+          Context(key.empty() ? svd_->admin_key() : key).get(), request, &response);
+      if (!status.ok()) return status;
+      for (const auto& i : response.instances()) {
+        ids->push_back(i.id());
+        EXPECT_EQ(i.tenant_id(), first.tenant_id());
+      }
+      if (response.next_page_token().empty()) break;
+      request.set_page_token(response.next_page_token());
+    }
+    return grpc::Status::OK;
+  };
+  std::vector<std::string> ids;
+  ASSERT_TRUE(fleet("sim-node-000", v1::INSTANCE_STATE_UNSPECIFIED, "", &ids).ok());
+  EXPECT_EQ(ids, std::vector<std::string>{first.id()});
+  ASSERT_TRUE(fleet("", v1::PENDING, "", &ids).ok());
+  EXPECT_EQ(ids, std::vector<std::string>{second.id()});
+  ASSERT_TRUE(fleet("", v1::INSTANCE_STATE_UNSPECIFIED, first.tenant_id(), &ids).ok());
+  EXPECT_EQ(ids, (std::vector<std::string>{first.id(), second.id()}));
+  ASSERT_TRUE(fleet("sim-node-001", v1::INSTANCE_STATE_UNSPECIFIED, "", &ids).ok());
+  EXPECT_TRUE(ids.empty());
+  grpc::Status no_node = fleet("sim-node-999", v1::INSTANCE_STATE_UNSPECIFIED, "", &ids);
+  EXPECT_EQ(no_node.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(api::ReasonOf(no_node), "NODE_NOT_FOUND");
+  grpc::Status no_tenant = fleet("", v1::INSTANCE_STATE_UNSPECIFIED, "ten-nope", &ids);
+  EXPECT_EQ(api::ReasonOf(no_tenant), "TENANT_NOT_FOUND");
+  grpc::Status not_operator = fleet("", v1::INSTANCE_STATE_UNSPECIFIED, "", &ids, token_);
+  EXPECT_EQ(not_operator.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  RunResult on_node = Svctl({"admin", "instances", "--node", "sim-node-000"}, true);
+  EXPECT_EQ(on_node.exit_code, 0) << on_node.err;
+  EXPECT_NE(on_node.out.find(first.id()), std::string::npos) << on_node.out;
+  EXPECT_NE(on_node.out.find(first.tenant_id()), std::string::npos) << on_node.out;
+  EXPECT_EQ(on_node.out.find(second.id()), std::string::npos) << on_node.out;
+  RunResult bad_state = Svctl({"admin", "instances", "--state", "asleep"}, true);
+  EXPECT_NE(bad_state.exit_code, 0);
+  EXPECT_NE(bad_state.err.find("--state must be"), std::string::npos) << bad_state.err;
 
   RunResult cli = Svctl({"admin", "nodes", "list"}, true);
   EXPECT_EQ(cli.exit_code, 0) << cli.err;
