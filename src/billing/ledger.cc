@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "billing/billing.h"
 #include "billing/internal/ledger_sql.h"
+#include "common/money.h"
 #include "common/status.h"
 #include "spdlog/spdlog.h"
 
@@ -135,6 +136,9 @@ absl::Status Billing::SetGpuPrice(const std::string& gpu_model, int64_t unit_pri
                  "a price takes effect now or later, never in the past");
   }
   return db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    // What the model cost just before (its own price, or the fallback's).
+    const int64_t before =
+        internal::GpuPriceAt(txn, gpu_model, effective_from - absl::Microseconds(1));
     auto rows = txn.exec_params(
         "INSERT INTO price_book (item_kind, item, unit_price_micros, effective_from, created_at) "
         "VALUES ('gpu_minute', $1, $2, $3::timestamptz, $4::timestamptz) "
@@ -144,6 +148,25 @@ absl::Status Billing::SetGpuPrice(const std::string& gpu_model, int64_t unit_pri
       return Error(absl::StatusCode::kAlreadyExists, "PRICE_EXISTS",
                    "a price for this model already takes effect at that time");
     }
+    if (before == unit_price_micros) return absl::OkStatus();
+    // Every tenant with an unfinished instance the price applies to is told,
+    // so a rise is never first seen on the bill.
+    const std::string what = gpu_model == "*" ? std::string("GPU models without a price of "
+                                                            "their own")
+                                              : gpu_model;
+    txn.exec_params(
+        "INSERT INTO billing_notices (tenant_id, kind, message, at) "
+        "SELECT DISTINCT i.tenant_id, 'price_change', $2, $3::timestamptz FROM instances i "
+        "WHERE i.state NOT IN ('DELETED', 'FAILED') AND (i.gpu_model = $1 OR ($1 = '*' "
+        "AND NOT EXISTS (SELECT 1 FROM price_book p WHERE p.item_kind = 'gpu_minute' "
+        "AND p.item = i.gpu_model)))",
+        gpu_model,
+        absl::StrCat("the price of ", what, " changes from ", Yuan(before * 60), " to ",
+                     Yuan(unit_price_micros * 60), " per GPU-hour at ",
+                     absl::FormatTime("%Y-%m-%d %H:%M UTC", effective_from,
+                                      absl::UTCTimeZone()),
+                     " (svctl prices)"),
+        SqlTime(now));
     return absl::OkStatus();
   });
 }

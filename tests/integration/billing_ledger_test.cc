@@ -940,9 +940,32 @@ TEST_F(BillingTest, UnpaidVolumesAreDeletedAfterTheGrace) {
 // after GPUs; prices already replaced are left out.
 TEST_F(BillingTest, PriceListShowsScheduledChanges) {
   Billing billing = MakeBilling();
+  auto [renter, renter_user] = NewTenant("renter");
+  auto [idle, idle_user] = NewTenant("idle");
+  ASSERT_TRUE(billing.TopUp(renter, "pay-pl", 100 * kMicrosPerYuan, clock_.Now()).ok());
+  Run(renter, 1);
   const absl::Time now = clock_.Now();
   ASSERT_TRUE(billing.SetGpuPrice("RTX 4090", 40'000, now, now).ok());
   ASSERT_TRUE(billing.SetGpuPrice("RTX 4090", 50'000, now + absl::Hours(48), now).ok());
+  // The same price again at a later time changes nothing, and says nothing.
+  ASSERT_TRUE(billing.SetGpuPrice("RTX 4090", 50'000, now + absl::Hours(72), now).ok());
+  // A tenant renting the model is told of each change; one renting
+  // nothing is not.
+  std::vector<std::string> told;
+  auto renter_balance = billing.GetBalance(renter, now);
+  ASSERT_TRUE(renter_balance.ok()) << renter_balance.status();
+  for (const auto& n : renter_balance->notices) {
+    if (n.kind == "price_change") told.push_back(n.message);
+  }
+  const std::string at = absl::FormatTime("%Y-%m-%d %H:%M UTC", now + absl::Hours(48),
+                                          absl::UTCTimeZone());
+  ASSERT_EQ(told.size(), 2u) << absl::StrJoin(told, "\n");
+  EXPECT_EQ(told[0], "the price of RTX 4090 changes from 2.40 CNY to 3.00 CNY per GPU-hour at " +
+                         at + " (svctl prices)");
+  EXPECT_NE(told[1].find("from 1.98 CNY to 2.40 CNY"), std::string::npos) << told[1];
+  auto idle_balance = billing.GetBalance(idle, now);
+  ASSERT_TRUE(idle_balance.ok()) << idle_balance.status();
+  for (const auto& n : idle_balance->notices) EXPECT_NE(n.kind, "price_change") << n.message;
   auto prices = billing.ListPrices(now + absl::Seconds(1));
   ASSERT_TRUE(prices.ok()) << prices.status();
   std::vector<std::string> shown;
@@ -951,16 +974,19 @@ TEST_F(BillingTest, PriceListShowsScheduledChanges) {
                                  p.until ? " until" : ""));
   }
   EXPECT_EQ(shown, (std::vector<std::string>{
-                       "gpu_minute RTX 4090 40000 until", "gpu_minute RTX 4090 50000",
-                       "gpu_minute * 33000", "storage_gib_hour network 400",
+                       "gpu_minute RTX 4090 40000 until", "gpu_minute RTX 4090 50000 until",
+                       "gpu_minute RTX 4090 50000", "gpu_minute * 33000", "storage_gib_hour network 400",
                        "storage_gib_hour node_local 200", "storage_gib_hour * 400"}));
   EXPECT_EQ((*prices)[0].from, now);
   EXPECT_EQ((*prices)[0].until, now + absl::Hours(48));
-  // Two days on, the scheduled price is the one in effect, alone.
+  // Two days on, the scheduled price is the one in effect, then its
+  // repetition at 72 h.
   prices = billing.ListPrices(now + absl::Hours(49));
   ASSERT_TRUE(prices.ok());
+  ASSERT_EQ(prices->size(), 6u);
   EXPECT_EQ((*prices)[0].unit_price_micros, 50'000);
-  EXPECT_EQ((*prices)[1].item, "*");
+  EXPECT_EQ((*prices)[0].until, now + absl::Hours(72));
+  EXPECT_EQ((*prices)[2].item, "*");
 }
 
 TEST_F(BillingTest, TopUpIdempotency) {
