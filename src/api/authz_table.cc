@@ -40,6 +40,7 @@ const std::vector<MethodRule>& MethodRules() {
       {"/sv.v1.BillingAdminService/RefundTopUp", P::kAdminBilling, W},
       {"/sv.v1.BillingAdminService/SetBillingMode", P::kAdminBilling, W},
       {"/sv.v1.BillingAdminService/SetGpuPrice", P::kAdminBilling, W},
+      {"/sv.v1.BillingAdminService/SetStoragePrice", P::kAdminBilling, W},
       {"/sv.v1.BillingAdminService/RunAudit", P::kAdminBilling, R},
       {"/sv.v1.BillingAdminService/ListAllInvoices", P::kAdminBilling, R},
       // dashboard.proto (the /admin billing dashboard; read-only)

@@ -462,6 +462,21 @@ class BillingAdminServiceImpl final : public v1::BillingAdminService::Service {
     });
   }
 
+  grpc::Status SetStoragePrice(grpc::ServerContext* context,
+                               const v1::SetStoragePriceRequest* request,
+                               v1::SetStoragePriceResponse*) override {
+    return Run("SetStoragePrice", *context, [&]() -> absl::Status {
+      const absl::Time now = deps_.clock->Now();
+      absl::Time from = now;
+      if (request->has_effective_time()) {
+        SV_RETURN_IF_ERROR(CheckTimestamp("effective_time", request->effective_time()));
+        from = FromProto(request->effective_time());
+      }
+      return deps_.billing->SetStoragePrice(request->volume_kind(),
+                                            request->unit_price_micros(), from, now);
+    });
+  }
+
   grpc::Status RunAudit(grpc::ServerContext* context, const v1::RunAuditRequest*,
                         v1::RunAuditResponse* response) override {
     return Run("RunAudit", *context, [&]() -> absl::Status {

@@ -236,6 +236,10 @@ class Billing {
   absl::StatusOr<int> ExpireTrials(absl::Time until, absl::Time now);
 
   // ---- Prices --------------------------------------------------------------
+  // Per GiB-hour of a volume kind (network, node_local, or * for any
+  // other), from `effective_from` (now or later) on.
+  absl::Status SetStoragePrice(const std::string& volume_kind, int64_t unit_price_micros,
+                               absl::Time effective_from, absl::Time now);
   absl::Status SetGpuPrice(const std::string& gpu_model, int64_t unit_price_micros,
                            absl::Time effective_from, absl::Time now);
   absl::StatusOr<int64_t> GpuPrice(const std::string& gpu_model, absl::Time at);

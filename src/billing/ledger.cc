@@ -120,6 +120,78 @@ absl::StatusOr<int> Billing::ExpireTrials(absl::Time until, absl::Time now) {
   return expired;
 }
 
+namespace {
+
+// What one unit of `item` costs at `at`: its own price, or the fallback's.
+int64_t PriceAt(pqxx::work& txn, const std::string& item_kind, const std::string& item,
+                absl::Time at) {
+  auto rows = txn.exec_params(
+      "SELECT unit_price_micros FROM price_book WHERE item_kind = $1 "
+      "AND item IN ($2, '*') AND effective_from <= $3::timestamptz "
+      "ORDER BY (item = '*'), effective_from DESC LIMIT 1",
+      item_kind, item, SqlTime(at));
+  return rows.empty() ? 0 : rows[0][0].as<int64_t>();
+}
+
+// Adds a price to the book and tells the tenants it changes for: those
+// with an unfinished instance of the GPU model, or a live volume of the
+// kind (`*`: of a model or kind without a price of its own), so a rise is
+// never first seen on the bill. A price equal to the one it follows says
+// nothing.
+absl::Status AddPrice(pqxx::work& txn, const std::string& item_kind, const std::string& item,
+                      int64_t unit_price_micros, absl::Time effective_from, absl::Time now) {
+  const bool gpu = item_kind == "gpu_minute";
+  const int64_t before = PriceAt(txn, item_kind, item, effective_from - absl::Microseconds(1));
+  auto rows = txn.exec_params(
+      "INSERT INTO price_book (item_kind, item, unit_price_micros, effective_from, created_at) "
+      "VALUES ($1, $2, $3, $4::timestamptz, $5::timestamptz) "
+      "ON CONFLICT (item_kind, item, effective_from) DO NOTHING RETURNING id",
+      item_kind, item, unit_price_micros, SqlTime(effective_from), SqlTime(now));
+  if (rows.empty()) {
+    return Error(absl::StatusCode::kAlreadyExists, "PRICE_EXISTS",
+                 gpu ? "a price for this model already takes effect at that time"
+                     : "a price for this volume kind already takes effect at that time");
+  }
+  if (before == unit_price_micros) return absl::OkStatus();
+  std::string what, holders;
+  if (gpu) {
+    what = item == "*" ? "GPU models without a price of their own" : item;
+    holders = "SELECT i.tenant_id, i.gpu_model AS item FROM instances i "
+              "WHERE i.state NOT IN ('DELETED', 'FAILED')";
+  } else {
+    what = item == "*" ? "volumes of a kind without a price of its own"
+                       : absl::StrCat(item, " volumes");
+    holders = "SELECT v.tenant_id, v.kind AS item FROM volumes v WHERE v.deleted_at IS NULL";
+  }
+  // Per GPU-hour, or per GiB-month of 30 days, as svctl prices shows them.
+  const int64_t scale = gpu ? 60 : 24 * 30;
+  const char* unit = gpu ? " per GPU-hour at " : " per GiB-month at ";
+  txn.exec_params(
+      absl::StrCat("INSERT INTO billing_notices (tenant_id, kind, message, at) "
+                   "SELECT DISTINCT h.tenant_id, 'price_change', $3, $4::timestamptz FROM (",
+                   holders,
+                   ") h WHERE h.item = $2 OR ($2 = '*' AND NOT EXISTS (SELECT 1 FROM "
+                   "price_book p WHERE p.item_kind = $1 AND p.item = h.item))"),
+      item_kind, item,
+      absl::StrCat("the price of ", what, " changes from ", Yuan(before * scale), " to ",
+                   Yuan(unit_price_micros * scale), unit,
+                   absl::FormatTime("%Y-%m-%d %H:%M UTC", effective_from, absl::UTCTimeZone()),
+                   " (svctl prices)"),
+      SqlTime(now));
+  return absl::OkStatus();
+}
+
+absl::Status CheckEffective(absl::Time effective_from, absl::Time now) {
+  if (effective_from < now) {
+    // Minutes already billed must keep the price they were billed at.
+    return Error(absl::StatusCode::kInvalidArgument, "PRICE_IN_PAST",
+                 "a price takes effect now or later, never in the past");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status Billing::SetGpuPrice(const std::string& gpu_model, int64_t unit_price_micros,
                                   absl::Time effective_from, absl::Time now) {
   if (gpu_model.empty() || gpu_model.size() > 64) {
@@ -130,44 +202,26 @@ absl::Status Billing::SetGpuPrice(const std::string& gpu_model, int64_t unit_pri
     return Error(absl::StatusCode::kInvalidArgument, "INVALID_PRICE",
                  "unit_price_micros must be between 0 and 100,000,000 per GPU-minute");
   }
-  if (effective_from < now) {
-    // Minutes already billed must keep the price they were billed at.
-    return Error(absl::StatusCode::kInvalidArgument, "PRICE_IN_PAST",
-                 "a price takes effect now or later, never in the past");
+  SV_RETURN_IF_ERROR(CheckEffective(effective_from, now));
+  return db_.Transact([&](pqxx::work& txn) {
+    return AddPrice(txn, "gpu_minute", gpu_model, unit_price_micros, effective_from, now);
+  });
+}
+
+absl::Status Billing::SetStoragePrice(const std::string& volume_kind, int64_t unit_price_micros,
+                                      absl::Time effective_from, absl::Time now) {
+  if (volume_kind != "network" && volume_kind != "node_local" && volume_kind != "*") {
+    return Error(absl::StatusCode::kInvalidArgument, "INVALID_VOLUME_KIND",
+                 "volume_kind must be network, node_local or * (any other)");
   }
-  return db_.Transact([&](pqxx::work& txn) -> absl::Status {
-    // What the model cost just before (its own price, or the fallback's).
-    const int64_t before =
-        internal::GpuPriceAt(txn, gpu_model, effective_from - absl::Microseconds(1));
-    auto rows = txn.exec_params(
-        "INSERT INTO price_book (item_kind, item, unit_price_micros, effective_from, created_at) "
-        "VALUES ('gpu_minute', $1, $2, $3::timestamptz, $4::timestamptz) "
-        "ON CONFLICT (item_kind, item, effective_from) DO NOTHING RETURNING id",
-        gpu_model, unit_price_micros, SqlTime(effective_from), SqlTime(now));
-    if (rows.empty()) {
-      return Error(absl::StatusCode::kAlreadyExists, "PRICE_EXISTS",
-                   "a price for this model already takes effect at that time");
-    }
-    if (before == unit_price_micros) return absl::OkStatus();
-    // Every tenant with an unfinished instance the price applies to is told,
-    // so a rise is never first seen on the bill.
-    const std::string what = gpu_model == "*" ? std::string("GPU models without a price of "
-                                                            "their own")
-                                              : gpu_model;
-    txn.exec_params(
-        "INSERT INTO billing_notices (tenant_id, kind, message, at) "
-        "SELECT DISTINCT i.tenant_id, 'price_change', $2, $3::timestamptz FROM instances i "
-        "WHERE i.state NOT IN ('DELETED', 'FAILED') AND (i.gpu_model = $1 OR ($1 = '*' "
-        "AND NOT EXISTS (SELECT 1 FROM price_book p WHERE p.item_kind = 'gpu_minute' "
-        "AND p.item = i.gpu_model)))",
-        gpu_model,
-        absl::StrCat("the price of ", what, " changes from ", Yuan(before * 60), " to ",
-                     Yuan(unit_price_micros * 60), " per GPU-hour at ",
-                     absl::FormatTime("%Y-%m-%d %H:%M UTC", effective_from,
-                                      absl::UTCTimeZone()),
-                     " (svctl prices)"),
-        SqlTime(now));
-    return absl::OkStatus();
+  if (unit_price_micros < 0 || unit_price_micros > kMicrosPerYuan) {
+    return Error(absl::StatusCode::kInvalidArgument, "INVALID_PRICE",
+                 "unit_price_micros must be between 0 and 1,000,000 per GiB-hour");
+  }
+  SV_RETURN_IF_ERROR(CheckEffective(effective_from, now));
+  return db_.Transact([&](pqxx::work& txn) {
+    return AddPrice(txn, "storage_gib_hour", volume_kind, unit_price_micros, effective_from,
+                    now);
   });
 }
 

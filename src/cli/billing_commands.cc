@@ -664,6 +664,55 @@ void AddAdminBillingCommands(CLI::App& app, Action* action) {
       return kExitOk;
     });
   });
+  auto storage_request = std::make_shared<v1::SetStoragePriceRequest>();
+  auto per_gib_hour = std::make_shared<std::string>();
+  auto per_gib_month = std::make_shared<std::string>();
+  auto storage_from = std::make_shared<std::string>();
+  auto* storage = admin->add_subcommand(
+      "storage-price", "Set a volume kind's price from a time on (the price book is versioned)");
+  storage->add_option("volume_kind", *storage_request->mutable_volume_kind(),
+                      "network, node_local, or \"*\" for any other")
+      ->required();
+  auto* gib_month_option = storage->add_option(
+      "--per-gib-month", *per_gib_month,
+      "CNY per GiB-month of 30 days, e.g. 0.288 (a whole number of micro-yuan per GiB-hour)");
+  storage->add_option("--per-gib-hour", *per_gib_hour, "CNY per GiB-hour, e.g. 0.0004")
+      ->excludes(gib_month_option);
+  storage->add_option("--from", *storage_from, "Effective from, RFC 3339 (default: now)");
+  storage->callback([=] {
+    *action = AdminCall([=](Session& s, v1::BillingAdminService::Stub& stub) {
+      int64_t micros = 0;
+      if (!per_gib_hour->empty()) {
+        if (!ParseYuan(*per_gib_hour, &micros) || micros < 0) {
+          return Fail("--per-gib-hour must be a CNY amount with at most 6 decimals");
+        }
+      } else if (!per_gib_month->empty()) {
+        if (!ParseYuan(*per_gib_month, &micros) || micros < 0) {
+          return Fail("--per-gib-month must be a CNY amount with at most 6 decimals");
+        }
+        if (micros % 720 != 0) {
+          return Fail(absl::StrCat("--per-gib-month ", *per_gib_month, " is not a whole number ",
+                                   "of micro-yuan per GiB-hour; give --per-gib-hour instead"));
+        }
+        micros /= 720;
+      } else {
+        return Fail("give --per-gib-month or --per-gib-hour");
+      }
+      if (!storage_from->empty() &&
+          !ParseTime(*storage_from, storage_request->mutable_effective_time())) {
+        return Fail("--from must be an RFC 3339 time");
+      }
+      storage_request->set_unit_price_micros(micros);
+      v1::SetStoragePriceResponse response;
+      grpc::Status status =
+          stub.SetStoragePrice(s.Context().get(), *storage_request, &response);
+      if (!status.ok()) return FailRpc(status, s);
+      std::cout << storage_request->volume_kind() << " volumes: " << Yuan(micros)
+                << " per GiB-hour (" << Yuan(micros * 720) << " per GiB-month) from "
+                << (storage_from->empty() ? std::string("now") : *storage_from) << "\n";
+      return kExitOk;
+    });
+  });
   admin->add_subcommand("audit", "Check every ledger invariant")->callback([=] {
     *action = AdminCall([](Session& s, v1::BillingAdminService::Stub& stub) {
       v1::RunAuditResponse response;

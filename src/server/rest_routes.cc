@@ -67,6 +67,7 @@ const std::vector<RestRoute>& RestRoutes() {
       {"PUT", "/v1/admin/tenants/{tenant_id}/billingMode",
        "sv.v1.BillingAdminService.SetBillingMode", "*"},
       {"POST", "/v1/admin/prices", "sv.v1.BillingAdminService.SetGpuPrice", "*"},
+      {"POST", "/v1/admin/storagePrices", "sv.v1.BillingAdminService.SetStoragePrice", "*"},
       {"POST", "/v1/admin/audit", "sv.v1.BillingAdminService.RunAudit", "*"},
       {"GET", "/v1/admin/invoices", "sv.v1.BillingAdminService.ListAllInvoices", ""},
       // SLA windows and their evidence.

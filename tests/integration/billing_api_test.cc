@@ -360,6 +360,13 @@ TEST(BillingApiTest, StartIsHeldToTheCreditGate) {
   RunResult scheduled =
       svctl({"price", "RTX 4090", "--per-gpu-hour", "9", "--from", "2099-01-01T00:00:00Z"});
   ASSERT_EQ(scheduled.exit_code, 0) << scheduled.err;
+  RunResult storage = svctl({"storage-price", "network", "--per-gib-month", "0.36", "--from",
+                             "2099-01-01T00:00:00Z"});
+  ASSERT_EQ(storage.exit_code, 0) << storage.err;
+  RunResult inexact_storage = svctl({"storage-price", "network", "--per-gib-month", "0.3"});
+  EXPECT_NE(inexact_storage.exit_code, 0);
+  EXPECT_NE(inexact_storage.err.find("not a whole number"), std::string::npos)
+      << inexact_storage.err;
   RunResult listed = RunCapture({SvctlPath(), "--token", token, "prices"},
                                 {"SVCTL_ENDPOINT=" + svd.endpoint(), "HOME=/nonexistent",
                                  "XDG_CONFIG_HOME="});
@@ -375,6 +382,7 @@ TEST(BillingApiTest, StartIsHeldToTheCreditGate) {
   EXPECT_EQ(rtx_rows, 2) << listed.out;
   EXPECT_NE(listed.out.find("network volume"), std::string::npos) << listed.out;
   EXPECT_NE(listed.out.find("0.288000 CNY per GiB-month"), std::string::npos) << listed.out;
+  EXPECT_NE(listed.out.find("0.360000 CNY per GiB-month"), std::string::npos) << listed.out;
 
   v1::StartInstanceRequest start;
   start.set_id(instance.id());

@@ -963,9 +963,30 @@ TEST_F(BillingTest, PriceListShowsScheduledChanges) {
   EXPECT_EQ(told[0], "the price of RTX 4090 changes from 2.40 CNY to 3.00 CNY per GPU-hour at " +
                          at + " (svctl prices)");
   EXPECT_NE(told[1].find("from 1.98 CNY to 2.40 CNY"), std::string::npos) << told[1];
+  // Storage the same way: a tenant with a network volume is told; the
+  // renter without one is not.
+  NetworkVolume("vol-priced", idle, 100);
+  ASSERT_TRUE(billing.SetStoragePrice("network", 500, now + absl::Hours(24), now).ok());
+  EXPECT_EQ(ReasonOf(billing.SetStoragePrice("tape", 500, now, now)), "INVALID_VOLUME_KIND");
+  EXPECT_EQ(ReasonOf(billing.SetStoragePrice("network", 500, now - absl::Hours(1), now)),
+            "PRICE_IN_PAST");
   auto idle_balance = billing.GetBalance(idle, now);
   ASSERT_TRUE(idle_balance.ok()) << idle_balance.status();
-  for (const auto& n : idle_balance->notices) EXPECT_NE(n.kind, "price_change") << n.message;
+  std::vector<std::string> idle_told;
+  for (const auto& n : idle_balance->notices) {
+    if (n.kind == "price_change") idle_told.push_back(n.message);
+  }
+  EXPECT_EQ(idle_told, std::vector<std::string>{
+                           "the price of network volumes changes from 0.288 CNY to 0.36 CNY per "
+                           "GiB-month at " +
+                           absl::FormatTime("%Y-%m-%d %H:%M UTC", now + absl::Hours(24),
+                                            absl::UTCTimeZone()) +
+                           " (svctl prices)"});
+  renter_balance = billing.GetBalance(renter, now);
+  ASSERT_TRUE(renter_balance.ok());
+  int renter_told = 0;
+  for (const auto& n : renter_balance->notices) renter_told += n.kind == "price_change";
+  EXPECT_EQ(renter_told, 2);
   auto prices = billing.ListPrices(now + absl::Seconds(1));
   ASSERT_TRUE(prices.ok()) << prices.status();
   std::vector<std::string> shown;
@@ -975,7 +996,8 @@ TEST_F(BillingTest, PriceListShowsScheduledChanges) {
   }
   EXPECT_EQ(shown, (std::vector<std::string>{
                        "gpu_minute RTX 4090 40000 until", "gpu_minute RTX 4090 50000 until",
-                       "gpu_minute RTX 4090 50000", "gpu_minute * 33000", "storage_gib_hour network 400",
+                       "gpu_minute RTX 4090 50000", "gpu_minute * 33000",
+                       "storage_gib_hour network 400 until", "storage_gib_hour network 500",
                        "storage_gib_hour node_local 200", "storage_gib_hour * 400"}));
   EXPECT_EQ((*prices)[0].from, now);
   EXPECT_EQ((*prices)[0].until, now + absl::Hours(48));
