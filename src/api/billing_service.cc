@@ -452,11 +452,7 @@ class BillingAdminServiceImpl final : public v1::BillingAdminService::Service {
                            v1::SetGpuPriceResponse*) override {
     return Run("SetGpuPrice", *context, [&]() -> absl::Status {
       const absl::Time now = deps_.clock->Now();
-      absl::Time from = now;
-      if (request->has_effective_time()) {
-        SV_RETURN_IF_ERROR(CheckTimestamp("effective_time", request->effective_time()));
-        from = FromProto(request->effective_time());
-      }
+      SV_ASSIGN_OR_RETURN(absl::Time from, EffectiveFrom(*request, now));
       return deps_.billing->SetGpuPrice(request->gpu_model(), request->unit_price_micros(),
                                         from, now);
     });
@@ -467,11 +463,7 @@ class BillingAdminServiceImpl final : public v1::BillingAdminService::Service {
                                v1::SetStoragePriceResponse*) override {
     return Run("SetStoragePrice", *context, [&]() -> absl::Status {
       const absl::Time now = deps_.clock->Now();
-      absl::Time from = now;
-      if (request->has_effective_time()) {
-        SV_RETURN_IF_ERROR(CheckTimestamp("effective_time", request->effective_time()));
-        from = FromProto(request->effective_time());
-      }
+      SV_ASSIGN_OR_RETURN(absl::Time from, EffectiveFrom(*request, now));
       return deps_.billing->SetStoragePrice(request->volume_kind(),
                                             request->unit_price_micros(), from, now);
     });
@@ -488,6 +480,14 @@ class BillingAdminServiceImpl final : public v1::BillingAdminService::Service {
   }
 
  private:
+  // A price request's effective_time, or `now` when it has none.
+  template <typename Request>
+  static absl::StatusOr<absl::Time> EffectiveFrom(const Request& request, absl::Time now) {
+    if (!request.has_effective_time()) return now;
+    SV_RETURN_IF_ERROR(CheckTimestamp("effective_time", request.effective_time()));
+    return FromProto(request.effective_time());
+  }
+
   // Who issued a credit or refund, for ledger_transfer_reasons.
   static const std::string& Issuer(const store::Principal& who) {
     return who.user_id.empty() ? who.api_key_id : who.user_id;

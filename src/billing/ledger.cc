@@ -122,17 +122,6 @@ absl::StatusOr<int> Billing::ExpireTrials(absl::Time until, absl::Time now) {
 
 namespace {
 
-// What one unit of `item` costs at `at`: its own price, or the fallback's.
-int64_t PriceAt(pqxx::work& txn, const std::string& item_kind, const std::string& item,
-                absl::Time at) {
-  auto rows = txn.exec_params(
-      "SELECT unit_price_micros FROM price_book WHERE item_kind = $1 "
-      "AND item IN ($2, '*') AND effective_from <= $3::timestamptz "
-      "ORDER BY (item = '*'), effective_from DESC LIMIT 1",
-      item_kind, item, SqlTime(at));
-  return rows.empty() ? 0 : rows[0][0].as<int64_t>();
-}
-
 // Adds a price to the book and tells the tenants it changes for: those
 // with an unfinished instance of the GPU model, or a live volume of the
 // kind (`*`: of a model or kind without a price of its own), so a rise is
@@ -141,7 +130,8 @@ int64_t PriceAt(pqxx::work& txn, const std::string& item_kind, const std::string
 absl::Status AddPrice(pqxx::work& txn, const std::string& item_kind, const std::string& item,
                       int64_t unit_price_micros, absl::Time effective_from, absl::Time now) {
   const bool gpu = item_kind == "gpu_minute";
-  const int64_t before = PriceAt(txn, item_kind, item, effective_from - absl::Microseconds(1));
+  const int64_t before =
+      internal::PriceAt(txn, item_kind, item, effective_from - absl::Microseconds(1));
   auto rows = txn.exec_params(
       "INSERT INTO price_book (item_kind, item, unit_price_micros, effective_from, created_at) "
       "VALUES ($1, $2, $3, $4::timestamptz, $5::timestamptz) "

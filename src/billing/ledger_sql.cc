@@ -139,13 +139,18 @@ int64_t TenantAccount(pqxx::work& txn, const std::string& tenant_id, const std::
   return rows[0][0].as<int64_t>();
 }
 
-int64_t GpuPriceAt(pqxx::work& txn, const std::string& gpu_model, absl::Time at) {
+int64_t PriceAt(pqxx::work& txn, const std::string& item_kind, const std::string& item,
+                absl::Time at) {
   auto rows = txn.exec_params(
-      "SELECT unit_price_micros FROM price_book WHERE item_kind = 'gpu_minute' "
-      "AND item IN ($1, '*') AND effective_from <= $2::timestamptz "
+      "SELECT unit_price_micros FROM price_book WHERE item_kind = $1 "
+      "AND item IN ($2, '*') AND effective_from <= $3::timestamptz "
       "ORDER BY (item = '*'), effective_from DESC LIMIT 1",
-      gpu_model, SqlTime(at));
+      item_kind, item, SqlTime(at));
   return rows.empty() ? 0 : rows[0][0].as<int64_t>();
+}
+
+int64_t GpuPriceAt(pqxx::work& txn, const std::string& gpu_model, absl::Time at) {
+  return PriceAt(txn, "gpu_minute", gpu_model, at);
 }
 
 absl::Status PostSingle(pqxx::work& txn, const Posting& p) {

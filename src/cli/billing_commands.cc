@@ -387,6 +387,35 @@ int AdminTransferCall(Session& s, Request& request, const std::string& amount_fl
   return kExitOk;
 }
 
+// A price given per a large unit (per GPU-hour, per GiB-month) or per the
+// price book's own unit (per GPU-minute, per GiB-hour); exactly one.
+struct RateFlags {
+  std::string large_flag, large;
+  std::string unit_flag, unit;
+  int64_t units_per_large;  // 60 minutes an hour, 720 hours a 30-day month.
+  std::string unit_name;    // For the error: "minute", "GiB-hour".
+  bool positive;            // Refuse 0 (GPU rent is never free).
+};
+
+// The rate in micro-yuan per book unit, or the error's exit code.
+int ParseRate(const RateFlags& f, int64_t* micros) {
+  const bool large = f.unit.empty();
+  const std::string& flag = large ? f.large_flag : f.unit_flag;
+  const std::string& text = large ? f.large : f.unit;
+  if (text.empty()) return Fail("give " + f.large_flag + " or " + f.unit_flag);
+  if (!ParseYuan(text, micros) || *micros < 0 || (f.positive && *micros == 0)) {
+    return Fail(flag + (f.positive ? " must be a positive" : " must be a") +
+                " CNY amount with at most 6 decimals");
+  }
+  if (!large) return kExitOk;
+  if (*micros % f.units_per_large != 0) {
+    return Fail(absl::StrCat(flag, " ", text, " is not a whole number of micro-yuan per ",
+                             f.unit_name, "; give ", f.unit_flag, " instead"));
+  }
+  *micros /= f.units_per_large;
+  return kExitOk;
+}
+
 void AddAdminBillingCommands(CLI::App& app, Action* action) {
   CLI::App* admin = app.get_subcommand("admin");
   auto topup = std::make_shared<v1::TopUpRequest>();
@@ -634,21 +663,11 @@ void AddAdminBillingCommands(CLI::App& app, Action* action) {
   price->callback([=] {
     *action = AdminCall([=](Session& s, v1::BillingAdminService::Stub& stub) {
       int64_t micros = 0;
-      if (!per_minute->empty()) {
-        if (!ParseYuan(*per_minute, &micros) || micros <= 0) {
-          return Fail("--per-gpu-minute must be a positive CNY amount with at most 6 decimals");
-        }
-      } else if (!per_hour->empty()) {
-        if (!ParseYuan(*per_hour, &micros) || micros <= 0) {
-          return Fail("--per-gpu-hour must be a positive CNY amount with at most 6 decimals");
-        }
-        if (micros % 60 != 0) {
-          return Fail(absl::StrCat("--per-gpu-hour ", *per_hour, " is not a whole number of ",
-                                   "micro-yuan per minute; give --per-gpu-minute instead"));
-        }
-        micros /= 60;
-      } else {
-        return Fail("give --per-gpu-hour or --per-gpu-minute");
+      if (int rc = ParseRate({"--per-gpu-hour", *per_hour, "--per-gpu-minute", *per_minute, 60,
+                              "minute", true},
+                             &micros);
+          rc != kExitOk) {
+        return rc;
       }
       if (!price_from->empty() &&
           !ParseTime(*price_from, price_request->mutable_effective_time())) {
@@ -682,21 +701,11 @@ void AddAdminBillingCommands(CLI::App& app, Action* action) {
   storage->callback([=] {
     *action = AdminCall([=](Session& s, v1::BillingAdminService::Stub& stub) {
       int64_t micros = 0;
-      if (!per_gib_hour->empty()) {
-        if (!ParseYuan(*per_gib_hour, &micros) || micros < 0) {
-          return Fail("--per-gib-hour must be a CNY amount with at most 6 decimals");
-        }
-      } else if (!per_gib_month->empty()) {
-        if (!ParseYuan(*per_gib_month, &micros) || micros < 0) {
-          return Fail("--per-gib-month must be a CNY amount with at most 6 decimals");
-        }
-        if (micros % 720 != 0) {
-          return Fail(absl::StrCat("--per-gib-month ", *per_gib_month, " is not a whole number ",
-                                   "of micro-yuan per GiB-hour; give --per-gib-hour instead"));
-        }
-        micros /= 720;
-      } else {
-        return Fail("give --per-gib-month or --per-gib-hour");
+      if (int rc = ParseRate({"--per-gib-month", *per_gib_month, "--per-gib-hour",
+                              *per_gib_hour, 720, "GiB-hour", false},
+                             &micros);
+          rc != kExitOk) {
+        return rc;
       }
       if (!storage_from->empty() &&
           !ParseTime(*storage_from, storage_request->mutable_effective_time())) {

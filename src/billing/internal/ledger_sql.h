@@ -36,6 +36,10 @@ absl::Status PostSingle(pqxx::work& txn, const Posting& posting);
 
 int64_t PlatformAccount(pqxx::work& txn, const std::string& kind);
 int64_t TenantAccount(pqxx::work& txn, const std::string& tenant_id, const std::string& kind);
+// What one unit of `item` (of `item_kind` in price_book) costs at `at`: its
+// own price, or the fallback item '*''s; 0 if neither has one.
+int64_t PriceAt(pqxx::work& txn, const std::string& item_kind, const std::string& item,
+                absl::Time at);
 int64_t GpuPriceAt(pqxx::work& txn, const std::string& gpu_model, absl::Time at);
 
 // The columns ReadTransfer expects, for "SELECT <kTransferColumns> FROM
