@@ -393,7 +393,7 @@ class BillingAdminServiceImpl final : public v1::BillingAdminService::Service {
   grpc::Status TopUp(grpc::ServerContext* context, const v1::TopUpRequest* request,
                      v1::Transfer* response) override {
     return Run("TopUp", *context, [&]() -> absl::Status {
-      SV_RETURN_IF_ERROR(CheckTenantId(request->tenant_id()));
+      SV_RETURN_IF_ERROR(ValidateTenantId(request->tenant_id()));
       SV_ASSIGN_OR_RETURN(auto transfer,
                           deps_.billing->TopUp(request->tenant_id(), request->payment_id(),
                                                request->amount_micros(), deps_.clock->Now()));
@@ -407,7 +407,7 @@ class BillingAdminServiceImpl final : public v1::BillingAdminService::Service {
   grpc::Status IssueCredit(grpc::ServerContext* context, const v1::IssueCreditRequest* request,
                            v1::Transfer* response) override {
     return RunAs("IssueCredit", *context, [&](const store::Principal& who) -> absl::Status {
-      SV_RETURN_IF_ERROR(CheckTenantId(request->tenant_id()));
+      SV_RETURN_IF_ERROR(ValidateTenantId(request->tenant_id()));
       SV_ASSIGN_OR_RETURN(
           auto transfer,
           deps_.billing->IssueCredit(request->tenant_id(), request->credit_id(),
@@ -421,7 +421,7 @@ class BillingAdminServiceImpl final : public v1::BillingAdminService::Service {
   grpc::Status RefundTopUp(grpc::ServerContext* context, const v1::RefundTopUpRequest* request,
                            v1::Transfer* response) override {
     return RunAs("RefundTopUp", *context, [&](const store::Principal& who) -> absl::Status {
-      SV_RETURN_IF_ERROR(CheckTenantId(request->tenant_id()));
+      SV_RETURN_IF_ERROR(ValidateTenantId(request->tenant_id()));
       SV_ASSIGN_OR_RETURN(
           auto transfer,
           deps_.billing->RefundTopUp(request->tenant_id(), request->payment_id(),
@@ -491,14 +491,6 @@ class BillingAdminServiceImpl final : public v1::BillingAdminService::Service {
   // Who issued a credit or refund, for ledger_transfer_reasons.
   static const std::string& Issuer(const store::Principal& who) {
     return who.user_id.empty() ? who.api_key_id : who.user_id;
-  }
-
-  static absl::Status CheckTenantId(const std::string& tenant_id) {
-    if (tenant_id.empty() || tenant_id.size() > 64) {
-      return Error(absl::StatusCode::kInvalidArgument, "INVALID_TENANT_ID",
-                   "tenant_id is required (at most 64 characters)");
-    }
-    return absl::OkStatus();
   }
 
   template <typename Body>

@@ -33,6 +33,13 @@ absl::Status ValidateGpuCount(int gpu_count) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateTenantId(const std::string& tenant_id) {
+  if (tenant_id.empty() || tenant_id.size() > 64) {
+    return Invalid("INVALID_TENANT_ID", "tenant_id is required (at most 64 characters)");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateName(const std::string& field, const std::string& name) {
   if (name.size() > static_cast<size_t>(kNameLengthMax)) {
     return Invalid("INVALID_NAME", absl::StrCat(field, " is ", name.size(),

@@ -34,6 +34,8 @@ absl::Status ValidateRequestId(const std::string& request_id);
 // Resource ids and names: lower-case letters, digits and dashes.
 absl::Status ValidateName(const std::string& field, const std::string& name);
 bool LooksLikeId(const std::string& id, const std::string& prefix);
+// An operator call's tenant_id: 1-64 characters, else INVALID_TENANT_ID.
+absl::Status ValidateTenantId(const std::string& tenant_id);
 
 // A digest of the request's content, to tell a retry from a reuse.
 std::string InstanceFingerprint(const store::InstanceSpec& spec);

@@ -15,20 +15,6 @@ namespace {
 
 constexpr int64_t kAmountMax = 10'000'000 * kMicrosPerYuan;
 
-absl::Status CheckReason(const std::string& reason) {
-  if (reason.empty() || reason.size() > 500) {
-    return Error(absl::StatusCode::kInvalidArgument, "INVALID_REASON",
-                 "reason must be 1 to 500 characters: the tenant is shown it");
-  }
-  for (unsigned char c : reason) {
-    if (c < 0x20 || c == 0x7f) {
-      return Error(absl::StatusCode::kInvalidArgument, "INVALID_REASON",
-                   "reason must be one line of printable text");
-    }
-  }
-  return absl::OkStatus();
-}
-
 // Locks the tenant row against a billing mode switch (as TopUp does) and
 // returns the account its mode credits and charges: the paid wallet or the
 // receivable.
@@ -87,7 +73,7 @@ absl::StatusOr<TransferRecord> Billing::IssueCredit(const std::string& tenant_id
     return Error(absl::StatusCode::kInvalidArgument, "INVALID_AMOUNT",
                  "amount_micros must be positive and at most 10,000,000 CNY");
   }
-  SV_RETURN_IF_ERROR(CheckReason(reason));
+  SV_RETURN_IF_ERROR(CheckReasonText(reason));
   const std::string key = absl::StrCat("credit:", credit_id);
   bool posted = false;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
@@ -134,7 +120,7 @@ absl::StatusOr<TransferRecord> Billing::RefundTopUp(const std::string& tenant_id
                  "amount_micros must be 0 (the whole top-up) or positive, at most "
                  "10,000,000 CNY");
   }
-  SV_RETURN_IF_ERROR(CheckReason(reason));
+  SV_RETURN_IF_ERROR(CheckReasonText(reason));
   const std::string key = absl::StrCat("topup-refund:", payment_id);
   int64_t refunded = 0;
   bool posted = false;

@@ -15,6 +15,20 @@ absl::Status Error(absl::StatusCode code, absl::string_view reason,
   return status;
 }
 
+absl::Status CheckReasonText(const std::string& reason) {
+  if (reason.empty() || reason.size() > 500) {
+    return Error(absl::StatusCode::kInvalidArgument, "INVALID_REASON",
+                 "reason must be 1 to 500 characters: the tenant is shown it");
+  }
+  for (unsigned char c : reason) {
+    if (c < 0x20 || c == 0x7f) {
+      return Error(absl::StatusCode::kInvalidArgument, "INVALID_REASON",
+                   "reason must be one line of printable text");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WithRetryAfter(absl::Status status, int64_t retry_after_ms) {
   status.SetPayload(kRetryPayloadUrl, absl::Cord(std::to_string(retry_after_ms)));
   return status;

@@ -18,6 +18,11 @@ absl::Status Error(absl::StatusCode code, absl::string_view reason,
 // The reason attached by Error(), or an empty string.
 std::string ReasonOf(const absl::Status& status);
 
+// Checks an operator's reason that a tenant is shown (a credit, a refund, a
+// suspension): 1 to 500 bytes of one printable line, else INVALID_ARGUMENT
+// / INVALID_REASON.
+absl::Status CheckReasonText(const std::string& reason);
+
 // Adds a "retry after" hint to a status (for rate limits).
 absl::Status WithRetryAfter(absl::Status status, int64_t retry_after_ms);
 // The hint, or -1 when there is none.
