@@ -159,6 +159,15 @@ function setupSignIn({ onSignedIn, onSignedOut }) {
       document.body.classList.add('signed-in');
       document.getElementById('whoami').textContent =
         `${account.userEmail} · ${account.tenantName} (${account.role})`;
+      // Only the console has the banner: an operator suspended the tenant.
+      const suspended = document.getElementById('suspended');
+      if (suspended) {
+        suspended.hidden = !account.tenantSuspended;
+        suspended.textContent = account.tenantSuspended
+          ? `This tenant is suspended by the operator: ${account.suspensionReason}. ` +
+            'New instances, starts and volumes are refused until it is resumed.'
+          : '';
+      }
       errorLine.textContent = '';
       await onSignedIn(account);
     } catch (e) {

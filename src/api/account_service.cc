@@ -3,6 +3,7 @@
 #include "common/ids.h"
 #include "common/status.h"
 #include "spdlog/spdlog.h"
+#include "store/security_store.h"
 #include "sv/v1/account.grpc.pb.h"
 
 namespace sv::api::internal {
@@ -10,7 +11,8 @@ namespace {
 
 class AccountServiceImpl final : public v1::AccountService::Service {
  public:
-  explicit AccountServiceImpl(const Authenticator& auth) : auth_(auth) {}
+  AccountServiceImpl(const ApiDependencies& deps, const Authenticator& auth)
+      : deps_(deps), auth_(auth) {}
 
   grpc::Status GetCurrentAccount(grpc::ServerContext* context,
                                  const v1::GetCurrentAccountRequest*,
@@ -26,16 +28,25 @@ class AccountServiceImpl final : public v1::AccountService::Service {
     response->set_tenant_role(static_cast<v1::TenantRole>(static_cast<int>(who->tenant_role) + 1));
     response->set_key_scope(who->scope == store::KeyScope::kReadOnly ? v1::KEY_SCOPE_READ_ONLY
                                                                       : v1::KEY_SCOPE_FULL);
+    store::SecurityStore security(deps_.store->database());
+    auto standing = security.GetStanding(who->tenant_id);
+    if (!standing.ok()) return Finish("GetCurrentAccount", &*who, "", standing.status());
+    if (standing->suspended()) {
+      response->set_tenant_suspended(true);
+      response->set_suspension_reason(standing->suspensions[0].reason);
+    }
     return Finish("GetCurrentAccount", &*who, "", absl::OkStatus());
   }
 
  private:
+  ApiDependencies deps_;
   const Authenticator& auth_;
 };
 
 }  // namespace
 
-std::unique_ptr<grpc::Service> NewAccountService(const Authenticator& auth) {
-  return std::make_unique<AccountServiceImpl>(auth);
+std::unique_ptr<grpc::Service> NewAccountService(const ApiDependencies& deps,
+                                                 const Authenticator& auth) {
+  return std::make_unique<AccountServiceImpl>(deps, auth);
 }
 }  // namespace sv::api::internal

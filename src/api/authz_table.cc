@@ -51,6 +51,9 @@ const std::vector<MethodRule>& MethodRules() {
       {"/sv.v1.DashboardAdminService/ListTopUps", P::kAdminBilling, R},
       // admin.proto
       {"/sv.v1.AdminService/CreateTenant", P::kAdminTenants, W},
+      {"/sv.v1.AdminService/GetTenant", P::kAdminTenants, R},
+      {"/sv.v1.AdminService/SuspendTenant", P::kAdminTenants, W},
+      {"/sv.v1.AdminService/ResumeTenant", P::kAdminTenants, W},
       {"/sv.v1.SchedulerAdminService/ListNodes", P::kAdminFleet, R},
       {"/sv.v1.SchedulerAdminService/CordonNode", P::kAdminFleet, W},
       {"/sv.v1.SchedulerAdminService/UncordonNode", P::kAdminFleet, W},

@@ -13,7 +13,7 @@ namespace sv::api {
 struct ApiServices::Impl {
   explicit Impl(const ApiDependencies& deps) : auth(*deps.store, *deps.clock, deps.auth) {
     services.push_back(internal::NewInstanceService(deps, auth));
-    services.push_back(internal::NewAccountService(auth));
+    services.push_back(internal::NewAccountService(deps, auth));
     services.push_back(internal::NewAdminService(deps, auth));
     services.push_back(internal::NewSchedulerAdminService(deps, auth));
     services.push_back(internal::NewBillingService(deps, auth));

@@ -136,7 +136,33 @@ void PrintAccount(const v1::Account& a, std::ostream& out) {
       {"role:", RoleText(a.tenant_role())}};
   if (a.role() == v1::OPERATOR) rows.push_back({"operator:", "yes"});
   rows.push_back({"api key:", absl::StrCat(a.api_key_id(), " (", ScopeText(a.key_scope()), ")")});
+  if (a.tenant_suspended()) {
+    rows.push_back({"suspended:", absl::StrCat(a.suspension_reason(),
+                                               " (creates and starts are refused)")});
+  }
   PrintRows(rows, out);
+}
+
+void PrintTenantStanding(const v1::TenantStanding& s, std::ostream& out) {
+  const v1::Tenant& t = s.tenant();
+  PrintRows({{"tenant:", absl::StrCat(t.name(), " (", t.id(), ")")},
+             {"created:", FormatTime(t.create_time())},
+             {"status:", t.has_suspension()
+                             ? absl::StrCat("SUSPENDED since ",
+                                            FormatTime(t.suspension().suspend_time()))
+                             : std::string("active")}},
+            out);
+  if (s.suspensions().empty()) return;
+  out << "\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"SUSPENDED", "BY", "REASON", "RESUMED", "BY", "REASON"}};
+  for (const auto& x : s.suspensions()) {
+    const bool ended = x.has_resume_time();
+    rows.push_back({FormatTime(x.suspend_time()), x.suspended_by(), x.reason(),
+                    ended ? FormatTime(x.resume_time()) : "-", ended ? x.resumed_by() : "-",
+                    ended ? x.resume_reason() : "-"});
+  }
+  PrintTable(rows, out);
 }
 
 std::string Yuan(int64_t micros) {

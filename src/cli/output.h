@@ -26,6 +26,8 @@ void PrintInstanceTable(const std::vector<v1::Instance>& instances, std::ostream
 // Every tenant's instances (svctl admin instances): with the tenant and reason.
 void PrintFleetInstanceTable(const std::vector<v1::Instance>& instances, std::ostream& out);
 void PrintAccount(const v1::Account& account, std::ostream& out);
+// svctl admin tenant: the tenant, whether it is suspended, its suspensions.
+void PrintTenantStanding(const v1::TenantStanding& standing, std::ostream& out);
 // Columns padded to the widest cell; the first row is the header.
 void PrintTable(const std::vector<std::vector<std::string>>& rows, std::ostream& out);
 

@@ -45,6 +45,9 @@ const std::vector<RestRoute>& RestRoutes() {
       {"GET", "/v1/invoices/{id}", "sv.v1.BillingService.GetInvoice", ""},
       // Operators: tenants and scheduling.
       {"POST", "/v1/admin/tenants", "sv.v1.AdminService.CreateTenant", "*"},
+      {"GET", "/v1/admin/tenants/{tenant_id}", "sv.v1.AdminService.GetTenant", ""},
+      {"POST", "/v1/admin/tenants/{tenant_id}:suspend", "sv.v1.AdminService.SuspendTenant", "*"},
+      {"POST", "/v1/admin/tenants/{tenant_id}:resume", "sv.v1.AdminService.ResumeTenant", "*"},
       {"GET", "/v1/admin/nodes", "sv.v1.SchedulerAdminService.ListNodes", ""},
       {"GET", "/v1/admin/instances", "sv.v1.SchedulerAdminService.ListFleetInstances", ""},
       {"POST", "/v1/admin/nodes/{name}:cordon", "sv.v1.SchedulerAdminService.CordonNode", "*"},

@@ -17,7 +17,7 @@
 #include "api/audit_batch.h"
 #include "api/credential_cache.h"
 #include "api/authz_interceptor.h"
-#include "api/spend_cap_enforcer.h"
+#include "api/tenant_stop_enforcer.h"
 #include "api/metrics_interceptor.h"
 #include "api/services.h"
 #include "api/sla_service.h"
@@ -223,8 +223,8 @@ int RunServer(const ServerOptions& options) {
   billing::Billing billing(db, store, clock, billing_options);
   billing::BillingLoop billing_loop(billing, clock);
   billing_loop.SetLeaderGate(&leadership);
-  api::SpendCapEnforcer spend_caps(store, clock, billing_options.loop_interval);
-  spend_caps.SetLeaderGate(&leadership);
+  api::TenantStopEnforcer tenant_stops(store, clock, billing_options.loop_interval);
+  tenant_stops.SetLeaderGate(&leadership);
   api::ApiDependencies api_deps{&store, &clock, &loops};
   api_deps.billing = &billing;
   api_deps.auth.per_key = {options.rate_limit_key_rps, options.rate_limit_key_burst};
@@ -385,7 +385,7 @@ int RunServer(const ServerOptions& options) {
   leadership.Start();
   loops.Start();
   billing_loop.Start();
-  spend_caps.Start();
+  tenant_stops.Start();
   sla_checkpoints.Start();
   fleet_utilization.Start();
   sla_judge.Start();
@@ -415,7 +415,7 @@ int RunServer(const ServerOptions& options) {
   // Leader-only loops stop first and the lease is handed back at once, so
   // another replica takes over while this one drains its requests.
   billing_loop.Stop();
-  spend_caps.Stop();
+  tenant_stops.Stop();
   loops.Stop();
   sla_judge.Stop();
   leadership.Stop();

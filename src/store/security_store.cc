@@ -400,4 +400,156 @@ absl::StatusOr<std::vector<std::string>> SecurityStore::ActiveInstanceIds(
   return ids;
 }
 
+// ---- Suspension ---------------------------------------------------------------
+
+namespace {
+
+absl::Status TenantNotFound(const std::string& tenant_id) {
+  return Error(absl::StatusCode::kNotFound, "TENANT_NOT_FOUND",
+               absl::StrCat("tenant ", tenant_id, " does not exist"));
+}
+
+absl::StatusOr<TenantStanding> ReadStanding(pqxx::work& txn, const std::string& tenant_id) {
+  auto tenant = txn.exec_params(
+      absl::StrCat("SELECT id, name, ", MicrosOf("created_at"), " FROM tenants WHERE id = $1"),
+      tenant_id);
+  if (tenant.empty()) return TenantNotFound(tenant_id);
+  TenantStanding standing;
+  standing.tenant.id = tenant[0][0].as<std::string>();
+  standing.tenant.name = tenant[0][1].as<std::string>();
+  standing.tenant.created_at = TimeFromMicros(tenant[0][2].as<int64_t>());
+  // The one in force (no resumed_at) sorts first.
+  auto rows = txn.exec_params(
+      absl::StrCat("SELECT ", MicrosOf("suspended_at"), ", suspended_by, reason, ",
+                   MicrosOf("resumed_at"), ", coalesce(resumed_by, ''), "
+                   "coalesce(resume_reason, '') FROM tenant_suspensions WHERE tenant_id = $1 "
+                   "ORDER BY resumed_at IS NOT NULL, suspended_at DESC, id DESC LIMIT 100"),
+      tenant_id);
+  for (const auto& row : rows) {
+    SuspensionRow s;
+    s.suspended_at = TimeFromMicros(row[0].as<int64_t>());
+    s.suspended_by = row[1].as<std::string>();
+    s.reason = row[2].as<std::string>();
+    if (!row[3].is_null()) s.resumed_at = TimeFromMicros(row[3].as<int64_t>());
+    s.resumed_by = row[4].as<std::string>();
+    s.resume_reason = row[5].as<std::string>();
+    standing.suspensions.push_back(std::move(s));
+  }
+  return standing;
+}
+
+void NoticeToTenant(pqxx::work& txn, const std::string& tenant_id, const std::string& message,
+                    absl::Time now) {
+  txn.exec_params(
+      "INSERT INTO billing_notices (tenant_id, kind, message, at) "
+      "VALUES ($1, 'suspension', $2, $3::timestamptz)",
+      tenant_id, message, SqlTime(now));
+}
+
+}  // namespace
+
+absl::Status CheckNotSuspended(pqxx::work& txn, const std::string& tenant_id) {
+  auto open = txn.exec_params(
+      "SELECT reason, to_char(suspended_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') "
+      "FROM tenant_suspensions WHERE tenant_id = $1 AND resumed_at IS NULL",
+      tenant_id);
+  if (open.empty()) return absl::OkStatus();
+  return Error(absl::StatusCode::kFailedPrecondition, "TENANT_SUSPENDED",
+               absl::StrCat("the tenant is suspended since ", open[0][1].as<std::string>(),
+                            " UTC (", open[0][0].as<std::string>(),
+                            "); an operator must resume it before instances can be created "
+                            "or started or volumes created"));
+}
+
+absl::StatusOr<TenantStanding> SecurityStore::GetStanding(const std::string& tenant_id) {
+  TenantStanding standing;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    SV_ASSIGN_OR_RETURN(standing, ReadStanding(txn, tenant_id));
+    return absl::OkStatus();
+  }));
+  return standing;
+}
+
+absl::StatusOr<TenantStanding> SecurityStore::Suspend(const std::string& tenant_id,
+                                                      const std::string& operator_email,
+                                                      const std::string& reason, absl::Time now,
+                                                      bool* opened) {
+  TenantStanding standing;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    *opened = false;
+    // The lock a create holds from its gate to its commit (migration 0111).
+    if (txn.exec_params("SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE", tenant_id).empty()) {
+      return TenantNotFound(tenant_id);
+    }
+    if (!txn.exec_params("SELECT 1 FROM users WHERE tenant_id = $1 AND role = 'operator'",
+                         tenant_id)
+             .empty()) {
+      return Error(absl::StatusCode::kFailedPrecondition, "OPERATOR_TENANT",
+                   "the platform operator's own tenant cannot be suspended");
+    }
+    auto inserted = txn.exec_params(
+        "INSERT INTO tenant_suspensions (tenant_id, suspended_at, suspended_by, reason) "
+        "VALUES ($1, $2::timestamptz, $3, $4) "
+        "ON CONFLICT (tenant_id) WHERE resumed_at IS NULL DO NOTHING RETURNING id",
+        tenant_id, SqlTime(now), operator_email, reason);
+    *opened = !inserted.empty();
+    if (*opened) {
+      NoticeToTenant(txn, tenant_id,
+                     absl::StrCat("Your tenant was suspended by the operator: ", reason,
+                                  ". Its instances are stopped; creating or starting instances "
+                                  "and creating volumes are refused until it is resumed. Your "
+                                  "volumes are kept (and charged); you can still read, delete "
+                                  "and pay."),
+                     now);
+    }
+    SV_ASSIGN_OR_RETURN(standing, ReadStanding(txn, tenant_id));
+    return absl::OkStatus();
+  }));
+  return standing;
+}
+
+absl::StatusOr<TenantStanding> SecurityStore::Resume(const std::string& tenant_id,
+                                                     const std::string& operator_email,
+                                                     const std::string& reason, absl::Time now,
+                                                     bool* ended) {
+  TenantStanding standing;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    *ended = false;
+    if (txn.exec_params("SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE", tenant_id).empty()) {
+      return TenantNotFound(tenant_id);
+    }
+    auto updated = txn.exec_params(
+        "UPDATE tenant_suspensions SET resumed_at = greatest($2::timestamptz, suspended_at), "
+        "resumed_by = $3, resume_reason = $4 WHERE tenant_id = $1 AND resumed_at IS NULL "
+        "RETURNING id",
+        tenant_id, SqlTime(now), operator_email, reason);
+    *ended = !updated.empty();
+    if (*ended) {
+      NoticeToTenant(txn, tenant_id,
+                     absl::StrCat("Your tenant was resumed by the operator: ", reason,
+                                  ". You may create and start instances again; instances "
+                                  "stopped by the suspension stay stopped until you start "
+                                  "them."),
+                     now);
+    }
+    SV_ASSIGN_OR_RETURN(standing, ReadStanding(txn, tenant_id));
+    return absl::OkStatus();
+  }));
+  return standing;
+}
+
+absl::StatusOr<std::vector<std::string>> SecurityStore::SuspendedTenants() {
+  std::vector<std::string> tenants;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    tenants.clear();
+    for (const auto& row : txn.exec(
+             "SELECT tenant_id FROM tenant_suspensions WHERE resumed_at IS NULL "
+             "ORDER BY tenant_id")) {
+      tenants.push_back(row[0].as<std::string>());
+    }
+    return absl::OkStatus();
+  }));
+  return tenants;
+}
+
 }  // namespace sv::store

@@ -51,6 +51,24 @@ struct MemberRow {
   absl::Time created_at;
 };
 
+// One suspension of a tenant (tenant_suspensions, migration 0111).
+struct SuspensionRow {
+  absl::Time suspended_at;
+  std::string suspended_by;  // The operator's e-mail.
+  std::string reason;
+  std::optional<absl::Time> resumed_at;  // Unset while in force.
+  std::string resumed_by;
+  std::string resume_reason;
+};
+
+// A tenant and its suspensions, newest first (the one in force, if any,
+// is first and has no resumed_at).
+struct TenantStanding {
+  TenantRecord tenant;
+  std::vector<SuspensionRow> suspensions;
+  bool suspended() const { return !suspensions.empty() && !suspensions[0].resumed_at; }
+};
+
 // AuditRow (one audit_log row) is in store/store.h: the create and delete
 // batches write their calls' rows in their own transactions.
 
@@ -63,6 +81,11 @@ struct AuditFilter {
 // Writes audit rows in the caller's transaction with one prepared statement
 // (the audit batcher's and the create and delete batches' writes).
 void InsertAuditRows(pqxx::work& txn, const std::vector<AuditRow>& rows);
+
+// In the caller's transaction, which holds the tenant's row lock: OK, or
+// FAILED_PRECONDITION / TENANT_SUSPENDED with the suspension's reason (for
+// creates and starts, which a suspension refuses).
+absl::Status CheckNotSuspended(pqxx::work& txn, const std::string& tenant_id);
 
 class SecurityStore {
  public:
@@ -120,6 +143,28 @@ class SecurityStore {
   absl::StatusOr<std::vector<std::string>> TenantsOverSpendCap(absl::Time month_start);
   // Ids of the tenant's instances that hold or wait for GPUs.
   absl::StatusOr<std::vector<std::string>> ActiveInstanceIds(const std::string& tenant_id);
+
+  // ---- Suspension (docs/security.md, "Suspending a tenant") ----
+  // NOT_FOUND / TENANT_NOT_FOUND for an unknown tenant.
+  absl::StatusOr<TenantStanding> GetStanding(const std::string& tenant_id);
+  // Opens a suspension under the tenant's row lock (which every create and
+  // start holds until it commits) and tells the tenant (a notice). A
+  // tenant already suspended keeps its suspension: `*opened` says whether
+  // this call opened one. FAILED_PRECONDITION / OPERATOR_TENANT for the
+  // platform operator's own tenant. The instances are stopped by the
+  // caller (api::StopTenantInstances).
+  absl::StatusOr<TenantStanding> Suspend(const std::string& tenant_id,
+                                         const std::string& operator_email,
+                                         const std::string& reason, absl::Time now,
+                                         bool* opened);
+  // Ends the suspension in force, if any (`*ended`), and tells the tenant.
+  // Stopped instances stay stopped.
+  absl::StatusOr<TenantStanding> Resume(const std::string& tenant_id,
+                                        const std::string& operator_email,
+                                        const std::string& reason, absl::Time now,
+                                        bool* ended);
+  // Tenants with a suspension in force.
+  absl::StatusOr<std::vector<std::string>> SuspendedTenants();
 
  private:
   Database& db_;

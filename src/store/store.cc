@@ -615,6 +615,12 @@ absl::Status Store::CreateBatchInTransaction(pqxx::work& txn,
       out[i] = Error(absl::StatusCode::kResourceExhausted, "QUOTA_EXCEEDED",
                      absl::StrCat("the tenant has ", used, " pending instances; its "
                                   "quota allows ", allowed));
+    } else if (outcome == "TENANT_SUSPENDED") {
+      // The batch holds the tenant's lock: the suspension the gate saw is there.
+      absl::Status suspended = CheckNotSuspended(txn, r.tenant_id);
+      out[i] = suspended.ok() ? Error(absl::StatusCode::kAborted, "TENANT_SUSPENDED",
+                                      "the tenant's suspension changed; retry")
+                              : suspended;
     } else if (outcome == "INSUFFICIENT_CREDIT" || outcome == "SPEND_CAP_REACHED") {
       CreateOutcome refused;
       refused.refusal = CreateRefusal{outcome, used, allowed};
@@ -788,6 +794,7 @@ absl::StatusOr<InstanceRecord> Store::StartInstance(const std::string& tenant_id
     const std::string from = *state;
     if (from == "DELETED" || from == "FAILED") return Finished(id, from, "started");
     if (from != "STOPPED") return absl::OkStatus();
+    SV_RETURN_IF_ERROR(CheckNotSuspended(txn, tenant_id));
     // The create's limits, counted exactly (a start is rare; the create
     // batch's bounds, migration 0092, are raised by this update's trigger).
     pqxx::row limits = txn.exec_params1(

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/ids.h"
 #include "common/status.h"
+#include "store/security_store.h"
 
 namespace sv::store {
 namespace {
@@ -250,6 +251,8 @@ absl::StatusOr<VolumeCreateOutcome> VolumeStore::Create(const std::string& tenan
     auto existing = txn.exec_params(
         "SELECT id, request_fingerprint FROM volumes WHERE tenant_id = $1 AND request_id = $2",
         tenant_id, request_id);
+    // A retry of a create accepted before a suspension still gets its answer.
+    if (existing.empty()) SV_RETURN_IF_ERROR(CheckNotSuspended(txn, tenant_id));
     if (!existing.empty()) {
       if (existing[0][1].as<std::string>() != fingerprint) {
         return Error(absl::StatusCode::kAlreadyExists, "REQUEST_ID_REUSED",

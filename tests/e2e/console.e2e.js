@@ -1,7 +1,7 @@
 // End to end in Debian's headless Chromium (never a downloaded browser):
 // sign in, create an 8-GPU instance and see it RUNNING, see the balance fall
-// after a (simulated) minute, stop the instance, and see the revenue on the
-// admin dashboard. Screenshots go to --out. Run by console_e2e_test (ctest
+// after a (simulated) minute, stop the instance, see the revenue on the
+// admin dashboard, and see a suspended tenant's banner and refused create. Screenshots go to --out. Run by console_e2e_test (ctest
 // label e2e), which starts PostgreSQL and svd; see docs/web.md.
 'use strict';
 
@@ -219,6 +219,35 @@ async function availableMicros(page) {
         document.getElementById('invoice-totals').textContent), null, { timeout: 15000 });
       console.log(`     dashboard shows ${charged} µ¥ charged`);
       await shot(admin, '05-admin');
+    });
+
+    await step('see the suspension banner and a refused create, then resume', async () => {
+      const me = await rest('GET', '/v1/account', opts.key);
+      const tenant = me.body.tenantId;
+      const suspended = await rest('POST', `/v1/admin/tenants/${tenant}:suspend`, opts['admin-key'],
+        { reason: 'e2e: unpaid invoice' });
+      if (suspended.status !== 200 || !suspended.body.newlySuspended) {
+        throw new Error('suspend: ' + JSON.stringify(suspended));
+      }
+      await page.reload();
+      await page.locator('#suspended').filter({ hasText: 'e2e: unpaid invoice' }).waitFor({ timeout: 10000 });
+      const row = page.locator('#instances-table tbody tr', { hasText: 'e2e-small' });
+      await row.locator('[data-state="STOPPED"]').waitFor({ timeout: 10000 });
+      await page.getByLabel('Name').fill('e2e-refused');
+      await page.getByLabel('GPUs').selectOption('1');
+      await page.getByRole('button', { name: 'Create instance' }).click();
+      await page.locator('#create-status.error').filter({ hasText: 'TENANT_SUSPENDED' })
+        .waitFor({ timeout: 10000 });
+      await page.locator('#notices .notice-suspension').first().waitFor({ timeout: 10000 });
+      await shot(page, '06-suspended');
+      const resumed = await rest('POST', `/v1/admin/tenants/${tenant}:resume`, opts['admin-key'],
+        { reason: 'e2e: paid' });
+      if (resumed.status !== 200 || !resumed.body.wasSuspended) {
+        throw new Error('resume: ' + JSON.stringify(resumed));
+      }
+      await page.reload();
+      await page.locator('#whoami').filter({ hasText: '@' }).waitFor({ timeout: 10000 });
+      if (!(await page.locator('#suspended').isHidden())) throw new Error('banner still shown');
     });
     if (consoleErrors.length) throw new Error('browser console errors: ' + consoleErrors.join(' | '));
   } catch (e) {

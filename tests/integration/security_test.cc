@@ -2,7 +2,8 @@
 // as every kind of caller (the authorization matrix), cross-tenant reads as
 // NOT_FOUND, key scope / expiry / rotation / revocation, the audit log, the
 // spend cap, secrets absent from svd's log and from the database, and
-// database errors that reach clients without SQL text.
+// database errors that reach clients without SQL text, and operators'
+// suspensions of tenants.
 #include <grpcpp/generic/generic_stub.h>
 #include <httplib.h>
 #include <stdlib.h>
@@ -22,8 +23,10 @@
 #include "sv/v1/account.grpc.pb.h"
 #include "sv/v1/admin.grpc.pb.h"
 #include "sv/v1/agent.grpc.pb.h"
+#include "sv/v1/billing.grpc.pb.h"
 #include "sv/v1/instance.grpc.pb.h"
 #include "sv/v1/security.grpc.pb.h"
+#include "sv/v1/volume.grpc.pb.h"
 #include "tests/integration/harness.h"
 
 namespace sv::testing {
@@ -664,6 +667,172 @@ TEST(SecurityTlsTest, GrpcOverTlsWithCaFile) {
 
 namespace sv::testing {
 namespace {
+
+// Goal: an operator's suspension stops the tenant's instances at once and
+// refuses its creates, starts and volume creates (FAILED_PRECONDITION /
+// TENANT_SUSPENDED, with the reason) while reads, deletes and retries of
+// earlier creates keep working; it is idempotent, recorded with who and
+// why, told to the tenant, and refused to members and for the operator's
+// own tenant. Resuming lets the tenant start and create again.
+TEST_F(SecurityTest, SuspendedTenantIsStoppedAndRefusedUntilResumed) {
+  const std::string owner = CreateTenant(*svd_, "sec-suspend");
+  const std::string tenant_id = TenantIdByName(*svd_, "sec-suspend");
+  const std::string admin_key = svd_->admin_key();
+  const v1::Instance first = CreateInstance(*svd_, owner, "susp-1");
+  const v1::Instance second = CreateInstance(*svd_, owner, "susp-2");
+  v1::AdminService::Stub admin(svd_->channel());
+  v1::InstanceService::Stub instances(svd_->channel());
+
+  v1::SuspendTenantRequest suspend;
+  suspend.set_tenant_id(tenant_id);
+  suspend.set_reason("abuse report 42: port scanning");
+  v1::SuspendTenantResponse suspended;
+  grpc::Status status = admin.SuspendTenant(Context(owner).get(), suspend, &suspended);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  v1::SuspendTenantRequest bad = suspend;
+  bad.clear_reason();
+  status = admin.SuspendTenant(Context(admin_key).get(), bad, &suspended);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(api::ReasonOf(status), "INVALID_REASON");
+  bad = suspend;
+  bad.set_tenant_id("ten-doesnotexist");
+  status = admin.SuspendTenant(Context(admin_key).get(), bad, &suspended);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(api::ReasonOf(status), "TENANT_NOT_FOUND");
+  bad.set_tenant_id(Whoami(admin_key).tenant_id());
+  status = admin.SuspendTenant(Context(admin_key).get(), bad, &suspended);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(api::ReasonOf(status), "OPERATOR_TENANT");
+  // None of those suspended anything.
+  EXPECT_FALSE(Whoami(owner).tenant_suspended());
+
+  status = admin.SuspendTenant(Context(admin_key).get(), suspend, &suspended);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_TRUE(suspended.newly_suspended());
+  EXPECT_EQ(suspended.instances_stopped(), 2);
+  EXPECT_EQ(suspended.tenant().suspension().reason(), suspend.reason());
+  for (const auto& id : {first.id(), second.id()}) {
+    v1::GetInstanceRequest get;
+    get.set_id(id);
+    v1::Instance now;
+    ASSERT_TRUE(instances.GetInstance(Context(owner).get(), get, &now).ok());
+    EXPECT_EQ(now.state(), v1::STOPPED) << id;
+    EXPECT_EQ(now.state_reason(), "tenant suspended by the operator");
+  }
+
+  // Refused: a new create, a start, a volume; the message says why.
+  grpc::Status refused;
+  CreateInstance(*svd_, owner, "susp-3", &refused);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(api::ReasonOf(refused), "TENANT_SUSPENDED");
+  EXPECT_NE(refused.error_message().find(suspend.reason()), std::string::npos)
+      << refused.error_message();
+  v1::StartInstanceRequest start;
+  start.set_id(first.id());
+  v1::Instance started;
+  refused = instances.StartInstance(Context(owner).get(), start, &started);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(api::ReasonOf(refused), "TENANT_SUSPENDED");
+  v1::VolumeService::Stub volumes(svd_->channel());
+  v1::CreateVolumeRequest volume;
+  volume.mutable_volume()->set_name("data");
+  volume.mutable_volume()->set_size_gib(10);
+  volume.set_request_id("susp-vol");
+  v1::Volume made;
+  refused = volumes.CreateVolume(Context(owner).get(), volume, &made);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(api::ReasonOf(refused), "TENANT_SUSPENDED");
+  // Kept: a retry of a create accepted before, reads, deletes, whoami.
+  EXPECT_EQ(CreateInstance(*svd_, owner, "susp-1").id(), first.id());
+  v1::ListInstancesResponse listed;
+  ASSERT_TRUE(instances.ListInstances(Context(owner).get(), {}, &listed).ok());
+  EXPECT_EQ(listed.instances_size(), 2);
+  v1::DeleteInstanceRequest del;
+  del.set_id(second.id());
+  v1::Instance deleted;
+  status = instances.DeleteInstance(Context(owner).get(), del, &deleted);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  const v1::Account account = Whoami(owner);
+  EXPECT_TRUE(account.tenant_suspended());
+  EXPECT_EQ(account.suspension_reason(), suspend.reason());
+
+  // Again: the first suspension and its reason stay.
+  v1::SuspendTenantRequest again = suspend;
+  again.set_reason("second report");
+  ASSERT_TRUE(admin.SuspendTenant(Context(admin_key).get(), again, &suspended).ok());
+  EXPECT_FALSE(suspended.newly_suspended());
+  EXPECT_EQ(suspended.instances_stopped(), 0);
+  EXPECT_EQ(suspended.tenant().suspension().reason(), suspend.reason());
+
+  // svctl shows it to the operator.
+  auto svctl = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {SvctlPath(), "--endpoint", svd_->endpoint(), "--token",
+                                     admin_key};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCapture(argv, {});
+  };
+  RunResult shown = svctl({"admin", "tenant", "sec-suspend"});
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_NE(shown.out.find("SUSPENDED since"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find(suspend.reason()), std::string::npos) << shown.out;
+
+  // Resumed (by svctl): starts and creates pass again; once is enough.
+  RunResult resumed = svctl({"admin", "resume", "sec-suspend", "--reason", "cleared"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("resumed"), std::string::npos) << resumed.out;
+  v1::ResumeTenantRequest resume;
+  resume.set_tenant_id(tenant_id);
+  resume.set_reason("cleared");
+  v1::ResumeTenantResponse resume_again;
+  ASSERT_TRUE(admin.ResumeTenant(Context(admin_key).get(), resume, &resume_again).ok());
+  EXPECT_FALSE(resume_again.was_suspended());
+  EXPECT_FALSE(resume_again.tenant().has_suspension());
+  status = instances.StartInstance(Context(owner).get(), start, &started);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_NE(started.state(), v1::STOPPED);
+  CreateInstance(*svd_, owner, "susp-4");
+  EXPECT_FALSE(Whoami(owner).tenant_suspended());
+  v1::GetTenantRequest get_tenant;
+  get_tenant.set_tenant_id(tenant_id);
+  v1::TenantStanding standing;
+  ASSERT_TRUE(admin.GetTenant(Context(admin_key).get(), get_tenant, &standing).ok());
+  ASSERT_EQ(standing.suspensions_size(), 1);
+  EXPECT_EQ(standing.suspensions(0).reason(), suspend.reason());
+  EXPECT_EQ(standing.suspensions(0).suspended_by(), Whoami(admin_key).user_email());
+  EXPECT_EQ(standing.suspensions(0).resume_reason(), "cleared");
+  EXPECT_TRUE(standing.suspensions(0).has_resume_time());
+
+  // The tenant was told both times.
+  v1::BillingService::Stub billing(svd_->channel());
+  v1::Balance balance;
+  ASSERT_TRUE(billing.GetBalance(Context(owner).get(), {}, &balance).ok());
+  int told = 0;
+  for (const auto& notice : balance.notices()) {
+    if (notice.kind() == "suspension") ++told;
+  }
+  EXPECT_EQ(told, 2);
+}
+
+// Goal: a suspension whose stops were cut short (svd died between its
+// commit and the stops) is finished by the stop loop.
+TEST_F(SecurityTest, StopLoopStopsInstancesOfSuspendedTenants) {
+  const std::string owner = CreateTenant(*svd_, "sec-suspend-loop");
+  const std::string tenant_id = TenantIdByName(*svd_, "sec-suspend-loop");
+  const v1::Instance running = CreateInstance(*svd_, owner, "loop-1");
+  Sql("INSERT INTO tenant_suspensions (tenant_id, suspended_at, suspended_by, reason) "
+      "VALUES ('" + tenant_id + "', now(), 'ops@example.com', 'cut short')");
+  v1::InstanceService::Stub instances(svd_->channel());
+  v1::GetInstanceRequest get;
+  get.set_id(running.id());
+  v1::Instance now;
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(instances.GetInstance(Context(owner).get(), get, &now).ok());
+    if (now.state() == v1::STOPPED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(now.state(), v1::STOPPED);
+  EXPECT_EQ(now.state_reason(), "tenant suspended by the operator");
+}
 
 // Goal: the admin's per-tenant instance limit refuses creates beyond it,
 // with the scheduler's quota call carrying it.

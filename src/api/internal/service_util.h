@@ -41,7 +41,8 @@ void GrantTrialAtSignup(const ApiDependencies& deps, const std::string& user_id)
 // Factories, one per service file.
 std::unique_ptr<grpc::Service> NewInstanceService(const ApiDependencies& deps,
                                                   const Authenticator& auth);
-std::unique_ptr<grpc::Service> NewAccountService(const Authenticator& auth);
+std::unique_ptr<grpc::Service> NewAccountService(const ApiDependencies& deps,
+                                                 const Authenticator& auth);
 std::unique_ptr<grpc::Service> NewAdminService(const ApiDependencies& deps,
                                                const Authenticator& auth);
 std::unique_ptr<grpc::Service> NewSchedulerAdminService(const ApiDependencies& deps,
