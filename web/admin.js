@@ -50,7 +50,8 @@ async function refreshRevenue() {
     p.period, formatMoney(p.chargedMicros), formatMoney(p.trialChargedMicros),
     formatMoney(p.appFeesMicros || 0), formatMoney(p.storageMicros || 0),
     formatMoney(p.slaRefundsMicros), formatMoney(unpaidOf(p)),
-    formatMoney(p.topupsMicros), formatMoney(p.netRevenueMicros)]);
+    formatMoney(p.topupsMicros), formatMoney(p.topupRefundsMicros || 0),
+    formatMoney(p.creditsMicros || 0), formatMoney(p.netRevenueMicros)]);
 }
 
 async function refreshRefunds() {

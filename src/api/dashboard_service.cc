@@ -88,6 +88,8 @@ class DashboardAdminServiceImpl final : public v1::DashboardAdminService::Servic
         p->set_shortfall_micros(r.shortfall_micros);
         p->set_storage_shortfall_micros(r.storage_shortfall_micros);
         p->set_app_fee_shortfall_micros(r.app_fee_shortfall_micros);
+        p->set_topup_refunds_micros(r.topup_refunds_micros);
+        p->set_credits_micros(r.credits_micros);
         p->set_net_revenue_micros(r.charged_micros - r.trial_charged_micros +
                                   r.app_fees_micros - r.app_fees_trial_micros +
                                   r.storage_micros - r.storage_trial_micros -

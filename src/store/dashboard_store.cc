@@ -62,7 +62,8 @@ WITH t AS (
          CASE WHEN t.kind = 'sla_refund' THEN ta.kind ELSE fa.kind END AS side, t.at AS ts
   FROM ledger_transfers t JOIN ledger_accounts fa ON fa.id = t.from_account_id
   JOIN ledger_accounts ta ON ta.id = t.to_account_id
-  WHERE t.kind IN ('sla_refund', 'topup') AND t.at >= $1::timestamptz AND t.at < $2::timestamptz
+  WHERE t.kind IN ('sla_refund', 'topup', 'topup_refund', 'credit')
+    AND t.at >= $1::timestamptz AND t.at < $2::timestamptz
   UNION ALL
   -- App fees (the platform's part) and storage, by posting time.
   SELECT t.kind, t.amount_micros, fa.kind AS side, t.at AS ts
@@ -98,7 +99,9 @@ SELECT to_char(period, ')sql", monthly ? "YYYY-MM" : "YYYY-MM-DD", R"sql('),
        coalesce(sum(amount_micros) FILTER (WHERE kind = 'storage' AND side = 'trial_wallet'), 0)::bigint,
        coalesce(sum(amount_micros) FILTER (WHERE kind = 'shortfall'), 0)::bigint,
        coalesce(sum(amount_micros) FILTER (WHERE kind = 'storage_shortfall'), 0)::bigint,
-       coalesce(sum(amount_micros) FILTER (WHERE kind = 'app_fee_shortfall'), 0)::bigint
+       coalesce(sum(amount_micros) FILTER (WHERE kind = 'app_fee_shortfall'), 0)::bigint,
+       coalesce(sum(amount_micros) FILTER (WHERE kind = 'topup_refund'), 0)::bigint,
+       coalesce(sum(amount_micros) FILTER (WHERE kind = 'credit'), 0)::bigint
 FROM p GROUP BY period ORDER BY period
 )sql");
   const int64_t from_minute = absl::ToUnixSeconds(from) / 60;
@@ -122,6 +125,8 @@ FROM p GROUP BY period ORDER BY period
       r.shortfall_micros = row[11].as<int64_t>();
       r.storage_shortfall_micros = row[12].as<int64_t>();
       r.app_fee_shortfall_micros = row[13].as<int64_t>();
+      r.topup_refunds_micros = row[14].as<int64_t>();
+      r.credits_micros = row[15].as<int64_t>();
       out.push_back(std::move(r));
     }
     return absl::OkStatus();

@@ -31,6 +31,8 @@ struct RevenuePointRow {
   int64_t shortfall_micros = 0;  // GPU rent run but not paid, by minute of use.
   int64_t storage_shortfall_micros = 0;  // Storage kept but not paid.
   int64_t app_fee_shortfall_micros = 0;  // App fees run but not paid.
+  int64_t topup_refunds_micros = 0;
+  int64_t credits_micros = 0;  // Operator credits given.
 };
 
 struct SlaRefundMetricRow {

@@ -407,6 +407,8 @@ TEST_F(RestApiTest, MoneyAndDashboard) {
   ASSERT_EQ(revenue.status, 200) << revenue.raw;
   ASSERT_FALSE(revenue.body["points"].empty());
   EXPECT_EQ(revenue.body["points"].back()["topupsMicros"], "25000000");
+  EXPECT_EQ(revenue.body["points"].back()["topupRefundsMicros"], "5000000");
+  EXPECT_EQ(revenue.body["points"].back()["creditsMicros"], "3000000");
   Reply bad = rest_->Call("GET", "/v1/admin/dashboard/revenue?granularity=WEEKLY", admin);
   EXPECT_EQ(bad.status, 400);
 }
