@@ -158,7 +158,7 @@ async function refreshTenants() {
     api('GET', '/v1/admin/invoices?pageSize=100'),
   ]);
   fillTable(document.querySelector('#balances-table tbody'), balances.items, (t) => [
-    t.tenantName, t.balance.mode, formatMoney(t.balance.paidMicros), formatMoney(t.balance.trialMicros),
+    t.suspended ? `${t.tenantName} (suspended)` : t.tenantName, t.balance.mode, formatMoney(t.balance.paidMicros), formatMoney(t.balance.trialMicros),
     formatMoney(t.balance.receivableMicros), formatMoney(t.balance.burnMicrosPerMinute)]);
   document.getElementById('trial-totals').textContent =
     `${trials.grantCount} grants: ${formatMoney(trials.grantedMicros)} issued, ${formatMoney(trials.burnedMicros)} burned, ` +

@@ -352,6 +352,7 @@ class BillingAdminServiceImpl final : public v1::BillingAdminService::Service {
         out->set_tenant_id(r.tenant_id);
         out->set_tenant_name(r.tenant_name);
         ToProto(r.balance, out->mutable_balance());
+        out->set_suspended(r.suspended);
       }
       if (more) response->set_next_page_token(rows.back().tenant_id);
       return absl::OkStatus();

@@ -189,6 +189,7 @@ struct TenantBalance {
   std::string tenant_id;
   std::string tenant_name;
   Balance balance;
+  bool suspended = false;  // A suspension is in force (migration 0111).
 };
 
 struct RevenueSummary {

@@ -348,12 +348,14 @@ absl::StatusOr<std::vector<TenantBalance>> Billing::ListTenantBalances(
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
     out.clear();
     auto rows = txn.exec_params(
-        absl::StrCat("SELECT t.id, t.name, ", kFundsColumns,
+        absl::StrCat("SELECT t.id, t.name, EXISTS (SELECT 1 FROM tenant_suspensions s "
+                     "WHERE s.tenant_id = t.id AND s.resumed_at IS NULL), ", kFundsColumns,
                      " FROM tenants t JOIN ledger_accounts a ON a.tenant_id = t.id "
                      "WHERE t.id > $1 GROUP BY t.id ORDER BY t.id LIMIT $3"),
         after_id, SqlTime(now), limit);
     for (const auto& r : rows) {
-      out.push_back({r[0].as<std::string>(), r[1].as<std::string>(), ReadBalance(r, 2)});
+      out.push_back({r[0].as<std::string>(), r[1].as<std::string>(), ReadBalance(r, 3),
+                     r[2].as<bool>()});
     }
     return absl::OkStatus();
   }));

@@ -498,14 +498,16 @@ void AddAdminBillingCommands(CLI::App& app, Action* action) {
         return kExitOk;
       }
       std::vector<std::vector<std::string>> rows = {
-          {"TENANT", "NAME", "MODE", "PAID", "TRIAL", "RECEIVABLE", "AVAILABLE", "PER MINUTE"}};
+          {"TENANT", "NAME", "MODE", "PAID", "TRIAL", "RECEIVABLE", "AVAILABLE", "PER MINUTE",
+           "STANDING"}};
       for (const auto& t : all.balances()) {
         const v1::Balance& b = t.balance();
         const bool postpaid = b.mode() == v1::POSTPAID;
         rows.push_back({t.tenant_id(), t.tenant_name(), postpaid ? "postpaid" : "prepaid",
                         Yuan(b.paid_micros()), Yuan(b.trial_micros()),
                         postpaid ? Yuan(b.receivable_micros()) : "-", Yuan(b.available_micros()),
-                        Yuan(b.burn_micros_per_minute())});
+                        Yuan(b.burn_micros_per_minute()),
+                        t.suspended() ? "SUSPENDED" : "active"});
       }
       PrintTable(rows, std::cout);
       return kExitOk;

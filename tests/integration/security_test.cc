@@ -775,6 +775,13 @@ TEST_F(SecurityTest, SuspendedTenantIsStoppedAndRefusedUntilResumed) {
   ASSERT_EQ(shown.exit_code, 0) << shown.err;
   EXPECT_NE(shown.out.find("SUSPENDED since"), std::string::npos) << shown.out;
   EXPECT_NE(shown.out.find(suspend.reason()), std::string::npos) << shown.out;
+  RunResult balances = svctl({"admin", "balances"});
+  ASSERT_EQ(balances.exit_code, 0) << balances.err;
+  const size_t row = balances.out.find("sec-suspend ");
+  ASSERT_NE(row, std::string::npos) << balances.out;
+  EXPECT_NE(balances.out.substr(row, balances.out.find('\n', row) - row).find("SUSPENDED"),
+            std::string::npos)
+      << balances.out;
 
   // Resumed (by svctl): starts and creates pass again; once is enough.
   RunResult resumed = svctl({"admin", "resume", "sec-suspend", "--reason", "cleared"});
