@@ -400,6 +400,11 @@ class MarketplaceServiceImpl final : public v1::MarketplaceService::Service {
       return Error(absl::StatusCode::kFailedPrecondition, "IMAGE_DELISTED",
                    absl::StrCat(image.name, ":", image.version, " is no longer offered"));
     }
+    if (!retry && image.publisher_suspended) {
+      return Error(absl::StatusCode::kFailedPrecondition, "PUBLISHER_SUSPENDED",
+                   absl::StrCat(image.name, ":", image.version,
+                                " is not offered while its publisher is suspended"));
+    }
     const int gpus = request.gpu_count() == 0 ? image.gpu_count : request.gpu_count();
     if (gpus < image.gpu_count) {
       return Invalid("TOO_FEW_GPUS", absl::StrCat(image.name, " needs at least ",

@@ -7,6 +7,7 @@
 #include "common/ids.h"
 #include "common/money.h"
 #include "common/status.h"
+#include "store/security_store.h"
 #include "store/sql_arrays.h"
 
 namespace sv::store {
@@ -22,7 +23,9 @@ LibraryItemRecord LibraryFromRow(const pqxx::row& r) {
 
 const std::string kImageColumns =
     "id, publisher_tenant_id, name, version, image, description, ports::text, gpu_count, "
-    "price_per_hour_micros, listed, " + MicrosOf("created_at");
+    "price_per_hour_micros, listed, " + MicrosOf("created_at") +
+    ", EXISTS (SELECT 1 FROM tenant_suspensions s WHERE s.tenant_id = "
+    "marketplace_images.publisher_tenant_id AND s.resumed_at IS NULL)";
 
 ImageRecord ImageFromRow(const pqxx::row& r) {
   ImageRecord i;
@@ -42,6 +45,7 @@ ImageRecord ImageFromRow(const pqxx::row& r) {
   i.price_per_hour_micros = r[8].as<int64_t>();
   i.listed = r[9].as<bool>();
   i.created_at = TimeFromMicros(r[10].as<int64_t>());
+  i.publisher_suspended = r[11].as<bool>();
   return i;
 }
 
@@ -209,6 +213,10 @@ absl::StatusOr<ImageRecord> MarketplaceStore::RegisterImage(
       result = e;
       return absl::OkStatus();
     }
+    // A suspended tenant publishes nothing new (a share lock: a suspension,
+    // which updates-locks the row, waits for this or is seen by it).
+    txn.exec_params("SELECT 1 FROM tenants WHERE id = $1 FOR KEY SHARE", publisher_tenant_id);
+    SV_RETURN_IF_ERROR(CheckNotSuspended(txn, publisher_tenant_id));
     auto taken = txn.exec_params(
         "SELECT id FROM marketplace_images WHERE name = $1 AND version = $2", image.name,
         image.version);
@@ -295,7 +303,9 @@ absl::StatusOr<std::vector<ImageRecord>> MarketplaceStore::ListImages(
     for (const auto& r : txn.exec_params(
              "SELECT " + kImageColumns +
                  " FROM marketplace_images WHERE id > $1 AND "
-                 "(CASE WHEN $2 = '' THEN listed ELSE publisher_tenant_id = $2 END) "
+                 "(CASE WHEN $2 = '' THEN listed AND NOT EXISTS (SELECT 1 FROM "
+                 "tenant_suspensions s WHERE s.tenant_id = publisher_tenant_id "
+                 "AND s.resumed_at IS NULL) ELSE publisher_tenant_id = $2 END) "
                  "ORDER BY id LIMIT $3",
              after_id, publisher_tenant_id, limit)) {
       list.push_back(ImageFromRow(r));

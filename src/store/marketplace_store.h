@@ -40,6 +40,9 @@ struct ImageRecord {
   int64_t price_per_hour_micros = 0;
   bool listed = true;
   absl::Time created_at;
+  // The publisher is suspended: the image is left out of the catalog and
+  // cannot be launched (its running instances go on).
+  bool publisher_suspended = false;
 };
 
 struct PortDecl {

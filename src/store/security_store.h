@@ -82,9 +82,10 @@ struct AuditFilter {
 // (the audit batcher's and the create and delete batches' writes).
 void InsertAuditRows(pqxx::work& txn, const std::vector<AuditRow>& rows);
 
-// In the caller's transaction, which holds the tenant's row lock: OK, or
-// FAILED_PRECONDITION / TENANT_SUSPENDED with the suspension's reason (for
-// creates and starts, which a suspension refuses).
+// In the caller's transaction, which holds a lock on the tenant's row that
+// a suspension's update lock waits for: OK, or FAILED_PRECONDITION /
+// TENANT_SUSPENDED with the suspension's reason (for creates, starts and
+// image registrations, which a suspension refuses).
 absl::Status CheckNotSuspended(pqxx::work& txn, const std::string& tenant_id);
 
 class SecurityStore {

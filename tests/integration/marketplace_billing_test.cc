@@ -21,6 +21,7 @@
 #include "store/dashboard_store.h"
 #include "store/database.h"
 #include "store/store.h"
+#include "sv/v1/admin.grpc.pb.h"
 #include "sv/v1/billing.grpc.pb.h"
 #include "sv/v1/instance.grpc.pb.h"
 #include "sv/v1/marketplace.grpc.pb.h"
@@ -468,6 +469,65 @@ TEST_F(MarketplaceBillingTest, TrialCreditPaysNoAppFee) {
   auto audit = billing.Audit();
   ASSERT_TRUE(audit.ok());
   EXPECT_TRUE(audit->empty()) << (audit->empty() ? "" : audit->front());
+}
+
+// Goal: while its publisher is suspended an app is out of the catalog and
+// cannot be launched (FAILED_PRECONDITION / PUBLISHER_SUSPENDED), and the
+// publisher registers nothing new; once resumed, both work again.
+TEST_F(MarketplaceBillingTest, SuspendedPublishersAppsAreNotOffered) {
+  const v1::MarketplaceImage image =
+      RegisterApp(*market_, publisher_, "comfy", 1, kAppPerHourMicros, {8188});
+  TopUpBuyer("pay-suspend", 100 * billing::kMicrosPerYuan);
+  auto catalog_has = [&](const std::string& id) {
+    v1::ListImagesResponse listed;
+    EXPECT_TRUE(market_->ListImages(Context(buyer_).get(), {}, &listed).ok());
+    for (const auto& i : listed.images()) {
+      if (i.id() == id) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(catalog_has(image.id()));
+  v1::AdminService::Stub admin(svd_->channel());
+  v1::SuspendTenantRequest suspend;
+  suspend.set_tenant_id(TenantIdByName(*svd_, "studio"));
+  suspend.set_reason("malware in a published image");
+  v1::SuspendTenantResponse suspended;
+  ASSERT_TRUE(admin.SuspendTenant(Context(svd_->admin_key()).get(), suspend, &suspended).ok());
+
+  EXPECT_FALSE(catalog_has(image.id()));
+  v1::LaunchAppRequest launch;
+  launch.set_app("comfy");
+  launch.set_request_id("launch-suspended");
+  v1::Instance app;
+  grpc::Status refused = market_->LaunchApp(Context(buyer_).get(), launch, &app);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(api::ReasonOf(refused), "PUBLISHER_SUSPENDED");
+  v1::RegisterImageRequest reg;
+  reg.mutable_image()->set_name("comfy");
+  reg.mutable_image()->set_version("2.0");
+  reg.mutable_image()->set_image("ghcr.io/example/comfy:2.0");
+  reg.mutable_image()->set_gpu_count(1);
+  reg.set_request_id("reg-comfy-2");
+  v1::MarketplaceImage second;
+  refused = market_->RegisterImage(Context(publisher_).get(), reg, &second);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(api::ReasonOf(refused), "TENANT_SUSPENDED");
+  // The publisher still sees its own images.
+  v1::ListImagesRequest mine;
+  mine.set_mine(true);
+  v1::ListImagesResponse own;
+  ASSERT_TRUE(market_->ListImages(Context(publisher_).get(), mine, &own).ok());
+  EXPECT_EQ(own.images_size(), 1);
+
+  v1::ResumeTenantRequest resume;
+  resume.set_tenant_id(suspend.tenant_id());
+  resume.set_reason("image removed");
+  v1::ResumeTenantResponse resumed;
+  ASSERT_TRUE(admin.ResumeTenant(Context(svd_->admin_key()).get(), resume, &resumed).ok());
+  EXPECT_TRUE(catalog_has(image.id()));
+  grpc::Status status = market_->LaunchApp(Context(buyer_).get(), launch, &app);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(app.app_image_id(), image.id());
 }
 
 // Goal: an app's instance stops in the first minute whose fee its paid
