@@ -26,7 +26,8 @@ bool MemberHas(P p) { return ViewerHas(p) || p == P::kInstancesWrite; }
 
 bool OwnerHas(P p) {
   return MemberHas(p) || BillingHas(p) || p == P::kBudgetWrite || p == P::kKeysManage ||
-         p == P::kUsersRead || p == P::kUsersWrite || p == P::kAuditRead;
+         p == P::kUsersRead || p == P::kUsersWrite || p == P::kAuditRead ||
+         p == P::kWebhooksWrite;
 }
 
 }  // namespace
@@ -45,6 +46,7 @@ const char* PermissionName(Permission permission) {
     case P::kUsersRead: return "users.read";
     case P::kUsersWrite: return "users.write";
     case P::kAuditRead: return "audit.read";
+    case P::kWebhooksWrite: return "webhooks.write";
     case P::kAdminTenants: return "admin.tenants";
     case P::kAdminFleet: return "admin.fleet";
     case P::kAdminQuotas: return "admin.quotas";

@@ -33,6 +33,7 @@ enum class Permission {
   kUsersRead,       // users.read
   kUsersWrite,      // users.write: add, set role, remove
   kAuditRead,       // audit.read: the tenant's audit log
+  kWebhooksWrite,   // webhooks.write: set, test and delete the tenant's webhook
   kAdminTenants,    // admin.tenants: create tenants (platform admin)
   kAdminFleet,      // admin.fleet: nodes, node credentials
   kAdminQuotas,     // admin.quotas: tenants' quotas and priorities

@@ -98,6 +98,12 @@ const std::vector<MethodRule>& MethodRules() {
       {"/sv.v1.SshKeyService/AddSshKey", P::kInstancesWrite, W},
       {"/sv.v1.SshKeyService/ListSshKeys", P::kInstancesRead, R},
       {"/sv.v1.SshKeyService/DeleteSshKey", P::kInstancesWrite, W},
+      // webhook.proto
+      {"/sv.v1.WebhookService/SetWebhook", P::kWebhooksWrite, W},
+      {"/sv.v1.WebhookService/GetWebhook", P::kTenantRead, R},
+      {"/sv.v1.WebhookService/DeleteWebhook", P::kWebhooksWrite, W},
+      // A ping sends a signed request from svd: as much as setting it.
+      {"/sv.v1.WebhookService/TestWebhook", P::kWebhooksWrite, W},
       // agent.proto
       {"/sv.v1.AgentService/Connect", P::kNodeAgent, R},
       {"/sv.v1.NodeCredentialService/CreateNodeCredential", P::kAdminFleet, W},

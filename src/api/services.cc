@@ -23,6 +23,7 @@ struct ApiServices::Impl {
     services.push_back(internal::NewAuditService(deps, auth));
     services.push_back(internal::NewBudgetService(deps, auth));
     services.push_back(internal::NewSshKeyService(deps, auth));
+    services.push_back(internal::NewWebhookService(deps, auth));
     services.push_back(internal::NewDashboardAdminService(deps, auth));
     services.push_back(internal::NewVolumeService(deps, auth));
     services.push_back(internal::NewLibraryService(deps, auth));

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "api/auth.h"
+#include "api/webhooks.h"
 #include "common/clock.h"
 #include "control/loops.h"
 #include "store/store.h"
@@ -22,6 +23,7 @@ struct ApiDependencies {
   control::ControlLoops* loops = nullptr;  // Kicked after creates and deletes.
   AuthOptions auth;
   billing::Billing* billing = nullptr;  // Credit gate and the billing services.
+  WebhookOptions webhooks;              // What TestWebhook and SetWebhook allow.
 };
 
 // Owns the gRPC service implementations of the public API.

@@ -1,4 +1,5 @@
-// svctl keys, users, audit, spend-cap and ssh-keys (docs/security.md).
+// svctl keys, users, audit, spend-cap and ssh-keys (docs/security.md), and
+// webhook (docs/notifications.md).
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -9,6 +10,7 @@
 #include "cli/commands.h"
 #include "google/protobuf/util/time_util.h"
 #include "sv/v1/security.grpc.pb.h"
+#include "sv/v1/webhook.grpc.pb.h"
 
 namespace sv::cli {
 namespace {
@@ -394,6 +396,68 @@ void AddSpendCapCommands(CLI::App& app, Action* action) {
   });
 }
 
+void PrintWebhook(const v1::Webhook& w) {
+  std::vector<std::vector<std::string>> rows = {{"url:", w.url()},
+                                                {"set:", FormatTime(w.create_time()) + " by " +
+                                                             w.created_by()}};
+  if (!w.secret().empty()) {
+    rows.push_back({"secret:", w.secret() + "  (shown once: verify X-Sv-Signature with it)"});
+  }
+  rows.push_back({"pending:", std::to_string(w.pending_count()) + " notice(s)"});
+  rows.push_back({"last delivery:", FormatTime(w.last_delivery_time())});
+  if (w.failed_attempts() > 0) {
+    rows.push_back({"failing:", std::to_string(w.failed_attempts()) + " tries, last: " +
+                                    w.last_error() + "; next " +
+                                    FormatTime(w.next_attempt_time())});
+  }
+  PrintTable(rows, std::cout);
+}
+
+void AddWebhookCommands(CLI::App& app, Action* action) {
+  auto* hook = app.add_subcommand(
+      "webhook", "Where svd POSTs the tenant's notices (low credit, stops, refunds...)");
+  hook->require_subcommand(1);
+  auto url = std::make_shared<std::string>();
+  auto* set = hook->add_subcommand("set", "Set or replace the webhook (owners); prints its secret");
+  set->add_option("url", *url, "http:// or https:// URL of a public host")->required();
+  set->callback([=] {
+    *action = [=](Session& s) {
+      v1::SetWebhookRequest request;
+      request.set_url(*url);
+      return Run<v1::WebhookService::Stub, v1::SetWebhookRequest, v1::Webhook>(
+          s, request, &v1::WebhookService::Stub::SetWebhook, PrintWebhook);
+    };
+  });
+  hook->add_subcommand("get", "Show the webhook and how its deliveries go")->callback([=] {
+    *action = [=](Session& s) {
+      return Run<v1::WebhookService::Stub, v1::GetWebhookRequest, v1::Webhook>(
+          s, v1::GetWebhookRequest(), &v1::WebhookService::Stub::GetWebhook, PrintWebhook);
+    };
+  });
+  hook->add_subcommand("test", "Send a signed ping and show the answer (owners)")
+      ->callback([=] {
+        *action = [=](Session& s) {
+          return Run<v1::WebhookService::Stub, v1::TestWebhookRequest, v1::TestWebhookResponse>(
+              s, v1::TestWebhookRequest(), &v1::WebhookService::Stub::TestWebhook,
+              [](const v1::TestWebhookResponse& r) {
+                std::cout << (r.error().empty() ? "delivered: HTTP " +
+                                                      std::to_string(r.http_status())
+                                                : "failed: " + r.error())
+                          << "\n";
+              });
+        };
+      });
+  hook->add_subcommand("delete", "Remove the webhook (owners)")->callback([=] {
+    *action = [=](Session& s) {
+      return Run<v1::WebhookService::Stub, v1::DeleteWebhookRequest, v1::DeleteWebhookResponse>(
+          s, v1::DeleteWebhookRequest(), &v1::WebhookService::Stub::DeleteWebhook,
+          [](const v1::DeleteWebhookResponse& r) {
+            std::cout << (r.deleted() ? "webhook deleted" : "there was no webhook") << "\n";
+          });
+    };
+  });
+}
+
 }  // namespace
 
 void AddSecurityCommands(CLI::App& app, Action* action) {
@@ -402,6 +466,7 @@ void AddSecurityCommands(CLI::App& app, Action* action) {
   AddAuditCommand(app, action);
   AddSpendCapCommands(app, action);
   AddSshKeyCommands(app, action);
+  AddWebhookCommands(app, action);
 }
 
 }  // namespace sv::cli

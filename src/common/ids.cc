@@ -1,6 +1,8 @@
 #include "common/ids.h"
 
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 
@@ -51,17 +53,33 @@ std::string NewUuid() {
   return out;
 }
 
+namespace {
+
+std::string Hex(const unsigned char* bytes, size_t size) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(size * 2, '0');
+  for (size_t i = 0; i < size; ++i) {
+    out[2 * i] = kHex[bytes[i] >> 4];
+    out[2 * i + 1] = kHex[bytes[i] & 15];
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string Sha256Hex(std::string_view data) {
   std::array<unsigned char, SHA256_DIGEST_LENGTH> digest;
   SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(),
          digest.data());
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out(digest.size() * 2, '0');
-  for (size_t i = 0; i < digest.size(); ++i) {
-    out[2 * i] = kHex[digest[i] >> 4];
-    out[2 * i + 1] = kHex[digest[i] & 15];
-  }
-  return out;
+  return Hex(digest.data(), digest.size());
+}
+
+std::string HmacSha256Hex(std::string_view key, std::string_view data) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> digest;
+  unsigned int size = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest.data(), &size);
+  return Hex(digest.data(), size);
 }
 
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {

@@ -18,6 +18,8 @@ std::string NewUuid();
 
 // Lower-case hex SHA-256 of `data`.
 std::string Sha256Hex(std::string_view data);
+// Lower-case hex HMAC-SHA256 of `data` under `key`.
+std::string HmacSha256Hex(std::string_view key, std::string_view data);
 
 // Compares two strings in time independent of where they first differ.
 bool ConstantTimeEquals(std::string_view a, std::string_view b);

@@ -160,6 +160,12 @@ int main(int argc, char** argv) {
   app.add_option("--trial-days", o.trial_days, "Days until a trial grant expires")
       ->check(CLI::Range(1, 3650))
       ->capture_default_str();
+  app.add_flag("--webhook-allow-private", o.webhook_allow_private,
+               "Let tenants' webhooks reach loopback and private addresses (dev, tests)");
+  app.add_option("--webhook-interval-ms", o.webhook_interval_ms,
+                 "How often notices are looked for to send to tenants' webhooks")
+      ->check(CLI::Range(50, 600000))
+      ->capture_default_str();
   app.add_option("--unpaid-storage-grace-days", o.unpaid_storage_grace_days,
                  "A volume whose storage goes unpaid this many days is deleted (0: kept)")
       ->check(CLI::Range(0, 3650))

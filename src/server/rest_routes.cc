@@ -36,6 +36,10 @@ const std::vector<RestRoute>& RestRoutes() {
       {"POST", "/v1/sshKeys", "sv.v1.SshKeyService.AddSshKey", "*"},
       {"GET", "/v1/sshKeys", "sv.v1.SshKeyService.ListSshKeys", ""},
       {"DELETE", "/v1/sshKeys/{id}", "sv.v1.SshKeyService.DeleteSshKey", ""},
+      {"PUT", "/v1/webhook", "sv.v1.WebhookService.SetWebhook", "*"},
+      {"GET", "/v1/webhook", "sv.v1.WebhookService.GetWebhook", ""},
+      {"DELETE", "/v1/webhook", "sv.v1.WebhookService.DeleteWebhook", ""},
+      {"POST", "/v1/webhook:test", "sv.v1.WebhookService.TestWebhook", "*"},
       // Money.
       {"GET", "/v1/balance", "sv.v1.BillingService.GetBalance", ""},
       {"GET", "/v1/transfers", "sv.v1.BillingService.ListTransfers", ""},

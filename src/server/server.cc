@@ -18,6 +18,7 @@
 #include "api/credential_cache.h"
 #include "api/authz_interceptor.h"
 #include "api/tenant_stop_enforcer.h"
+#include "api/webhooks.h"
 #include "api/metrics_interceptor.h"
 #include "api/services.h"
 #include "api/sla_service.h"
@@ -225,8 +226,14 @@ int RunServer(const ServerOptions& options) {
   billing_loop.SetLeaderGate(&leadership);
   api::TenantStopEnforcer tenant_stops(store, clock, billing_options.loop_interval);
   tenant_stops.SetLeaderGate(&leadership);
+  api::WebhookOptions webhook_options;
+  webhook_options.allow_private_addresses = options.webhook_allow_private;
+  webhook_options.interval = absl::Milliseconds(options.webhook_interval_ms);
+  api::WebhookDispatcher webhooks(db, clock, webhook_options);
+  webhooks.SetLeaderGate(&leadership);
   api::ApiDependencies api_deps{&store, &clock, &loops};
   api_deps.billing = &billing;
+  api_deps.webhooks = webhook_options;
   api_deps.auth.per_key = {options.rate_limit_key_rps, options.rate_limit_key_burst};
   api_deps.auth.per_tenant = {options.rate_limit_tenant_rps, options.rate_limit_tenant_burst};
   api_deps.auth.failures_per_peer = {options.rate_limit_auth_failures_rps,
@@ -386,6 +393,7 @@ int RunServer(const ServerOptions& options) {
   loops.Start();
   billing_loop.Start();
   tenant_stops.Start();
+  webhooks.Start();
   sla_checkpoints.Start();
   fleet_utilization.Start();
   sla_judge.Start();
@@ -416,6 +424,7 @@ int RunServer(const ServerOptions& options) {
   // another replica takes over while this one drains its requests.
   billing_loop.Stop();
   tenant_stops.Stop();
+  webhooks.Stop();
   loops.Stop();
   sla_judge.Stop();
   leadership.Stop();

@@ -71,6 +71,10 @@ struct ServerOptions {
   int billing_lag_ms = 60000;  // Above the node heartbeat timeout (30 s).
   long long trial_amount_micros = 10'000'000;
   int trial_days = 30;
+  // Webhooks (docs/notifications.md): let them reach loopback and private
+  // addresses (dev and tests), and how often the loop looks for notices.
+  bool webhook_allow_private = false;
+  int webhook_interval_ms = 1000;
   int unpaid_storage_grace_days = 7;  // 0: volumes with unpaid storage are kept.
   // Leader election (docs/reliability.md): the lease, its renewal period and
   // this replica's name in the lease row (default: host-pid-random).

@@ -51,6 +51,7 @@ const std::map<std::string, std::set<std::string>>& Model() {
       {"users.read", {"owner", "admin"}},
       {"users.write", {"owner", "admin"}},
       {"audit.read", {"owner", "admin"}},
+      {"webhooks.write", {"owner", "admin"}},
       {"admin.tenants", {"admin"}},
       {"admin.fleet", {"admin"}},
       {"admin.quotas", {"admin"}},

@@ -27,6 +27,9 @@ std::unique_ptr<grpc::Service> NewBudgetService(const ApiDependencies& deps,
 // ssh_key_service.cc.
 std::unique_ptr<grpc::Service> NewSshKeyService(const ApiDependencies& deps,
                                                 const Authenticator& auth);
+// webhook_service.cc.
+std::unique_ptr<grpc::Service> NewWebhookService(const ApiDependencies& deps,
+                                                 const Authenticator& auth);
 
 // The first instant of the calendar month (Asia/Shanghai) that `now` is in.
 absl::Time SpendCapMonthStart(absl::Time now);
