@@ -120,6 +120,26 @@ async function refreshCatalog() {
   document.getElementById('owed').textContent = formatMoney(earnings.payableBalanceMicros || 0);
 }
 
+async function refreshWebhook() {
+  let hook = null;
+  try {
+    hook = await api('GET', '/v1/webhook');
+  } catch (e) {
+    if (e.status !== 404) throw e;
+  }
+  const state = document.getElementById('webhook-state');
+  state.dataset.url = hook ? hook.url : '';
+  if (!hook) {
+    state.textContent = 'No webhook: notices are shown on the Money page and by svctl balance.';
+  } else {
+    state.textContent = `Sending to ${hook.url}: ${hook.pendingCount || 0} notice(s) pending, ` +
+      `last delivery ${formatTime(hook.lastDeliveryTime)}` +
+      (hook.failedAttempts ? `; failing after ${hook.failedAttempts} tries: ${hook.lastError}` : '.');
+  }
+  document.getElementById('webhook-test').disabled = !hook;
+  document.getElementById('webhook-delete').disabled = !hook;
+}
+
 document.addEventListener('DOMContentLoaded', () => {
   document.getElementById('volume-form').addEventListener('submit', async (event) => {
     event.preventDefault();
@@ -150,11 +170,33 @@ document.addEventListener('DOMContentLoaded', () => {
       await refreshSshKeys();
     } catch (e) { status('ssh-key-status', failText('Add', e), true); }
   });
+  document.getElementById('webhook-form').addEventListener('submit', async (event) => {
+    event.preventDefault();
+    try {
+      const hook = await api('PUT', '/v1/webhook', { url: document.getElementById('webhook-url').value.trim() });
+      status('webhook-status', `Saved. Secret (shown once; verify signatures with it): ${hook.secret}`);
+      await refreshWebhook();
+    } catch (e) { status('webhook-status', failText('Save', e), true); }
+  });
+  document.getElementById('webhook-test').addEventListener('click', async () => {
+    status('webhook-status', 'Sending a test…');
+    try {
+      const r = await api('POST', '/v1/webhook:test', {});
+      status('webhook-status', r.error ? `Test failed: ${r.error}` : `Test delivered: HTTP ${r.httpStatus}`, !!r.error);
+    } catch (e) { status('webhook-status', failText('Test', e), true); }
+  });
+  document.getElementById('webhook-delete').addEventListener('click', async () => {
+    try {
+      await api('DELETE', '/v1/webhook');
+      status('webhook-status', 'Webhook deleted.');
+      await refreshWebhook();
+    } catch (e) { status('webhook-status', failText('Delete', e), true); }
+  });
   setupSignIn({
     onSignedIn: async () => {
       stoppers.forEach((s) => s());
       stoppers = [poll(refreshVolumes, 2000), poll(refreshCatalog, 10000),
-        poll(refreshSshKeys, 10000)];
+        poll(refreshSshKeys, 10000), poll(refreshWebhook, 10000)];
     },
     onSignedOut: () => { stoppers.forEach((s) => s()); stoppers = []; },
   });

@@ -167,7 +167,7 @@ async function availableMicros(page) {
       await page.getByRole('button', { name: 'Allow moves of e2e-small' }).waitFor({ timeout: 10000 });
     });
 
-    await step('add an SSH key, see the ssh command of port 22, delete the key', async () => {
+    await step('add an SSH key, see the ssh command of port 22, delete the key; set and delete a webhook', async () => {
       await page.goto(opts.base + '/storage.html');
       await page.locator('#ssh-keys-table tbody').filter({ hasText: 'No SSH keys yet.' })
         .waitFor({ timeout: 15000 });
@@ -193,6 +193,16 @@ async function availableMicros(page) {
       await page.getByRole('button', { name: 'Delete e2e-laptop' }).click();
       await page.locator('#ssh-keys-table tbody').filter({ hasText: 'No SSH keys yet.' })
         .waitFor({ timeout: 10000 });
+      // The webhook: saved with its secret shown once, then deleted.
+      await page.locator('#webhook-state').filter({ hasText: 'No webhook' }).waitFor({ timeout: 15000 });
+      await page.getByLabel('URL').fill('http://203.0.113.10/sv-hook');
+      await page.getByRole('button', { name: 'Save webhook' }).click();
+      await page.locator('#webhook-status').filter({ hasText: 'whsec_' }).waitFor({ timeout: 10000 });
+      await page.locator('#webhook-state').filter({ hasText: 'Sending to http://203.0.113.10/sv-hook' })
+        .waitFor({ timeout: 10000 });
+      await shot(page, '04d-webhook');
+      await page.getByRole('button', { name: 'Delete webhook' }).click();
+      await page.locator('#webhook-state').filter({ hasText: 'No webhook' }).waitFor({ timeout: 10000 });
       await page.goto(opts.base + '/');
       await page.locator('#instances-table tbody tr').first().waitFor({ timeout: 10000 });
     });
