@@ -57,15 +57,23 @@ absl::Status InstanceNotFound(const std::string& id) {
 }
 
 // Ends an instance that holds GPUs: releases them, forgets its start
-// confirmations, and records the transition at `at`.
+// confirmations, and records the transition at `at`. Every caller is the
+// platform ending it (its node reported it ended, the node went silent,
+// the idle policy), not the tenant, so the tenant gets an instance_ended
+// notice (migration 0113), which its webhook receives.
 void EndInstance(pqxx::work& txn, const std::string& instance_id, const std::string& from,
                  const std::string& to, const std::string& reason, absl::Time at,
                  absl::Time now) {
   txn.exec_params("DELETE FROM gpu_reservations WHERE instance_id = $1", instance_id);
   txn.exec_params("DELETE FROM instance_node_starts WHERE instance_id = $1", instance_id);
   txn.exec_params(
-      "UPDATE instances SET state = $2, state_reason = $3, updated_at = $4::timestamptz, "
-      "running_since = NULL, idle_since = NULL WHERE id = $1",
+      "WITH ended AS (UPDATE instances SET state = $2, state_reason = $3, "
+      "updated_at = $4::timestamptz, running_since = NULL, idle_since = NULL WHERE id = $1 "
+      "RETURNING tenant_id, name) "
+      "INSERT INTO billing_notices (tenant_id, kind, instance_id, message, at) "
+      "SELECT tenant_id, 'instance_ended', $1, 'Instance ' || name || ' (' || $1 || ') ' || "
+      "CASE WHEN $2 = 'FAILED' THEN 'failed' ELSE 'stopped' END || ': ' || $3, "
+      "$4::timestamptz FROM ended",
       instance_id, to, reason, SqlTime(now));
   RecordEvent(txn, instance_id, at, from, to, reason);
 }

@@ -16,7 +16,10 @@
 #include "common/ids.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "store/agent_store.h"
+#include "store/database.h"
 #include "sv/v1/billing.grpc.pb.h"
+#include "sv/v1/instance.grpc.pb.h"
 #include "sv/v1/webhook.grpc.pb.h"
 #include "tests/integration/harness.h"
 
@@ -84,6 +87,7 @@ class WebhookTest : public ::testing::Test {
   void SetUp() override {
     SvdOptions options;
     options.database_url = CreateTestDatabase();
+    url_ = options.database_url;
     options.sim_nodes = 2;
     options.extra_args = {"--webhook-allow-private", "--webhook-interval-ms", "100"};
     svd_ = std::make_unique<SvdProcess>(options);
@@ -113,7 +117,7 @@ class WebhookTest : public ::testing::Test {
   }
 
   std::unique_ptr<SvdProcess> svd_;
-  std::string owner_, tenant_id_;
+  std::string url_, owner_, tenant_id_;
 };
 
 // Goal: set a webhook; every later notice reaches it once, in order, signed
@@ -187,6 +191,56 @@ TEST_F(WebhookTest, NoticesReachTheReceiverSignedInOrderAndAreRetried) {
   EXPECT_EQ(receiver.received().size(), 3u);
   ASSERT_TRUE(hooks.DeleteWebhook(Context(owner_).get(), {}, &deleted).ok());
   EXPECT_FALSE(deleted.deleted());
+}
+
+// Goal: when the platform ends an instance (here its node reports it
+// failed, through the agents' store call), the tenant's webhook hears of it
+// with the reason; the balance's billing notices do not list it.
+TEST_F(WebhookTest, InstanceEndedByThePlatformIsSent) {
+  Receiver receiver;
+  v1::WebhookService::Stub hooks(svd_->channel());
+  v1::SetWebhookRequest set;
+  set.set_url(receiver.url());
+  v1::Webhook webhook;
+  ASSERT_TRUE(hooks.SetWebhook(Context(owner_).get(), set, &webhook).ok());
+  v1::InstanceService::Stub instances(svd_->channel());
+  v1::CreateInstanceRequest create;
+  create.mutable_instance()->set_name("trainer");
+  create.mutable_instance()->set_gpu_count(1);
+  create.set_request_id("ended-1");
+  v1::Instance instance;
+  ASSERT_TRUE(instances.CreateInstance(Context(owner_).get(), create, &instance).ok());
+  v1::GetInstanceRequest get;
+  get.set_id(instance.id());
+  ASSERT_TRUE(WaitFor([&] {
+    instances.GetInstance(Context(owner_).get(), get, &instance);
+    return instance.state() == v1::RUNNING;
+  }));
+  ASSERT_EQ(instance.placement_size(), 1);
+  store::DatabaseOptions db_options;
+  db_options.url = url_;
+  store::Database db(db_options);
+  std::string node_id;
+  ASSERT_TRUE(db.Transact([&](pqxx::work& txn) {
+                  node_id = txn.exec_params1("SELECT id FROM nodes WHERE name = $1",
+                                             instance.placement(0).node_name())[0]
+                                .as<std::string>();
+                  return absl::OkStatus();
+                }).ok());
+  store::AgentStore agents(db);
+  ASSERT_TRUE(agents.ReportEnded(node_id, instance.id(), true, "GPU 0 fell off the bus",
+                                 absl::Now())
+                  .ok());
+  ASSERT_TRUE(WaitFor([&] { return !receiver.received().empty(); }));
+  const auto body = nlohmann::json::parse(receiver.received()[0].body);
+  EXPECT_EQ(body["kind"], "instance_ended");
+  EXPECT_EQ(body["instanceId"], instance.id());
+  EXPECT_EQ(body["message"], "Instance trainer (" + instance.id() +
+                                 ") failed: GPU 0 fell off the bus");
+  v1::BillingService::Stub billing(svd_->channel());
+  v1::Balance balance;
+  ASSERT_TRUE(billing.GetBalance(Context(owner_).get(), {}, &balance).ok());
+  for (const auto& notice : balance.notices()) EXPECT_NE(notice.kind(), "instance_ended");
 }
 
 // Goal: svctl sets, shows, tests and deletes the webhook.
