@@ -20,31 +20,31 @@ class AdminServiceImpl final : public v1::AdminService::Service {
   grpc::Status CreateTenant(grpc::ServerContext* context,
                             const v1::CreateTenantRequest* request,
                             v1::CreateTenantResponse* response) override {
-    auto who = auth_.Authenticate(*context);
-    if (!who.ok()) return Finish("CreateTenant", nullptr, "", who.status());
-    return Finish("CreateTenant", &*who, "", Create(*who, *request, response));
+    return Serve(auth_, *context, "CreateTenant", [&](const store::Principal& who) {
+      return Create(who, *request, response);
+    });
   }
 
   grpc::Status GetTenant(grpc::ServerContext* context, const v1::GetTenantRequest* request,
                          v1::TenantStanding* response) override {
-    auto who = auth_.Authenticate(*context);
-    if (!who.ok()) return Finish("GetTenant", nullptr, "", who.status());
-    return Finish("GetTenant", &*who, "", Get(*request, response));
+    return Serve(auth_, *context, "GetTenant", [&](const store::Principal&) {
+      return Get(*request, response);
+    });
   }
 
   grpc::Status SuspendTenant(grpc::ServerContext* context,
                              const v1::SuspendTenantRequest* request,
                              v1::SuspendTenantResponse* response) override {
-    auto who = auth_.Authenticate(*context);
-    if (!who.ok()) return Finish("SuspendTenant", nullptr, "", who.status());
-    return Finish("SuspendTenant", &*who, "", Suspend(*who, *request, response));
+    return Serve(auth_, *context, "SuspendTenant", [&](const store::Principal& who) {
+      return Suspend(who, *request, response);
+    });
   }
 
   grpc::Status ResumeTenant(grpc::ServerContext* context, const v1::ResumeTenantRequest* request,
                             v1::ResumeTenantResponse* response) override {
-    auto who = auth_.Authenticate(*context);
-    if (!who.ok()) return Finish("ResumeTenant", nullptr, "", who.status());
-    return Finish("ResumeTenant", &*who, "", Resume(*who, *request, response));
+    return Serve(auth_, *context, "ResumeTenant", [&](const store::Principal& who) {
+      return Resume(who, *request, response);
+    });
   }
 
  private:

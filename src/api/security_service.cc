@@ -97,14 +97,6 @@ absl::Status CheckId(const std::string& id, const char* prefix, const char* reas
 }
 
 // Runs `body` for an authorized caller and converts the outcome.
-template <typename Body>
-grpc::Status Serve(const Authenticator& auth, grpc::ServerContext& context, const char* method,
-                   Body body) {
-  auto who = auth.Authenticate(context);
-  if (!who.ok()) return Finish(method, nullptr, "", who.status());
-  return Finish(method, &*who, "", body(*who));
-}
-
 class ApiKeyServiceImpl final : public v1::ApiKeyService::Service {
  public:
   ApiKeyServiceImpl(const ApiDependencies& deps, const Authenticator& auth)

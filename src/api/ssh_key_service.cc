@@ -32,7 +32,7 @@ class SshKeyServiceImpl final : public v1::SshKeyService::Service {
 
   grpc::Status AddSshKey(grpc::ServerContext* context, const v1::AddSshKeyRequest* request,
                          v1::SshKey* response) override {
-    return Serve(*context, "AddSshKey", [&](const store::Principal& who) -> absl::Status {
+    return Serve(auth_, *context, "AddSshKey", [&](const store::Principal& who) -> absl::Status {
       SV_ASSIGN_OR_RETURN(SshPublicKey key, ParseSshPublicKey(request->public_key()));
       std::string name = request->name().empty() ? DefaultSshKeyName(key) : request->name();
       if (!ValidSshKeyName(name)) {
@@ -52,7 +52,7 @@ class SshKeyServiceImpl final : public v1::SshKeyService::Service {
 
   grpc::Status ListSshKeys(grpc::ServerContext* context, const v1::ListSshKeysRequest*,
                            v1::ListSshKeysResponse* response) override {
-    return Serve(*context, "ListSshKeys", [&](const store::Principal& who) -> absl::Status {
+    return Serve(auth_, *context, "ListSshKeys", [&](const store::Principal& who) -> absl::Status {
       SV_ASSIGN_OR_RETURN(auto keys, store_.List(who.tenant_id));
       for (const auto& k : keys) ToProto(k, response->add_keys());
       return absl::OkStatus();
@@ -61,7 +61,7 @@ class SshKeyServiceImpl final : public v1::SshKeyService::Service {
 
   grpc::Status DeleteSshKey(grpc::ServerContext* context, const v1::DeleteSshKeyRequest* request,
                             v1::DeleteSshKeyResponse*) override {
-    return Serve(*context, "DeleteSshKey", [&](const store::Principal& who) -> absl::Status {
+    return Serve(auth_, *context, "DeleteSshKey", [&](const store::Principal& who) -> absl::Status {
       if (request->id().empty()) {
         return Error(absl::StatusCode::kInvalidArgument, "MISSING_ID", "id is required");
       }
@@ -77,13 +77,6 @@ class SshKeyServiceImpl final : public v1::SshKeyService::Service {
   }
 
  private:
-  template <typename Body>
-  grpc::Status Serve(grpc::ServerContext& context, const char* method, Body body) {
-    auto who = auth_.Authenticate(context);
-    if (!who.ok()) return Finish(method, nullptr, "", who.status());
-    return Finish(method, &*who, "", body(*who));
-  }
-
   ApiDependencies deps_;
   const Authenticator& auth_;
   store::SshKeyStore store_;

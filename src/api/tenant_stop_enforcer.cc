@@ -1,9 +1,5 @@
 #include "api/tenant_stop_enforcer.h"
 
-#include <condition_variable>
-#include <mutex>
-#include <thread>
-
 #include "api/internal/security_util.h"
 #include "common/status.h"
 #include "spdlog/spdlog.h"
@@ -11,21 +7,14 @@
 
 namespace sv::api {
 
-struct TenantStopEnforcer::State {
-  std::mutex mutex;
-  std::condition_variable wake;
-  bool stopping = false;
-  std::thread thread;
-  const store::LeaderGate* gate = nullptr;
-};
-
 TenantStopEnforcer::TenantStopEnforcer(store::Store& store, const Clock& clock,
-                                   absl::Duration interval)
-    : store_(store), clock_(clock), interval_(interval), state_(std::make_unique<State>()) {}
-
-TenantStopEnforcer::~TenantStopEnforcer() { Stop(); }
-
-void TenantStopEnforcer::SetLeaderGate(const store::LeaderGate* gate) { state_->gate = gate; }
+                                       absl::Duration interval)
+    : store_(store), clock_(clock), loop_("tenant-stops", interval, [this] {
+        auto result = RunOnce(clock_.Now());
+        if (!result.ok()) {
+          spdlog::warn("tenant stop: pass failed: {}", result.status().ToString());
+        }
+      }) {}
 
 absl::StatusOr<int> StopTenantInstances(store::Store& store, const std::string& tenant_id,
                                         const char* reason, absl::Time now) {
@@ -69,36 +58,6 @@ absl::StatusOr<int> TenantStopEnforcer::RunOnce(absl::Time now) {
     stopped += n;
   }
   return stopped;
-}
-
-void TenantStopEnforcer::Start() {
-  state_->thread = std::thread([this] {
-    std::unique_lock<std::mutex> lock(state_->mutex);
-    while (!state_->stopping) {
-      lock.unlock();
-      {
-        store::LeaderTurn turn(state_->gate);
-        if (turn.ok()) {
-          auto result = RunOnce(clock_.Now());
-          if (!result.ok()) {
-            spdlog::warn("tenant stop: pass failed: {}", result.status().ToString());
-          }
-        }
-      }
-      lock.lock();
-      state_->wake.wait_for(lock, absl::ToChronoNanoseconds(interval_),
-                            [this] { return state_->stopping; });
-    }
-  });
-}
-
-void TenantStopEnforcer::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(state_->mutex);
-    state_->stopping = true;
-  }
-  state_->wake.notify_all();
-  if (state_->thread.joinable()) state_->thread.join();
 }
 
 }  // namespace sv::api

@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "store/database.h"
+#include "store/leader_loop.h"
 #include "store/store.h"
 
 namespace sv::api {
@@ -34,19 +35,17 @@ absl::StatusOr<int> StopTenantInstances(store::Store& store, const std::string& 
 class TenantStopEnforcer {
  public:
   TenantStopEnforcer(store::Store& store, const Clock& clock, absl::Duration interval);
-  ~TenantStopEnforcer();
-  void SetLeaderGate(const store::LeaderGate* gate);
-  void Start();
-  void Stop();
+
+  void SetLeaderGate(const store::LeaderGate* gate) { loop_.SetLeaderGate(gate); }
+  void Start() { loop_.Start(); }
+  void Stop() { loop_.Stop(); }
   // One pass: the number of instances stopped.
   absl::StatusOr<int> RunOnce(absl::Time now);
 
  private:
-  struct State;
   store::Store& store_;
   const Clock& clock_;
-  absl::Duration interval_;
-  std::unique_ptr<State> state_;
+  store::LeaderLoop loop_;
 };
 
 }  // namespace sv::api

@@ -38,7 +38,7 @@ class WebhookServiceImpl final : public v1::WebhookService::Service {
 
   grpc::Status SetWebhook(grpc::ServerContext* context, const v1::SetWebhookRequest* request,
                           v1::Webhook* response) override {
-    return Serve(*context, "SetWebhook", [&](const store::Principal& who) -> absl::Status {
+    return Serve(auth_, *context, "SetWebhook", [&](const store::Principal& who) -> absl::Status {
       SV_ASSIGN_OR_RETURN(WebhookUrl url, ParseWebhookUrl(request->url()));
       SV_RETURN_IF_ERROR(CheckWebhookHost(url, deps_.webhooks.allow_private_addresses));
       const std::string secret = NewWebhookSecret();
@@ -56,7 +56,7 @@ class WebhookServiceImpl final : public v1::WebhookService::Service {
 
   grpc::Status GetWebhook(grpc::ServerContext* context, const v1::GetWebhookRequest*,
                           v1::Webhook* response) override {
-    return Serve(*context, "GetWebhook", [&](const store::Principal& who) -> absl::Status {
+    return Serve(auth_, *context, "GetWebhook", [&](const store::Principal& who) -> absl::Status {
       SV_ASSIGN_OR_RETURN(store::WebhookRow row, store_.Get(who.tenant_id));
       ToProto(row, response);
       return absl::OkStatus();
@@ -65,7 +65,7 @@ class WebhookServiceImpl final : public v1::WebhookService::Service {
 
   grpc::Status DeleteWebhook(grpc::ServerContext* context, const v1::DeleteWebhookRequest*,
                              v1::DeleteWebhookResponse* response) override {
-    return Serve(*context, "DeleteWebhook", [&](const store::Principal& who) -> absl::Status {
+    return Serve(auth_, *context, "DeleteWebhook", [&](const store::Principal& who) -> absl::Status {
       SV_ASSIGN_OR_RETURN(bool deleted, store_.Delete(who.tenant_id));
       response->set_deleted(deleted);
       if (deleted) spdlog::info("api: webhook of {} deleted by {}", who.tenant_id, who.user_id);
@@ -75,7 +75,7 @@ class WebhookServiceImpl final : public v1::WebhookService::Service {
 
   grpc::Status TestWebhook(grpc::ServerContext* context, const v1::TestWebhookRequest*,
                            v1::TestWebhookResponse* response) override {
-    return Serve(*context, "TestWebhook", [&](const store::Principal& who) -> absl::Status {
+    return Serve(auth_, *context, "TestWebhook", [&](const store::Principal& who) -> absl::Status {
       SV_ASSIGN_OR_RETURN(store::WebhookRow row, store_.Get(who.tenant_id));
       const absl::Time now = deps_.clock->Now();
       const std::string event_id = NewId("ping");
@@ -94,13 +94,6 @@ class WebhookServiceImpl final : public v1::WebhookService::Service {
   }
 
  private:
-  template <typename Body>
-  grpc::Status Serve(grpc::ServerContext& context, const char* method, Body body) {
-    auto who = auth_.Authenticate(context);
-    if (!who.ok()) return Finish(method, nullptr, "", who.status());
-    return Finish(method, &*who, "", body(*who));
-  }
-
   ApiDependencies deps_;
   const Authenticator& auth_;
   store::WebhookStore store_;

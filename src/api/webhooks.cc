@@ -7,7 +7,6 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -206,21 +205,12 @@ WebhookAttempt PostWebhook(const std::string& url, const std::string& secret,
 
 // ---- The loop ---------------------------------------------------------------
 
-struct WebhookDispatcher::State {
-  std::mutex mutex;
-  std::condition_variable wake;
-  bool stopping = false;
-  std::thread thread;
-  const store::LeaderGate* gate = nullptr;
-};
-
 WebhookDispatcher::WebhookDispatcher(store::Database& db, const Clock& clock,
                                      WebhookOptions options)
-    : store_(db), clock_(clock), options_(options), state_(std::make_unique<State>()) {}
-
-WebhookDispatcher::~WebhookDispatcher() { Stop(); }
-
-void WebhookDispatcher::SetLeaderGate(const store::LeaderGate* gate) { state_->gate = gate; }
+    : store_(db), clock_(clock), options_(options), loop_("webhooks", options.interval, [this] {
+        auto result = RunOnce(clock_.Now());
+        if (!result.ok()) spdlog::warn("webhooks: pass failed: {}", result.status().ToString());
+      }) {}
 
 absl::StatusOr<int> WebhookDispatcher::RunOnce(absl::Time now) {
   SV_ASSIGN_OR_RETURN(auto due, store_.Due(now, kWebhooksPerPass));
@@ -267,34 +257,6 @@ absl::StatusOr<int> WebhookDispatcher::RunOnce(absl::Time now) {
   }
   if (!failed.ok()) return failed;
   return delivered;
-}
-
-void WebhookDispatcher::Start() {
-  state_->thread = std::thread([this] {
-    std::unique_lock<std::mutex> lock(state_->mutex);
-    while (!state_->stopping) {
-      lock.unlock();
-      {
-        store::LeaderTurn turn(state_->gate);
-        if (turn.ok()) {
-          auto result = RunOnce(clock_.Now());
-          if (!result.ok()) spdlog::warn("webhooks: pass failed: {}", result.status().ToString());
-        }
-      }
-      lock.lock();
-      state_->wake.wait_for(lock, absl::ToChronoNanoseconds(options_.interval),
-                            [this] { return state_->stopping; });
-    }
-  });
-}
-
-void WebhookDispatcher::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(state_->mutex);
-    state_->stopping = true;
-  }
-  state_->wake.notify_all();
-  if (state_->thread.joinable()) state_->thread.join();
 }
 
 }  // namespace sv::api

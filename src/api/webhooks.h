@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "store/database.h"
+#include "store/leader_loop.h"
 #include "store/webhook_store.h"
 
 namespace sv::api {
@@ -66,19 +67,17 @@ WebhookAttempt PostWebhook(const std::string& url, const std::string& secret,
 class WebhookDispatcher {
  public:
   WebhookDispatcher(store::Database& db, const Clock& clock, WebhookOptions options);
-  ~WebhookDispatcher();
-  void SetLeaderGate(const store::LeaderGate* gate);
-  void Start();
-  void Stop();
+  void SetLeaderGate(const store::LeaderGate* gate) { loop_.SetLeaderGate(gate); }
+  void Start() { loop_.Start(); }
+  void Stop() { loop_.Stop(); }
   // One pass: the notices delivered.
   absl::StatusOr<int> RunOnce(absl::Time now);
 
  private:
-  struct State;
   store::WebhookStore store_;
   const Clock& clock_;
   WebhookOptions options_;
-  std::unique_ptr<State> state_;
+  store::LeaderLoop loop_;
 };
 
 }  // namespace sv::api

@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "common/money.h"
 #include "store/database.h"
+#include "store/leader_loop.h"
 #include "store/store.h"
 
 namespace sv::billing {
@@ -386,19 +387,17 @@ absl::Time MinuteStart(int64_t minute);
 class BillingLoop {
  public:
   BillingLoop(Billing& billing, const Clock& clock);
-  ~BillingLoop();
   // With a gate, runs bill only while this replica leads, fenced with its
   // epoch (control/leadership.h). Set before Start().
-  void SetLeaderGate(const store::LeaderGate* gate);
-  void Start();
-  void Stop();
+  void SetLeaderGate(const store::LeaderGate* gate) { loop_.SetLeaderGate(gate); }
+  void Start() { loop_.Start(); }
+  void Stop() { loop_.Stop(); }
 
  private:
-  struct State;
   void RunTurn();
   Billing& billing_;
   const Clock& clock_;
-  std::unique_ptr<State> state_;
+  store::LeaderLoop loop_;
 };
 
 // `svd audit`: connects, audits, prints; returns the process exit code.

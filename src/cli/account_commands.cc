@@ -2,6 +2,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "CLI/CLI.hpp"
 #include "cli/commands.h"
@@ -33,19 +34,39 @@ void AddAccountCommands(CLI::App& app, Action* action) {
 
 namespace {
 
-// svctl admin tenant|suspend|resume: `call` runs the RPC for the resolved
-// tenant id and prints its answer.
-template <typename Call>
-Action TenantCall(std::shared_ptr<std::string> tenant, Call call) {
+// svctl admin tenant|suspend|resume: resolves the tenant, fills `Request`
+// (its tenant_id, and `reason` when given), calls `rpc`, and prints the
+// answer as JSON or with `print`.
+template <typename Request, typename Response, typename Print>
+Action TenantCall(std::shared_ptr<std::string> tenant, std::shared_ptr<std::string> reason,
+                  grpc::Status (v1::AdminService::Stub::*rpc)(grpc::ClientContext*,
+                                                              const Request&, Response*),
+                  Print print) {
   return [=](Session& s) {
     s.flags.admin = true;
     std::string error;
     if (!s.Connect(&error)) return Fail(error);
-    std::string id;
-    if (int rc = ResolveTenant(s, *tenant, &id); rc != kExitOk) return rc;
+    Request request;
+    if (int rc = ResolveTenant(s, *tenant, request.mutable_tenant_id()); rc != kExitOk) {
+      return rc;
+    }
+    if constexpr (!std::is_same_v<Request, v1::GetTenantRequest>) request.set_reason(*reason);
     v1::AdminService::Stub stub(s.channel);
-    return call(s, stub, id);
+    Response response;
+    grpc::Status status = (stub.*rpc)(s.Context().get(), request, &response);
+    if (!status.ok()) return FailRpc(status, s);
+    if (s.format() == Format::kJson) {
+      PrintJson(response, std::cout);
+    } else {
+      print(response);
+    }
+    return kExitOk;
   };
+}
+
+// "tenant acme (ten-...) <what>".
+void SayTenant(const v1::Tenant& t, const std::string& what) {
+  std::cout << "tenant " << t.name() << " (" << t.id() << ") " << what << "\n";
 }
 
 void AddTenantStandingCommands(CLI::App& admin, Action* action) {
@@ -54,67 +75,33 @@ void AddTenantStandingCommands(CLI::App& admin, Action* action) {
   auto* show = admin.add_subcommand("tenant", "Show a tenant and its suspensions");
   show->add_option("tenant", *tenant, "Tenant id or name")->required();
   show->callback([=] {
-    *action = TenantCall(tenant, [](Session& s, v1::AdminService::Stub& stub,
-                                    const std::string& id) {
-      v1::GetTenantRequest request;
-      request.set_tenant_id(id);
-      v1::TenantStanding standing;
-      grpc::Status status = stub.GetTenant(s.Context().get(), request, &standing);
-      if (!status.ok()) return FailRpc(status, s);
-      if (s.format() == Format::kJson) {
-        PrintJson(standing, std::cout);
-      } else {
-        PrintTenantStanding(standing, std::cout);
-      }
-      return kExitOk;
-    });
+    *action = TenantCall(tenant, reason, &v1::AdminService::Stub::GetTenant,
+                         [](const v1::TenantStanding& r) { PrintTenantStanding(r, std::cout); });
   });
   auto* suspend = admin.add_subcommand(
       "suspend", "Suspend a tenant: stop its instances, refuse its creates and starts");
-  suspend->add_option("tenant", *tenant, "Tenant id or name")->required();
-  suspend->add_option("--reason", *reason, "Why; the tenant is shown it")->required();
-  suspend->callback([=] {
-    *action = TenantCall(tenant, [=](Session& s, v1::AdminService::Stub& stub,
-                                     const std::string& id) {
-      v1::SuspendTenantRequest request;
-      request.set_tenant_id(id);
-      request.set_reason(*reason);
-      v1::SuspendTenantResponse response;
-      grpc::Status status = stub.SuspendTenant(s.Context().get(), request, &response);
-      if (!status.ok()) return FailRpc(status, s);
-      if (s.format() == Format::kJson) {
-        PrintJson(response, std::cout);
-      } else {
-        std::cout << "tenant " << response.tenant().name() << " ("
-                  << response.tenant().id() << ") "
-                  << (response.newly_suspended() ? "suspended" : "was already suspended")
-                  << "; " << response.instances_stopped() << " instance(s) stopped\n";
-      }
-      return kExitOk;
-    });
-  });
   auto* resume = admin.add_subcommand(
       "resume", "Lift a tenant's suspension (its stopped instances stay stopped)");
-  resume->add_option("tenant", *tenant, "Tenant id or name")->required();
-  resume->add_option("--reason", *reason, "Why; the tenant is shown it")->required();
+  for (auto* c : {suspend, resume}) {
+    c->add_option("tenant", *tenant, "Tenant id or name")->required();
+    c->add_option("--reason", *reason, "Why; the tenant is shown it")->required();
+  }
+  suspend->callback([=] {
+    *action = TenantCall(tenant, reason, &v1::AdminService::Stub::SuspendTenant,
+                         [](const v1::SuspendTenantResponse& r) {
+                           SayTenant(r.tenant(),
+                                     (r.newly_suspended() ? "suspended; "
+                                                          : "was already suspended; ") +
+                                         std::to_string(r.instances_stopped()) +
+                                         " instance(s) stopped");
+                         });
+  });
   resume->callback([=] {
-    *action = TenantCall(tenant, [=](Session& s, v1::AdminService::Stub& stub,
-                                     const std::string& id) {
-      v1::ResumeTenantRequest request;
-      request.set_tenant_id(id);
-      request.set_reason(*reason);
-      v1::ResumeTenantResponse response;
-      grpc::Status status = stub.ResumeTenant(s.Context().get(), request, &response);
-      if (!status.ok()) return FailRpc(status, s);
-      if (s.format() == Format::kJson) {
-        PrintJson(response, std::cout);
-      } else {
-        std::cout << "tenant " << response.tenant().name() << " ("
-                  << response.tenant().id() << ") "
-                  << (response.was_suspended() ? "resumed" : "was not suspended") << "\n";
-      }
-      return kExitOk;
-    });
+    *action = TenantCall(tenant, reason, &v1::AdminService::Stub::ResumeTenant,
+                         [](const v1::ResumeTenantResponse& r) {
+                           SayTenant(r.tenant(), r.was_suspended() ? "resumed"
+                                                                   : "was not suspended");
+                         });
   });
 }
 

@@ -24,9 +24,11 @@
 #include "store/database.h"
 #include "store/utilization_store.h"
 
-namespace sv::sla {
-
+namespace sv {
 class PeriodicLoop;
+}  // namespace sv
+
+namespace sv::sla {
 
 class FleetUtilization {
  public:

@@ -311,40 +311,6 @@ absl::StatusOr<JudgeResult> Runtime::JudgeHour(absl::Time hour_start, absl::Time
   return result;
 }
 
-PeriodicLoop::PeriodicLoop(std::string name, absl::Duration interval, std::function<void()> turn,
-                           std::function<void()> on_stop)
-    : name_(std::move(name)),
-      interval_(interval),
-      turn_(std::move(turn)),
-      on_stop_(std::move(on_stop)) {}
-
-PeriodicLoop::~PeriodicLoop() { Stop(); }
-
-void PeriodicLoop::Start() {
-  thread_ = std::thread([this] {
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (!stopping_) {
-      lock.unlock();
-      turn_();
-      lock.lock();
-      wake_.wait_for(lock, absl::ToChronoNanoseconds(interval_), [this] { return stopping_; });
-    }
-  });
-}
-
-void PeriodicLoop::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_ && !thread_.joinable()) return;
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  if (thread_.joinable()) {
-    thread_.join();
-    if (on_stop_) on_stop_();
-  }
-}
-
 CheckpointLoop::CheckpointLoop(Runtime& runtime)
     : loop_(
           "sla-checkpoint", runtime.options().checkpoint_interval,
@@ -362,9 +328,8 @@ JudgeLoop::JudgeLoop(Runtime& runtime, const Clock& clock)
       clock_(clock),
       loop_("sla-judge", runtime.options().judge_interval, [this] { Turn(); }) {}
 
+// One turn, while this replica leads (store::LeaderLoop).
 void JudgeLoop::Turn() {
-  store::LeaderTurn turn(gate_);
-  if (!turn.ok()) return;
   auto result = runtime_.JudgeDue(clock_.Now());
   metrics::Registry::Default().IncrementCounter("sv_sla_judge_runs_total",
                                                 "SLA judgement runs, by result.",

@@ -24,9 +24,11 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/periodic_loop.h"
 #include "sla/monitor.h"
 #include "sla/sla.h"
 #include "store/database.h"
+#include "store/leader_loop.h"
 #include "store/sla_store.h"
 
 namespace sv::sla {
@@ -87,26 +89,6 @@ class Runtime {
   store::SlaStore store_;
 };
 
-// Runs `turn` every `interval` on a thread of its own; `on_stop` once after.
-class PeriodicLoop {
- public:
-  PeriodicLoop(std::string name, absl::Duration interval, std::function<void()> turn,
-               std::function<void()> on_stop = nullptr);
-  ~PeriodicLoop();
-  void Start();
-  void Stop();
-
- private:
-  std::string name_;
-  absl::Duration interval_;
-  std::function<void()> turn_;
-  std::function<void()> on_stop_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stopping_ = false;
-  std::thread thread_;
-};
-
 // Checkpoints every checkpoint_interval, on every replica, and once more
 // at Stop() (shutdown), so a restart mid-hour loses no evidence.
 class CheckpointLoop {
@@ -123,7 +105,7 @@ class CheckpointLoop {
 class JudgeLoop {
  public:
   JudgeLoop(Runtime& runtime, const Clock& clock);
-  void SetLeaderGate(const store::LeaderGate* gate) { gate_ = gate; }
+  void SetLeaderGate(const store::LeaderGate* gate) { loop_.SetLeaderGate(gate); }
   void Start() { loop_.Start(); }
   void Stop() { loop_.Stop(); }
 
@@ -131,8 +113,7 @@ class JudgeLoop {
   void Turn();
   Runtime& runtime_;
   const Clock& clock_;
-  const store::LeaderGate* gate_ = nullptr;
-  PeriodicLoop loop_;
+  store::LeaderLoop loop_;
 };
 
 }  // namespace sv::sla

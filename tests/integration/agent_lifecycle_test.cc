@@ -31,17 +31,6 @@ namespace {
 namespace fs = std::filesystem;
 using v1::Instance;
 
-// Polls `done` every 50 ms; gives up after 30 s (a failure bound, not a
-// timing assertion).
-bool WaitFor(const std::function<bool()>& done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return done();
-}
-
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;

@@ -262,6 +262,15 @@ std::unique_ptr<store::Database> CreateMigratedDatabase(std::string* url, int co
   return db;
 }
 
+bool WaitFor(const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return done();
+}
+
 void ExecSql(const std::string& url, const std::string& sql) {
   pqxx::connection c(url);
   pqxx::work txn(c);

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,10 @@ std::string CreateTestDatabase();
 // migrations fail.
 std::unique_ptr<store::Database> CreateMigratedDatabase(std::string* url,
                                                         int connections_max = 0);
+
+// Calls `done` every 50 ms until it returns true (then true) or 30 s have
+// passed (then its last answer): a failure bound, not a timing assertion.
+bool WaitFor(const std::function<bool()>& done);
 
 // Runs `sql` in its own committed transaction on the database at `url`.
 void ExecSql(const std::string& url, const std::string& sql);

@@ -42,15 +42,6 @@ int64_t AppFee(int64_t minute) {
 }
 int64_t PublisherPart(int64_t fee) { return fee * 7 / 10; }
 
-bool WaitFor(const std::function<bool()>& done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return done();
-}
-
 // Registers `name` 1.0 as the publisher, with the given size and price.
 v1::MarketplaceImage RegisterApp(v1::MarketplaceService::Stub& market,
                                  const std::string& publisher, const std::string& name,

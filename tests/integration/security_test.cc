@@ -135,6 +135,19 @@ class SecurityTest : public ::testing::Test {
     return response;
   }
 
+  // The instance once it is STOPPED, or as it is after WaitFor gives up.
+  static v1::Instance WaitForStopped(const std::string& token, const std::string& id) {
+    v1::InstanceService::Stub instances(svd_->channel());
+    v1::GetInstanceRequest get;
+    get.set_id(id);
+    v1::Instance now;
+    WaitFor([&] {
+      return instances.GetInstance(Context(token).get(), get, &now).ok() &&
+             now.state() == v1::STOPPED;
+    });
+    return now;
+  }
+
   static void Sql(const std::string& statement) {
     pqxx::connection connection(*url_);
     pqxx::work txn(connection);
@@ -462,15 +475,7 @@ TEST_F(SecurityTest, SpendCapRefusesCreatesAndStopsInstances) {
   CreateInstance(*svd_, owner, "cap-2", &refused);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_EQ(api::ReasonOf(refused), "SPEND_CAP_REACHED");
-  v1::InstanceService::Stub instances(svd_->channel());
-  v1::GetInstanceRequest get;
-  get.set_id(running.id());
-  v1::Instance now;
-  for (int i = 0; i < 100; ++i) {
-    ASSERT_TRUE(instances.GetInstance(Context(owner).get(), get, &now).ok());
-    if (now.state() == v1::STOPPED) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  const v1::Instance now = WaitForStopped(owner, running.id());
   EXPECT_EQ(now.state(), v1::STOPPED);
   EXPECT_EQ(now.state_reason(), "monthly spend cap reached");
   // A member may not change the cap.
@@ -829,15 +834,7 @@ TEST_F(SecurityTest, StopLoopStopsInstancesOfSuspendedTenants) {
   const v1::Instance running = CreateInstance(*svd_, owner, "loop-1");
   Sql("INSERT INTO tenant_suspensions (tenant_id, suspended_at, suspended_by, reason) "
       "VALUES ('" + tenant_id + "', now(), 'ops@example.com', 'cut short')");
-  v1::InstanceService::Stub instances(svd_->channel());
-  v1::GetInstanceRequest get;
-  get.set_id(running.id());
-  v1::Instance now;
-  for (int i = 0; i < 100; ++i) {
-    ASSERT_TRUE(instances.GetInstance(Context(owner).get(), get, &now).ok());
-    if (now.state() == v1::STOPPED) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  const v1::Instance now = WaitForStopped(owner, running.id());
   EXPECT_EQ(now.state(), v1::STOPPED);
   EXPECT_EQ(now.state_reason(), "tenant suspended by the operator");
 }

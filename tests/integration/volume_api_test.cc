@@ -19,15 +19,6 @@
 namespace sv::testing {
 namespace {
 
-bool WaitFor(const std::function<bool()>& done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return done();
-}
-
 class VolumeTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -73,15 +73,6 @@ class Receiver {
   int calls_ = 0;
 };
 
-bool WaitFor(const std::function<bool()>& done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return done();
-}
-
 class WebhookTest : public ::testing::Test {
  protected:
   void SetUp() override {

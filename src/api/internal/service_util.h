@@ -30,6 +30,17 @@ absl::Status CheckInstanceId(const std::string& id);
 grpc::Status Finish(const char* method, const store::Principal* who,
                     const std::string& request_id, const absl::Status& status);
 
+// Authenticates the call (and authorizes it: the method comes from the
+// interceptor), runs `body` with the caller, and finishes the call with the
+// body's status.
+template <typename Body>
+grpc::Status Serve(const Authenticator& auth, grpc::ServerContext& context, const char* method,
+                   Body body) {
+  auto who = auth.Authenticate(context);
+  if (!who.ok()) return Finish(method, nullptr, "", who.status());
+  return Finish(method, &*who, "", body(*who));
+}
+
 // Grants a new user's trial credit when the user is created (a new tenant's
 // owner, an added member), so a tenant's first creates do not write the
 // grant: each grant updates the platform's one promotion account, and
