@@ -363,17 +363,30 @@ TEST_F(AgentLifecycleTest, SshKeysReachRunningInstances) {
     file = environ.substr(at + marker.size(), environ.find('\0', at) - at - marker.size());
     return true;
   }));
-  EXPECT_NE(Slurp(file).find(key_a + "\n"), std::string::npos) << Slurp(file);
+  // The agent rewrites the file in place (a bind mount keeps its inode), so
+  // a read can land between its truncation and its write: the content is
+  // read until it is whole (it starts with svagent's header line).
+  auto keys_file = [&] {
+    std::string text;
+    WaitFor([&] {
+      text = Slurp(file);
+      return text.rfind("# Written by svagent", 0) == 0;
+    });
+    return text;
+  };
+  EXPECT_NE(keys_file().find(key_a + "\n"), std::string::npos) << Slurp(file);
 
   ASSERT_TRUE(add(token_, "b", key_b, &b).ok());
-  EXPECT_TRUE(WaitFor([&] { return Slurp(file).find(key_b) != std::string::npos; }))
+  EXPECT_TRUE(WaitFor([&] { return keys_file().find(key_b) != std::string::npos; }))
       << Slurp(file);
   v1::DeleteSshKeyRequest drop;
   drop.set_id(a.id());
   ASSERT_TRUE(keys->DeleteSshKey(Context(token_).get(), drop, &deleted).ok());
-  EXPECT_TRUE(WaitFor([&] { return Slurp(file).find(key_a) == std::string::npos; }))
-      << Slurp(file);
-  const std::string now = Slurp(file);
+  std::string now;
+  EXPECT_TRUE(WaitFor([&] {
+    now = keys_file();
+    return now.find(key_a) == std::string::npos;
+  })) << now;
   EXPECT_NE(now.find(key_b + "\n"), std::string::npos) << now;
   EXPECT_EQ(now.find(key_c), std::string::npos) << now;
   EXPECT_EQ(keys->DeleteSshKey(Context(token_).get(), drop, &deleted).error_code(),
@@ -390,15 +403,18 @@ TEST_F(AgentLifecycleTest, SshKeysReachRunningInstances) {
       "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHfEEtt9IWoMZRzane5L5oxN9EqjMENrsNsXY3GBvRUL d@test";
   v1::SshKey d;
   ASSERT_TRUE(add(member.first_key().secret(), "", key_d, &d).ok());
-  EXPECT_TRUE(WaitFor([&] { return Slurp(file).find(key_d) != std::string::npos; }))
+  EXPECT_TRUE(WaitFor([&] { return keys_file().find(key_d) != std::string::npos; }))
       << Slurp(file);
   v1::RemoveUserRequest leave;
   leave.set_user_id(member.user().id());
   v1::RemoveUserResponse left;
   ASSERT_TRUE(users->RemoveUser(Context(token_).get(), leave, &left).ok());
-  EXPECT_TRUE(WaitFor([&] { return Slurp(file).find(key_d) == std::string::npos; }))
-      << Slurp(file);
-  EXPECT_NE(Slurp(file).find(key_b), std::string::npos);
+  std::string after;
+  EXPECT_TRUE(WaitFor([&] {
+    after = keys_file();
+    return after.find(key_d) == std::string::npos;
+  })) << after;
+  EXPECT_NE(after.find(key_b), std::string::npos) << after;
 }
 
 // Goal: an agent that crashes and comes back adopts the instance processes
