@@ -185,8 +185,15 @@ absl::StatusOr<MemberRow> SecurityStore::AddMember(const std::string& tenant_id,
         "INSERT INTO users (id, tenant_id, email, role, created_at) "
         "VALUES ($1, $2, $3, 'member', $4::timestamptz) ON CONFLICT (email) DO NOTHING",
         NewId("usr"), tenant_id, email, SqlTime(now));
-    const std::string user_id =
-        txn.exec_params1("SELECT id FROM users WHERE email = $1", email)[0].as<std::string>();
+    auto user = txn.exec_params1("SELECT id, role, tenant_id FROM users WHERE email = $1",
+                                 email);
+    const std::string user_id = user[0].as<std::string>();
+    if (user[1].as<std::string>() == "operator" && user[2].as<std::string>() != tenant_id) {
+      // A platform operator's account stays in the operator's tenant.
+      return Error(absl::StatusCode::kFailedPrecondition, "USER_IS_OPERATOR",
+                   absl::StrCat(email, " is a platform operator's account; an operator "
+                                "cannot be a member of a tenant"));
+    }
     auto inserted = txn.exec_params(
         "INSERT INTO memberships (tenant_id, user_id, role, created_at) "
         "VALUES ($1, $2, $3, $4::timestamptz) ON CONFLICT DO NOTHING RETURNING 1",

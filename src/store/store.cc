@@ -170,9 +170,13 @@ absl::StatusOr<ApiKeyRecord> Store::LookupApiKey(const std::string& key_id) {
   bool found = false;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
     // A key without a membership (its user was removed from the tenant)
-    // reads as unknown, except the platform admin's.
+    // reads as unknown, except the platform admin's. A key is the platform
+    // admin's only in the operator's own tenant: an operator's e-mail added
+    // to a tenant (refused by AddMember since migration 0114) never makes
+    // that tenant's keys operator keys.
     auto rows = txn.exec_params(
-        "SELECT k.salt, k.secret_hash, k.revoked_at IS NOT NULL, u.id, u.email, u.role, "
+        "SELECT k.salt, k.secret_hash, k.revoked_at IS NOT NULL, u.id, u.email, "
+        "CASE WHEN u.tenant_id = k.tenant_id THEN u.role ELSE 'member' END, "
         "t.id, t.name, coalesce(m.role, 'viewer'), k.scope, "
         + MicrosOf("k.expires_at") + ", m.role IS NOT NULL "
         "FROM api_keys k JOIN users u ON u.id = k.user_id "
