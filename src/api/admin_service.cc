@@ -1,4 +1,4 @@
-// AdminService: tenants (create, look up, suspend, resume).
+// AdminService: tenants (create, look up, suspend, resume) and operators.
 #include "api/api_keys.h"
 #include "api/internal/service_util.h"
 #include "api/tenant_stop_enforcer.h"
@@ -47,17 +47,38 @@ class AdminServiceImpl final : public v1::AdminService::Service {
     });
   }
 
+  grpc::Status AddOperator(grpc::ServerContext* context, const v1::AddOperatorRequest* request,
+                           v1::AddOperatorResponse* response) override {
+    return Serve(auth_, *context, "AddOperator", [&](const store::Principal& who) {
+      return AddOperatorUser(who, *request, response);
+    });
+  }
+
+  grpc::Status ListOperators(grpc::ServerContext* context, const v1::ListOperatorsRequest*,
+                             v1::ListOperatorsResponse* response) override {
+    return Serve(auth_, *context, "ListOperators", [&](const store::Principal&) {
+      store::SecurityStore security(deps_.store->database());
+      SV_ASSIGN_OR_RETURN(auto operators, security.ListOperators(deps_.clock->Now()));
+      for (const auto& row : operators) OperatorToProto(row, response->add_operators());
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status RemoveOperator(grpc::ServerContext* context,
+                              const v1::RemoveOperatorRequest* request,
+                              v1::RemoveOperatorResponse* response) override {
+    return Serve(auth_, *context, "RemoveOperator", [&](const store::Principal& who) {
+      return RemoveOperatorUser(who, *request, response);
+    });
+  }
+
  private:
   absl::Status Create(const store::Principal& who, const v1::CreateTenantRequest& request,
                       v1::CreateTenantResponse* response) {
     // admin.tenants is checked by the Authenticator (authz_table.cc).
     SV_RETURN_IF_ERROR(ValidateName("name", request.name()));
     const std::string& email = request.owner_email();
-    if (email.size() < 3 || email.size() > 254 || email.find('@') == std::string::npos ||
-        email.find_first_of(" \t\r\n") != std::string::npos) {
-      return Error(absl::StatusCode::kInvalidArgument, "INVALID_EMAIL",
-                   "owner_email must be an e-mail address of at most 254 characters");
-    }
+    SV_RETURN_IF_ERROR(ValidateEmail("owner_email", email));
     GeneratedKey key = NewApiKey();
     SV_ASSIGN_OR_RETURN(auto created,
                         deps_.store->CreateTenant({request.name(), email,
@@ -149,6 +170,56 @@ class AdminServiceImpl final : public v1::AdminService::Service {
       spdlog::info("api: operator {} resumed tenant {}: {}", Operator(who), request.tenant_id(),
                    request.reason());
     }
+    return absl::OkStatus();
+  }
+
+  static void OperatorToProto(const store::OperatorRow& row, v1::OperatorUser* out) {
+    out->set_user_id(row.user_id);
+    out->set_email(row.email);
+    *out->mutable_create_time() = ToProto(row.created_at);
+    out->set_bootstrap(row.bootstrap);
+    out->set_active_key_count(row.active_keys);
+  }
+
+  absl::Status AddOperatorUser(const store::Principal& who, const v1::AddOperatorRequest& request,
+                               v1::AddOperatorResponse* response) {
+    SV_RETURN_IF_ERROR(ValidateEmail("email", request.email()));
+    GeneratedKey key = NewApiKey();
+    store::NewApiKeyRow row{key.key_id, "", "", key.salt, key.secret_hash, "initial",
+                            store::KeyScope::kFull, std::nullopt};
+    store::SecurityStore security(deps_.store->database());
+    SV_ASSIGN_OR_RETURN(auto added,
+                        security.AddOperator(who.tenant_id, request.email(), who.user_id,
+                                             Operator(who), row, deps_.clock->Now()));
+    OperatorToProto(added, response->mutable_operator_user());
+    response->set_api_key(key.plaintext);
+    spdlog::info("api: operator {} added operator {} ({})", Operator(who), added.user_id,
+                 added.email);
+    return absl::OkStatus();
+  }
+
+  absl::Status RemoveOperatorUser(const store::Principal& who,
+                                  const v1::RemoveOperatorRequest& request,
+                                  v1::RemoveOperatorResponse* response) {
+    if (request.user_id().empty()) {
+      return Error(absl::StatusCode::kInvalidArgument, "MISSING_ID",
+                   "user_id is required (an operator's usr-... id)");
+    }
+    if (!LooksLikeId(request.user_id(), "usr")) {  // Names nothing.
+      return Error(absl::StatusCode::kNotFound, "OPERATOR_NOT_FOUND",
+                   absl::StrCat("no operator has the user id '", request.user_id(), "'"));
+    }
+    SV_RETURN_IF_ERROR(CheckReasonText(request.reason()));
+    store::SecurityStore security(deps_.store->database());
+    SV_ASSIGN_OR_RETURN(int revoked,
+                        security.RemoveOperator(request.user_id(), who.user_id, Operator(who),
+                                                request.reason(), deps_.clock->Now()));
+    // The revocations reach every svd's cache through NOTIFY; this one
+    // forgets at once.
+    auth_.ForgetCachedCredentials();
+    response->set_keys_revoked(revoked);
+    spdlog::info("api: operator {} removed operator {} ({} keys revoked): {}", Operator(who),
+                 request.user_id(), revoked, request.reason());
     return absl::OkStatus();
   }
 

@@ -52,6 +52,7 @@ const char* PermissionName(Permission permission) {
     case P::kAdminQuotas: return "admin.quotas";
     case P::kAdminBilling: return "admin.billing";
     case P::kAdminAudit: return "admin.audit";
+    case P::kAdminOperators: return "admin.operators";
     case P::kNodeAgent: return "node.agent";
     case P::kPublic: return "public";
   }

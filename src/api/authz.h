@@ -39,6 +39,7 @@ enum class Permission {
   kAdminQuotas,     // admin.quotas: tenants' quotas and priorities
   kAdminBilling,    // admin.billing: revenue, top-ups, prices, audit run
   kAdminAudit,      // admin.audit: every tenant's audit log
+  kAdminOperators,  // admin.operators: add, list and remove operators
   kNodeAgent,       // node.agent: an agent stream, authenticated by a node credential
   kPublic,          // public: no credential at all (nothing uses it today)
 };

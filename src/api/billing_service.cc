@@ -72,6 +72,32 @@ void ToProto(const billing::TransferRecord& t, v1::Transfer* out) {
   out->set_reason(t.reason);
 }
 
+v1::CreditRequestState CreditStateToProto(const std::string& state) {
+  if (state == "pending") return v1::CREDIT_PENDING_APPROVAL;
+  if (state == "posted") return v1::CREDIT_POSTED;
+  if (state == "rejected") return v1::CREDIT_REJECTED;
+  if (state == "expired") return v1::CREDIT_EXPIRED;
+  return v1::CREDIT_REQUEST_STATE_UNSPECIFIED;
+}
+
+void ToProto(const billing::CreditRequestRecord& r, v1::CreditRequest* out) {
+  out->set_credit_id(r.credit_id);
+  out->set_tenant_id(r.tenant_id);
+  out->set_amount_micros(r.amount_micros);
+  out->set_reason(r.reason);
+  out->set_state(CreditStateToProto(r.state));
+  out->set_requested_by(r.requested_by);
+  *out->mutable_request_time() = ToProto(r.requested_at);
+  out->set_decided_by(r.decided_by);
+  if (r.decided_at) *out->mutable_decide_time() = ToProto(*r.decided_at);
+  out->set_decision_reason(r.decision_reason);
+  if (r.state == "pending" || r.state == "expired") {
+    *out->mutable_expire_time() = ToProto(r.expires_at);
+  }
+  if (r.transfer) ToProto(*r.transfer, out->mutable_transfer());
+  out->set_needs_approval(r.needs_approval);
+}
+
 void ToProto(const billing::Invoice& inv, v1::Invoice* out) {
   out->set_id(inv.id);
   out->set_period(inv.period);
@@ -419,6 +445,62 @@ class BillingAdminServiceImpl final : public v1::BillingAdminService::Service {
     });
   }
 
+  grpc::Status RequestCredit(grpc::ServerContext* context,
+                             const v1::IssueCreditRequest* request,
+                             v1::CreditRequest* response) override {
+    return RunAs("RequestCredit", *context, [&](const store::Principal& who) -> absl::Status {
+      SV_RETURN_IF_ERROR(ValidateTenantId(request->tenant_id()));
+      SV_ASSIGN_OR_RETURN(
+          auto record,
+          deps_.billing->RequestCredit(request->tenant_id(), request->credit_id(),
+                                       request->amount_micros(), request->reason(),
+                                       OperatorOf(who), deps_.clock->Now()));
+      ToProto(record, response);
+      return absl::OkStatus();
+    });
+  }
+
+  grpc::Status ApproveCredit(grpc::ServerContext* context,
+                             const v1::DecideCreditRequest* request,
+                             v1::CreditRequest* response) override {
+    return Decide("ApproveCredit", *context, *request, true, response);
+  }
+
+  grpc::Status RejectCredit(grpc::ServerContext* context, const v1::DecideCreditRequest* request,
+                            v1::CreditRequest* response) override {
+    return Decide("RejectCredit", *context, *request, false, response);
+  }
+
+  grpc::Status ListCreditRequests(grpc::ServerContext* context,
+                                  const v1::ListCreditRequestsRequest* request,
+                                  v1::ListCreditRequestsResponse* response) override {
+    return Run("ListCreditRequests", *context, [&]() -> absl::Status {
+      const int page_size = request->page_size() == 0 ? 100 : request->page_size();
+      if (page_size < 0 || page_size > 1000) {
+        return Error(absl::StatusCode::kInvalidArgument, "INVALID_PAGE_SIZE",
+                     "page_size must be 0 (100) to 1000");
+      }
+      int64_t before = 0;
+      const std::string& token = request->page_token();
+      if (!token.empty()) {
+        auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), before);
+        if (ec != std::errc() || end != token.data() + token.size() || before <= 0) {
+          return Error(absl::StatusCode::kInvalidArgument, "INVALID_PAGE_TOKEN",
+                       "page_token is not one this server returned");
+        }
+      }
+      bool more = false;
+      SV_ASSIGN_OR_RETURN(auto records, deps_.billing->ListCreditRequests(
+                                            request->pending_only(), page_size, before,
+                                            deps_.clock->Now(), &more));
+      for (const auto& r : records) ToProto(r, response->add_credit_requests());
+      if (more) response->set_next_page_token(absl::StrCat(records.back().seq));
+      response->set_approval_above_micros(
+          deps_.billing->options().credit_approval_above_micros);
+      return absl::OkStatus();
+    });
+  }
+
   grpc::Status RefundTopUp(grpc::ServerContext* context, const v1::RefundTopUpRequest* request,
                            v1::Transfer* response) override {
     return RunAs("RefundTopUp", *context, [&](const store::Principal& who) -> absl::Status {
@@ -492,6 +574,23 @@ class BillingAdminServiceImpl final : public v1::BillingAdminService::Service {
   // Who issued a credit or refund, for ledger_transfer_reasons.
   static const std::string& Issuer(const store::Principal& who) {
     return who.user_id.empty() ? who.api_key_id : who.user_id;
+  }
+
+  static billing::OperatorRef OperatorOf(const store::Principal& who) {
+    return {Issuer(who), who.user_email.empty() ? who.api_key_id : who.user_email};
+  }
+
+  grpc::Status Decide(const char* method, const grpc::ServerContext& context,
+                      const v1::DecideCreditRequest& request, bool approve,
+                      v1::CreditRequest* response) {
+    return RunAs(method, context, [&](const store::Principal& who) -> absl::Status {
+      SV_ASSIGN_OR_RETURN(auto record,
+                          deps_.billing->DecideCredit(request.credit_id(), approve,
+                                                      request.reason(), OperatorOf(who),
+                                                      deps_.clock->Now()));
+      ToProto(record, response);
+      return absl::OkStatus();
+    });
   }
 
   template <typename Body>

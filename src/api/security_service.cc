@@ -74,15 +74,6 @@ absl::Status CheckKeyName(const std::string& name) {
   return absl::OkStatus();
 }
 
-absl::Status CheckEmail(const std::string& email) {
-  if (email.size() < 3 || email.size() > 254 || email.find('@') == std::string::npos ||
-      email.find_first_of(" \t\r\n") != std::string::npos) {
-    return Error(absl::StatusCode::kInvalidArgument, "INVALID_EMAIL",
-                 "email must be an e-mail address of at most 254 characters");
-  }
-  return absl::OkStatus();
-}
-
 // A malformed id can name nothing: answer as for an unknown one.
 absl::Status CheckId(const std::string& id, const char* prefix, const char* reason,
                      const char* what) {
@@ -224,7 +215,7 @@ class UserServiceImpl final : public v1::UserService::Service {
   grpc::Status AddUser(grpc::ServerContext* context, const v1::AddUserRequest* request,
                        v1::AddUserResponse* response) override {
     return Serve(auth_, *context, "AddUser", [&](const store::Principal& who) {
-      SV_RETURN_IF_ERROR(CheckEmail(request->email()));
+      SV_RETURN_IF_ERROR(ValidateEmail("email", request->email()));
       SV_ASSIGN_OR_RETURN(auto role, FromProto(request->role()));
       GeneratedKey key = NewApiKey();
       store::NewApiKeyRow row{key.key_id, "", "", key.salt, key.secret_hash, "initial",

@@ -40,6 +40,15 @@ absl::Status ValidateTenantId(const std::string& tenant_id) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateEmail(const std::string& field, const std::string& email) {
+  if (email.size() < 3 || email.size() > 254 || email.find('@') == std::string::npos ||
+      email.find_first_of(" \t\r\n") != std::string::npos) {
+    return Invalid("INVALID_EMAIL",
+                   absl::StrCat(field, " must be an e-mail address of at most 254 characters"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateName(const std::string& field, const std::string& name) {
   if (name.size() > static_cast<size_t>(kNameLengthMax)) {
     return Invalid("INVALID_NAME", absl::StrCat(field, " is ", name.size(),

@@ -36,6 +36,8 @@ absl::Status ValidateName(const std::string& field, const std::string& name);
 bool LooksLikeId(const std::string& id, const std::string& prefix);
 // An operator call's tenant_id: 1-64 characters, else INVALID_TENANT_ID.
 absl::Status ValidateTenantId(const std::string& tenant_id);
+// An e-mail address (`field` names it in the error): INVALID_EMAIL.
+absl::Status ValidateEmail(const std::string& field, const std::string& email);
 
 // A digest of the request's content, to tell a retry from a reuse.
 std::string InstanceFingerprint(const store::InstanceSpec& spec);

@@ -58,7 +58,13 @@ struct BillingOptions {
   // metering has passed the month's end. svd runs the judge and sets this;
   // the library alone has no judge.
   bool invoices_wait_for_sla_judge = false;
+  // Two-person rule: a credit above this, or one that takes what its
+  // operator credited without a second operator over the last 24 hours
+  // above it, needs another operator's approval (RequestCredit,
+  // DecideCredit). -1: no credit does.
+  int64_t credit_approval_above_micros = 1'000 * kMicrosPerYuan;
 };
+
 
 enum class BillingMode { kPrepaid, kPostpaid };
 
@@ -99,6 +105,31 @@ struct TransferRecord {
   // Keyset position in ListTransfers' order (posting time, then source,
   // id or instance number, minute, leg); opaque to callers.
   std::string cursor;
+};
+
+// An operator, as credits record them.
+struct OperatorRef {
+  std::string user_id;
+  std::string email;
+};
+
+// A credit asked for through RequestCredit (billing/credits.cc).
+struct CreditRequestRecord {
+  int64_t seq = 0;
+  std::string credit_id;
+  std::string tenant_id;
+  int64_t amount_micros = 0;
+  std::string reason;
+  // pending, posted, rejected or expired (pending past expires_at).
+  std::string state;
+  bool needs_approval = false;
+  std::string requested_by;  // E-mail.
+  absl::Time requested_at;
+  absl::Time expires_at;
+  std::string decided_by;  // E-mail; empty while pending.
+  std::optional<absl::Time> decided_at;
+  std::string decision_reason;
+  std::optional<TransferRecord> transfer;  // state posted.
 };
 
 struct TransferFilter {
@@ -263,6 +294,30 @@ class Billing {
                                              const std::string& credit_id,
                                              int64_t amount_micros, const std::string& reason,
                                              const std::string& issued_by, absl::Time now);
+  // The same credit under the two-person rule: posted at once when the
+  // rule lets one operator give it, otherwise left pending for another
+  // operator's DecideCredit (7 days). A replay with the same tenant, amount
+  // and reason returns the request as it stands.
+  absl::StatusOr<CreditRequestRecord> RequestCredit(const std::string& tenant_id,
+                                                    const std::string& credit_id,
+                                                    int64_t amount_micros,
+                                                    const std::string& reason,
+                                                    const OperatorRef& by, absl::Time now);
+  // Approves (posts) or rejects a pending request. The approver must not be
+  // the requester (SAME_OPERATOR); a rejection needs a reason.
+  absl::StatusOr<CreditRequestRecord> DecideCredit(const std::string& credit_id, bool approve,
+                                                   const std::string& reason,
+                                                   const OperatorRef& by, absl::Time now);
+  // Newest first, `limit` rows after keyset position `before_seq` (0: from
+  // the newest); `*more` says whether older rows follow.
+  absl::StatusOr<std::vector<CreditRequestRecord>> ListCreditRequests(bool pending_only,
+                                                                      int limit,
+                                                                      int64_t before_seq,
+                                                                      absl::Time now,
+                                                                      bool* more);
+  // One request, with its transfer when posted; CREDIT_REQUEST_NOT_FOUND.
+  absl::StatusOr<CreditRequestRecord> ReadCreditRequest(const std::string& credit_id,
+                                                        absl::Time now);
   // Gives back `amount_micros` (0: all) of the tenant's top-up `payment_id`
   // to payment_clearing, from the paid wallet (prepaid) or the receivable
   // (postpaid); once per payment (topup-refund:<payment_id>). Never more

@@ -1,4 +1,5 @@
 // svctl whoami and svctl admin ...
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -34,23 +35,20 @@ void AddAccountCommands(CLI::App& app, Action* action) {
 
 namespace {
 
-// svctl admin tenant|suspend|resume: resolves the tenant, fills `Request`
-// (its tenant_id, and `reason` when given), calls `rpc`, and prints the
-// answer as JSON or with `print`.
+// Runs one AdminService call with the admin key: `fill` fills the request
+// (or fails with an exit code), and the answer is printed as JSON or with
+// `print`.
 template <typename Request, typename Response, typename Print>
-Action TenantCall(std::shared_ptr<std::string> tenant, std::shared_ptr<std::string> reason,
-                  grpc::Status (v1::AdminService::Stub::*rpc)(grpc::ClientContext*,
-                                                              const Request&, Response*),
-                  Print print) {
+Action AdminServiceCall(std::function<int(Session&, Request*)> fill,
+                        grpc::Status (v1::AdminService::Stub::*rpc)(grpc::ClientContext*,
+                                                                    const Request&, Response*),
+                        Print print) {
   return [=](Session& s) {
     s.flags.admin = true;
     std::string error;
     if (!s.Connect(&error)) return Fail(error);
     Request request;
-    if (int rc = ResolveTenant(s, *tenant, request.mutable_tenant_id()); rc != kExitOk) {
-      return rc;
-    }
-    if constexpr (!std::is_same_v<Request, v1::GetTenantRequest>) request.set_reason(*reason);
+    if (int rc = fill(s, &request); rc != kExitOk) return rc;
     v1::AdminService::Stub stub(s.channel);
     Response response;
     grpc::Status status = (stub.*rpc)(s.Context().get(), request, &response);
@@ -62,6 +60,23 @@ Action TenantCall(std::shared_ptr<std::string> tenant, std::shared_ptr<std::stri
     }
     return kExitOk;
   };
+}
+
+// svctl admin tenant|suspend|resume: resolves the tenant and fills
+// `Request` (its tenant_id, and `reason` when given).
+template <typename Request, typename Response, typename Print>
+Action TenantCall(std::shared_ptr<std::string> tenant, std::shared_ptr<std::string> reason,
+                  grpc::Status (v1::AdminService::Stub::*rpc)(grpc::ClientContext*,
+                                                              const Request&, Response*),
+                  Print print) {
+  return AdminServiceCall<Request>(
+      [=](Session& s, Request* request) {
+        if constexpr (!std::is_same_v<Request, v1::GetTenantRequest>) {
+          request->set_reason(*reason);
+        }
+        return ResolveTenant(s, *tenant, request->mutable_tenant_id());
+      },
+      rpc, print);
 }
 
 // "tenant acme (ten-...) <what>".
@@ -105,6 +120,62 @@ void AddTenantStandingCommands(CLI::App& admin, Action* action) {
   });
 }
 
+// svctl admin operators list|add|remove.
+void AddOperatorCommands(CLI::App& admin, Action* action) {
+  auto* operators = admin.add_subcommand("operators", "The platform's operators");
+  operators->require_subcommand(1);
+  auto* list = operators->add_subcommand("list", "List the operators");
+  list->callback([=] {
+    *action = AdminServiceCall<v1::ListOperatorsRequest>(
+        [](Session&, v1::ListOperatorsRequest*) { return kExitOk; },
+        &v1::AdminService::Stub::ListOperators,
+        [](const v1::ListOperatorsResponse& r) {
+          std::vector<std::vector<std::string>> rows = {
+              {"USER ID", "EMAIL", "ADDED", "ACTIVE KEYS", "NOTE"}};
+          for (const auto& o : r.operators()) {
+            rows.push_back({o.user_id(), o.email(), FormatTime(o.create_time()),
+                            std::to_string(o.active_key_count()),
+                            o.bootstrap() ? "svd's --admin-key-file" : ""});
+          }
+          PrintTable(rows, std::cout);
+        });
+  });
+  auto email = std::make_shared<std::string>();
+  auto* add = operators->add_subcommand(
+      "add", "Make a new operator account and print its first API key (shown once)");
+  add->add_option("email", *email, "The operator's e-mail address")->required();
+  add->callback([=] {
+    *action = AdminServiceCall<v1::AddOperatorRequest>(
+        [=](Session&, v1::AddOperatorRequest* r) {
+          r->set_email(*email);
+          return kExitOk;
+        },
+        &v1::AdminService::Stub::AddOperator, [](const v1::AddOperatorResponse& r) {
+          std::cout << "operator " << r.operator_user().email() << " ("
+                    << r.operator_user().user_id() << ") added; its API key, shown once:\n"
+                    << r.api_key() << "\n";
+        });
+  });
+  auto user_id = std::make_shared<std::string>();
+  auto reason = std::make_shared<std::string>();
+  auto* remove = operators->add_subcommand(
+      "remove", "Take an operator's role away and revoke its keys at once");
+  remove->add_option("user_id", *user_id, "The operator's user id (usr-...)")->required();
+  remove->add_option("--reason", *reason, "Why; kept with the change")->required();
+  remove->callback([=] {
+    *action = AdminServiceCall<v1::RemoveOperatorRequest>(
+        [=](Session&, v1::RemoveOperatorRequest* r) {
+          r->set_user_id(*user_id);
+          r->set_reason(*reason);
+          return kExitOk;
+        },
+        &v1::AdminService::Stub::RemoveOperator, [=](const v1::RemoveOperatorResponse& r) {
+          std::cout << "operator " << *user_id << " removed; " << r.keys_revoked()
+                    << " key(s) revoked\n";
+        });
+  });
+}
+
 }  // namespace
 
 void AddAdminCommands(CLI::App& app, Action* action) {
@@ -132,6 +203,7 @@ void AddAdminCommands(CLI::App& app, Action* action) {
     };
   });
   AddTenantStandingCommands(*admin, action);
+  AddOperatorCommands(*admin, action);
 }
 
 }  // namespace sv::cli

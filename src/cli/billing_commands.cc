@@ -315,6 +315,103 @@ Action AdminCall(Call call) {
   };
 }
 
+const char* CreditStateName(v1::CreditRequestState state) {
+  switch (state) {
+    case v1::CREDIT_PENDING_APPROVAL: return "PENDING_APPROVAL";
+    case v1::CREDIT_POSTED: return "POSTED";
+    case v1::CREDIT_REJECTED: return "REJECTED";
+    case v1::CREDIT_EXPIRED: return "EXPIRED";
+    default: return "UNKNOWN";
+  }
+}
+
+int PrintCreditRequest(Session& s, const v1::CreditRequest& r) {
+  if (s.format() == Format::kJson) {
+    PrintJson(r, std::cout);
+    return kExitOk;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"credit id", r.credit_id()},
+      {"tenant", r.tenant_id()},
+      {"credit", Yuan(r.amount_micros())},
+      {"state", CreditStateName(r.state())},
+      {"requested by", r.requested_by() + " at " + FormatTime(r.request_time())}};
+  if (!r.decided_by().empty()) {
+    rows.push_back({r.state() == v1::CREDIT_REJECTED ? "rejected by" : "approved by",
+                    r.decided_by() + " at " + FormatTime(r.decide_time()) +
+                        (r.decision_reason().empty() ? "" : ": " + r.decision_reason())});
+  }
+  if (r.has_transfer()) rows.push_back({"transfer", r.transfer().idempotency_key()});
+  PrintTable(rows, std::cout);
+  if (r.state() == v1::CREDIT_PENDING_APPROVAL) {
+    std::cout << "awaits a second operator until " << FormatTime(r.expire_time())
+              << ": svctl admin credits approve " << r.credit_id() << "\n";
+  }
+  return kExitOk;
+}
+
+// svctl admin credits list|approve|reject: the two-person rule's requests.
+void AddCreditRequestCommands(CLI::App& admin, Action* action) {
+  auto* credits = admin.add_subcommand(
+      "credits", "Credit requests: those above the approval limit wait for a second operator");
+  credits->require_subcommand(1);
+  auto pending = std::make_shared<bool>(false);
+  auto* list = credits->add_subcommand("list", "List credit requests, newest first");
+  list->add_flag("--pending", *pending, "Only those awaiting approval");
+  list->callback([=] {
+    *action = AdminCall([=](Session& s, v1::BillingAdminService::Stub& stub) {
+      v1::ListCreditRequestsRequest request;
+      request.set_pending_only(*pending);
+      request.set_page_size(1000);
+      v1::ListCreditRequestsResponse response;
+      grpc::Status status = stub.ListCreditRequests(s.Context().get(), request, &response);
+      if (!status.ok()) return FailRpc(status, s);
+      if (s.format() == Format::kJson) {
+        PrintJson(response, std::cout);
+        return kExitOk;
+      }
+      std::vector<std::vector<std::string>> rows = {
+          {"CREDIT ID", "TENANT", "AMOUNT", "STATE", "REQUESTED BY", "DECIDED BY", "REASON"}};
+      for (const auto& r : response.credit_requests()) {
+        rows.push_back({r.credit_id(), r.tenant_id(), Yuan(r.amount_micros()),
+                        CreditStateName(r.state()), r.requested_by(),
+                        r.decided_by().empty() ? "-" : r.decided_by(), r.reason()});
+      }
+      PrintTable(rows, std::cout);
+      std::cout << (response.approval_above_micros() < 0
+                        ? std::string("no credit needs a second operator")
+                        : "credits above " + Yuan(response.approval_above_micros()) +
+                              " need a second operator")
+                << "\n";
+      return kExitOk;
+    });
+  });
+  auto credit_id = std::make_shared<std::string>();
+  auto reason = std::make_shared<std::string>();
+  auto* approve = credits->add_subcommand(
+      "approve", "Approve and post another operator's credit request");
+  auto* reject = credits->add_subcommand("reject", "Reject (or withdraw) a credit request");
+  for (auto* c : {approve, reject}) {
+    c->add_option("credit_id", *credit_id, "The request's credit id")->required();
+  }
+  approve->add_option("--reason", *reason, "A note for the record (optional)");
+  reject->add_option("--reason", *reason, "Why; kept with the request")->required();
+  auto decide = [=](bool yes) {
+    return AdminCall([=](Session& s, v1::BillingAdminService::Stub& stub) {
+      v1::DecideCreditRequest request;
+      request.set_credit_id(*credit_id);
+      request.set_reason(*reason);
+      v1::CreditRequest answer;
+      grpc::Status status = yes ? stub.ApproveCredit(s.Context().get(), request, &answer)
+                                : stub.RejectCredit(s.Context().get(), request, &answer);
+      if (!status.ok()) return FailRpc(status, s);
+      return PrintCreditRequest(s, answer);
+    });
+  };
+  approve->callback([=] { *action = decide(true); });
+  reject->callback([=] { *action = decide(false); });
+}
+
 }  // namespace
 
 int ResolveTenant(Session& s, const std::string& id_or_name, std::string* id) {
@@ -448,13 +545,23 @@ void AddAdminBillingCommands(CLI::App& app, Action* action) {
       ->required();
   give->callback([=] {
     *action = AdminCall([=](Session& s, v1::BillingAdminService::Stub& stub) {
-      return AdminTransferCall(s, *credit, "amount", *credit_amount, "credit id",
-                               credit->credit_id(), "credit",
-                               [&](const auto& r, v1::Transfer* t) {
-                                 return stub.IssueCredit(s.Context().get(), r, t);
-                               });
+      int64_t micros = 0;
+      if (!ParseYuan(*credit_amount, &micros)) {
+        return Fail(YuanSyntaxError("amount", *credit_amount));
+      }
+      v1::IssueCreditRequest request = *credit;
+      request.set_amount_micros(micros);
+      if (int rc = ResolveTenant(s, request.tenant_id(), request.mutable_tenant_id());
+          rc != kExitOk) {
+        return rc;
+      }
+      v1::CreditRequest answer;
+      grpc::Status status = stub.RequestCredit(s.Context().get(), request, &answer);
+      if (!status.ok()) return FailRpc(status, s);
+      return PrintCreditRequest(s, answer);
     });
   });
+  AddCreditRequestCommands(*admin, action);
   auto refund = std::make_shared<v1::RefundTopUpRequest>();
   auto refund_amount = std::make_shared<std::string>();
   auto* back = admin->add_subcommand(

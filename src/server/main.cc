@@ -157,6 +157,11 @@ int main(int argc, char** argv) {
                  "Trial credit granted once per tenant, micro-yuan")
       ->check(CLI::Range(0LL, 1'000'000'000LL))
       ->capture_default_str();
+  app.add_option("--credit-approval-above-micros", o.credit_approval_above_micros,
+                 "Operator credits above this (or that take one operator's unapproved credits "
+                 "of 24 hours above it) need a second operator's approval; -1: none do")
+      ->check(CLI::Range(-1LL, 10'000'000'000'000LL))
+      ->capture_default_str();
   app.add_option("--trial-days", o.trial_days, "Days until a trial grant expires")
       ->check(CLI::Range(1, 3650))
       ->capture_default_str();

@@ -218,6 +218,7 @@ int RunServer(const ServerOptions& options) {
   billing_options.batch_minutes_max = options.billing_batch_minutes;
   billing_options.metering_lag = absl::Milliseconds(options.billing_lag_ms);
   billing_options.trial_amount_micros = options.trial_amount_micros;
+  billing_options.credit_approval_above_micros = options.credit_approval_above_micros;
   billing_options.trial_validity = absl::Hours(24 * options.trial_days);
   billing_options.unpaid_storage_grace = absl::Hours(24 * options.unpaid_storage_grace_days);
   billing_options.invoices_wait_for_sla_judge = true;  // sla_judge below.

@@ -70,6 +70,8 @@ struct ServerOptions {
   int billing_batch_minutes = 1440;  // Most minutes one metering transaction covers.
   int billing_lag_ms = 60000;  // Above the node heartbeat timeout (30 s).
   long long trial_amount_micros = 10'000'000;
+  // Credits above this need a second operator (docs/billing.md); -1: none.
+  long long credit_approval_above_micros = 1'000'000'000;
   int trial_days = 30;
   // Webhooks (docs/notifications.md): let them reach loopback and private
   // addresses (dev and tests), and how often the loop looks for notices.

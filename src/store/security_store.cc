@@ -559,4 +559,140 @@ absl::StatusOr<std::vector<std::string>> SecurityStore::SuspendedTenants() {
   return tenants;
 }
 
+// ---- Operators ------------------------------------------------------------------
+
+namespace {
+
+// The bootstrap operator holds the key svd restores from its key file at
+// every start (EnsureTenantWithKey names it 'bootstrap').
+const std::string kOperatorColumns =
+    "u.id, u.email, " + MicrosOf("u.created_at") +
+    ", EXISTS (SELECT 1 FROM api_keys b WHERE b.user_id = u.id AND b.name = 'bootstrap'), "
+    "(SELECT count(*) FROM api_keys a WHERE a.user_id = u.id AND a.revoked_at IS NULL "
+    "AND (a.expires_at IS NULL OR a.expires_at > $1::timestamptz))::int";
+
+OperatorRow OperatorFromRow(const pqxx::row& row) {
+  return {row[0].as<std::string>(), row[1].as<std::string>(),
+          TimeFromMicros(row[2].as<int64_t>()), row[3].as<bool>(), row[4].as<int>()};
+}
+
+absl::Status OperatorNotFound(const std::string& user_id) {
+  return Error(absl::StatusCode::kNotFound, "OPERATOR_NOT_FOUND",
+               absl::StrCat("no operator has the user id '", user_id, "'"));
+}
+
+}  // namespace
+
+absl::StatusOr<OperatorRow> SecurityStore::AddOperator(const std::string& tenant_id,
+                                                       const std::string& email,
+                                                       const std::string& by_user_id,
+                                                       const std::string& by_email,
+                                                       NewApiKeyRow first_key, absl::Time now) {
+  OperatorRow result;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    auto created = txn.exec_params(
+        "INSERT INTO users (id, tenant_id, email, role, created_at) "
+        "VALUES ($1, $2, $3, 'operator', $4::timestamptz) ON CONFLICT (email) DO NOTHING "
+        "RETURNING id",
+        NewId("usr"), tenant_id, email, SqlTime(now));
+    std::string user_id;
+    if (!created.empty()) {
+      user_id = created[0][0].as<std::string>();
+    } else {
+      auto user = txn.exec_params1(
+          "SELECT id, role, tenant_id, EXISTS (SELECT 1 FROM operator_changes c "
+          "WHERE c.user_id = users.id AND c.change = 'removed'), "
+          "EXISTS (SELECT 1 FROM memberships m WHERE m.user_id = users.id) "
+          "FROM users WHERE email = $1 FOR UPDATE",
+          email);
+      user_id = user[0].as<std::string>();
+      if (user[1].as<std::string>() == "operator") {
+        return Error(absl::StatusCode::kAlreadyExists, "ALREADY_AN_OPERATOR",
+                     absl::StrCat(email, " is already an operator"));
+      }
+      // Only a former operator of this tenant who joined no tenant since
+      // is made one again: an operator's account is an account of its own.
+      if (user[2].as<std::string>() != tenant_id || !user[3].as<bool>() ||
+          user[4].as<bool>()) {
+        return Error(absl::StatusCode::kAlreadyExists, "USER_EXISTS",
+                     absl::StrCat("a user with the e-mail address ", email,
+                                  " already exists; an operator's account must be an "
+                                  "account of its own"));
+      }
+      txn.exec_params("UPDATE users SET role = 'operator' WHERE id = $1", user_id);
+    }
+    txn.exec_params(
+        "INSERT INTO memberships (tenant_id, user_id, role, created_at) "
+        "VALUES ($1, $2, 'owner', $3::timestamptz) ON CONFLICT DO NOTHING",
+        tenant_id, user_id, SqlTime(now));
+    first_key.user_id = user_id;
+    first_key.tenant_id = tenant_id;
+    InsertKey(txn, first_key, now);
+    txn.exec_params(
+        "INSERT INTO operator_changes (user_id, change, by_user, by_email, at) "
+        "VALUES ($1, 'added', $2, $3, $4::timestamptz)",
+        user_id, by_user_id, by_email, SqlTime(now));
+    auto rows = txn.exec_params("SELECT " + kOperatorColumns + " FROM users u WHERE u.id = $2",
+                                SqlTime(now), user_id);
+    result = OperatorFromRow(rows[0]);
+    return absl::OkStatus();
+  }));
+  return result;
+}
+
+absl::StatusOr<std::vector<OperatorRow>> SecurityStore::ListOperators(absl::Time now) {
+  std::vector<OperatorRow> out;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+    out.clear();
+    auto rows = txn.exec_params("SELECT " + kOperatorColumns +
+                                    " FROM users u WHERE u.role = 'operator' "
+                                    "ORDER BY u.created_at, u.id",
+                                SqlTime(now));
+    for (const auto& row : rows) out.push_back(OperatorFromRow(row));
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::StatusOr<int> SecurityStore::RemoveOperator(const std::string& user_id,
+                                                  const std::string& by_user_id,
+                                                  const std::string& by_email,
+                                                  const std::string& reason, absl::Time now) {
+  int revoked = 0;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    // Every operator row is locked, so two removals cannot both pass the
+    // last-operator check.
+    auto operators = txn.exec_params(
+        "SELECT id FROM users WHERE role = 'operator' ORDER BY id FOR UPDATE");
+    bool found = false;
+    for (const auto& row : operators) found = found || row[0].as<std::string>() == user_id;
+    if (!found) return OperatorNotFound(user_id);
+    if (operators.size() <= 1) {
+      return Error(absl::StatusCode::kFailedPrecondition, "LAST_OPERATOR",
+                   "the platform must keep at least one operator");
+    }
+    if (!txn.exec_params("SELECT 1 FROM api_keys WHERE user_id = $1 AND name = 'bootstrap'",
+                         user_id)
+             .empty()) {
+      return Error(absl::StatusCode::kFailedPrecondition, "BOOTSTRAP_OPERATOR",
+                   "this operator's key comes from svd's --admin-key-file, which svd "
+                   "restores at every start; retire it by giving svd another key file");
+    }
+    txn.exec_params("UPDATE users SET role = 'member' WHERE id = $1", user_id);
+    txn.exec_params("DELETE FROM memberships WHERE user_id = $1", user_id);
+    revoked = static_cast<int>(
+        txn.exec_params("UPDATE api_keys SET revoked_at = $2::timestamptz "
+                        "WHERE user_id = $1 AND revoked_at IS NULL",
+                        user_id, SqlTime(now))
+            .affected_rows());
+    txn.exec_params("DELETE FROM ssh_keys WHERE created_by = $1", user_id);
+    txn.exec_params(
+        "INSERT INTO operator_changes (user_id, change, by_user, by_email, reason, at) "
+        "VALUES ($1, 'removed', $2, $3, $4, $5::timestamptz)",
+        user_id, by_user_id, by_email, reason, SqlTime(now));
+    return absl::OkStatus();
+  }));
+  return revoked;
+}
+
 }  // namespace sv::store

@@ -69,6 +69,15 @@ struct TenantStanding {
   bool suspended() const { return !suspensions.empty() && !suspensions[0].resumed_at; }
 };
 
+// A platform operator (users.role = 'operator').
+struct OperatorRow {
+  std::string user_id;
+  std::string email;
+  absl::Time created_at;
+  bool bootstrap = false;  // Holds the key of svd's --admin-key-file.
+  int active_keys = 0;
+};
+
 // AuditRow (one audit_log row) is in store/store.h: the create and delete
 // batches write their calls' rows in their own transactions.
 
@@ -166,6 +175,22 @@ class SecurityStore {
                                         bool* ended);
   // Tenants with a suspension in force.
   absl::StatusOr<std::vector<std::string>> SuspendedTenants();
+
+  // ---- Operators (docs/security.md, "Operators") ----
+  // Makes `email` an operator of `tenant_id` (the caller's, the operator
+  // tenant) with `first_key`: a new user, or one that was an operator of
+  // this tenant before. Any other user of that address is USER_EXISTS.
+  absl::StatusOr<OperatorRow> AddOperator(const std::string& tenant_id, const std::string& email,
+                                          const std::string& by_user_id,
+                                          const std::string& by_email, NewApiKeyRow first_key,
+                                          absl::Time now);
+  absl::StatusOr<std::vector<OperatorRow>> ListOperators(absl::Time now);
+  // Takes the role away, ends the user's memberships and revokes its keys;
+  // returns how many keys were revoked. Never the last operator or the
+  // bootstrap one.
+  absl::StatusOr<int> RemoveOperator(const std::string& user_id, const std::string& by_user_id,
+                                     const std::string& by_email, const std::string& reason,
+                                     absl::Time now);
 
  private:
   Database& db_;

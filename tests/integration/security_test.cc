@@ -57,6 +57,7 @@ const std::map<std::string, std::set<std::string>>& Model() {
       {"admin.quotas", {"admin"}},
       {"admin.billing", {"admin"}},
       {"admin.audit", {"admin"}},
+      {"admin.operators", {"admin"}},
   };
   return *model;
 }

@@ -1,0 +1,390 @@
+// A team of operators and the two-person rule for large credits, against a
+// real svd and PostgreSQL (docs/security.md, "Operators"; docs/billing.md,
+// "Credits above the approval limit").
+#include <future>
+#include <vector>
+
+#include "api/api_keys.h"
+#include "api/errors.h"
+#include "gtest/gtest.h"
+#include "sv/v1/account.grpc.pb.h"
+#include "sv/v1/admin.grpc.pb.h"
+#include "sv/v1/billing.grpc.pb.h"
+#include "sv/v1/dev_clock.grpc.pb.h"
+#include "sv/v1/security.grpc.pb.h"
+#include "tests/integration/harness.h"
+
+namespace sv::testing {
+namespace {
+
+using api::ReasonOf;
+
+constexpr int64_t kYuan = 1'000'000;
+
+class OperatorsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    url_ = CreateTestDatabase();
+    SvdOptions options;
+    options.database_url = url_;
+    options.sim_nodes = 1;
+    // The default limit (1,000 CNY), on a fake clock so that a request can
+    // be let expire.
+    options.extra_args = {"--fake-clock-start", "2026-11-02T10:00:00Z"};
+    svd_ = std::make_unique<SvdProcess>(options);
+    ASSERT_TRUE(svd_->Start());
+    admin_ = v1::AdminService::NewStub(svd_->channel());
+    billing_ = v1::BillingAdminService::NewStub(svd_->channel());
+    owner_ = CreateTenant(*svd_, "payer");
+    tenant_id_ = TenantIdByName(*svd_, "payer");
+  }
+
+  // Adds an operator and returns its first key.
+  std::string AddOperator(const std::string& email, std::string* user_id = nullptr) {
+    v1::AddOperatorRequest request;
+    request.set_email(email);
+    v1::AddOperatorResponse response;
+    grpc::Status status =
+        admin_->AddOperator(Context(svd_->admin_key()).get(), request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    if (user_id != nullptr) *user_id = response.operator_user().user_id();
+    return response.api_key();
+  }
+
+  grpc::Status Remove(const std::string& key, const std::string& user_id,
+                      v1::RemoveOperatorResponse* response = nullptr) {
+    v1::RemoveOperatorRequest request;
+    request.set_user_id(user_id);
+    request.set_reason("left the team");
+    v1::RemoveOperatorResponse ignored;
+    return admin_->RemoveOperator(Context(key).get(), request,
+                                  response != nullptr ? response : &ignored);
+  }
+
+  std::vector<v1::OperatorUser> Operators() {
+    v1::ListOperatorsResponse response;
+    EXPECT_TRUE(admin_->ListOperators(Context(svd_->admin_key()).get(), {}, &response).ok());
+    return {response.operators().begin(), response.operators().end()};
+  }
+
+  grpc::Status Whoami(const std::string& key, v1::Account* account) {
+    v1::AccountService::Stub accounts(svd_->channel());
+    return accounts.GetCurrentAccount(Context(key).get(), {}, account);
+  }
+
+  grpc::Status Request(const std::string& key, const std::string& credit_id, int64_t micros,
+                       v1::CreditRequest* answer) {
+    v1::IssueCreditRequest request;
+    request.set_tenant_id(tenant_id_);
+    request.set_credit_id(credit_id);
+    request.set_amount_micros(micros);
+    request.set_reason("outage of pod 3");
+    return billing_->RequestCredit(Context(key).get(), request, answer);
+  }
+
+  grpc::Status Decide(const std::string& key, const std::string& credit_id, bool approve,
+                      v1::CreditRequest* answer, const std::string& reason = "") {
+    v1::DecideCreditRequest request;
+    request.set_credit_id(credit_id);
+    request.set_reason(reason);
+    return approve ? billing_->ApproveCredit(Context(key).get(), request, answer)
+                   : billing_->RejectCredit(Context(key).get(), request, answer);
+  }
+
+  // The tenant's paid wallet.
+  int64_t Paid() {
+    v1::BillingService::Stub tenant(svd_->channel());
+    v1::Balance balance;
+    EXPECT_TRUE(tenant.GetBalance(Context(owner_).get(), {}, &balance).ok());
+    return balance.paid_micros();
+  }
+
+  std::string url_;
+  std::unique_ptr<SvdProcess> svd_;
+  std::unique_ptr<v1::AdminService::Stub> admin_;
+  std::unique_ptr<v1::BillingAdminService::Stub> billing_;
+  std::string owner_, tenant_id_;
+};
+
+// Goal: operators add operators whose keys are operator keys; removing one
+// revokes its keys at once; the last operator and the one of svd's key file
+// stay; tenants cannot manage operators.
+TEST_F(OperatorsTest, OperatorsAddListAndRemoveOperators) {
+  std::vector<v1::OperatorUser> before = Operators();
+  ASSERT_EQ(before.size(), 1u);
+  EXPECT_TRUE(before[0].bootstrap());
+  const std::string bootstrap_id = before[0].user_id();
+
+  std::string alice_id, bob_id;
+  const std::string alice = AddOperator("alice@ops.example", &alice_id);
+  const std::string bob = AddOperator("bob@ops.example", &bob_id);
+  v1::Account account;
+  ASSERT_TRUE(Whoami(alice, &account).ok());
+  EXPECT_EQ(account.role(), v1::OPERATOR);
+  v1::ListTenantBalancesResponse balances;
+  EXPECT_TRUE(billing_->ListTenantBalances(Context(alice).get(), {}, &balances).ok());
+  std::vector<v1::OperatorUser> three = Operators();
+  ASSERT_EQ(three.size(), 3u);
+  for (const auto& o : three) {
+    if (o.user_id() != alice_id) continue;
+    EXPECT_EQ(o.email(), "alice@ops.example");
+    EXPECT_EQ(o.active_key_count(), 1);
+    EXPECT_FALSE(o.bootstrap());
+  }
+
+  // Addresses in use.
+  v1::AddOperatorRequest again;
+  again.set_email("alice@ops.example");
+  v1::AddOperatorResponse added;
+  grpc::Status status = admin_->AddOperator(Context(bob).get(), again, &added);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(ReasonOf(status), "ALREADY_AN_OPERATOR");
+  v1::UserService::Stub users(svd_->channel());
+  v1::ListUsersResponse members;
+  ASSERT_TRUE(users.ListUsers(Context(owner_).get(), {}, &members).ok());
+  ASSERT_FALSE(members.users().empty());
+  again.set_email(members.users(0).email());
+  status = admin_->AddOperator(Context(bob).get(), again, &added);
+  EXPECT_EQ(ReasonOf(status), "USER_EXISTS");
+  again.set_email("not an address");
+  EXPECT_EQ(ReasonOf(admin_->AddOperator(Context(bob).get(), again, &added)), "INVALID_EMAIL");
+
+  // Tenants hold no admin.operators permission.
+  again.set_email("mallory@tenant.example");
+  status = admin_->AddOperator(Context(owner_).get(), again, &added);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(ReasonOf(Remove(owner_, alice_id)), "PERMISSION_DENIED");
+
+  // Bad ids; the key file's operator.
+  EXPECT_EQ(Remove(bob, "").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ReasonOf(Remove(bob, "usr-nosuchuser")), "OPERATOR_NOT_FOUND");
+  status = Remove(bob, bootstrap_id);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(ReasonOf(status), "BOOTSTRAP_OPERATOR");
+  v1::RemoveOperatorRequest no_reason;
+  no_reason.set_user_id(alice_id);
+  v1::RemoveOperatorResponse removed;
+  EXPECT_EQ(admin_->RemoveOperator(Context(bob).get(), no_reason, &removed).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+
+  // Bob removes Alice: her key stops working at once.
+  ASSERT_TRUE(Remove(bob, alice_id, &removed).ok());
+  EXPECT_EQ(removed.keys_revoked(), 1);
+  EXPECT_EQ(Whoami(alice, &account).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(ReasonOf(Remove(bob, alice_id)), "OPERATOR_NOT_FOUND");
+  // The key file's operator removes Bob; then it is the last one.
+  ASSERT_TRUE(Remove(svd_->admin_key(), bob_id).ok());
+  EXPECT_EQ(Whoami(bob, &account).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  status = Remove(svd_->admin_key(), bootstrap_id);
+  EXPECT_EQ(ReasonOf(status), "LAST_OPERATOR");
+  ASSERT_EQ(Operators().size(), 1u);
+
+  // A former operator can be made one again, with a new key; the old key
+  // stays revoked.
+  std::string alice_again_id;
+  const std::string alice2 = AddOperator("alice@ops.example", &alice_again_id);
+  EXPECT_EQ(alice_again_id, alice_id);
+  ASSERT_TRUE(Whoami(alice2, &account).ok());
+  EXPECT_EQ(account.role(), v1::OPERATOR);
+  EXPECT_EQ(Whoami(alice, &account).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+
+  // svctl.
+  auto svctl = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {SvctlPath(), "--token", svd_->admin_key(), "admin"});
+    return RunCapture(args, {"SVCTL_ENDPOINT=" + svd_->endpoint(), "HOME=/nonexistent",
+                             "XDG_CONFIG_HOME="});
+  };
+  RunResult listed = svctl({"operators", "list"});
+  EXPECT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_NE(listed.out.find("alice@ops.example"), std::string::npos) << listed.out;
+  EXPECT_NE(listed.out.find("--admin-key-file"), std::string::npos) << listed.out;
+  RunResult carol = svctl({"operators", "add", "carol@ops.example"});
+  EXPECT_EQ(carol.exit_code, 0) << carol.err;
+  EXPECT_NE(carol.out.find("sv_"), std::string::npos) << carol.out;
+  RunResult gone = svctl({"operators", "remove", alice_id, "--reason", "rotation"});
+  EXPECT_EQ(gone.exit_code, 0) << gone.err;
+  EXPECT_NE(gone.out.find("1 key(s) revoked"), std::string::npos) << gone.out;
+}
+
+// Goal: a tenant owner cannot turn an operator's account into a member of
+// its tenant, and a key of an operator's user in another tenant is never an
+// operator key (the escalation this closes: AddUser with an operator's
+// e-mail used to mint a platform-admin key).
+TEST_F(OperatorsTest, TenantsCannotBorrowAnOperatorsAccount) {
+  v1::UserService::Stub users(svd_->channel());
+  v1::AddUserRequest request;
+  request.set_email("operator@sv.local");  // The key file's operator.
+  request.set_role(v1::TENANT_ROLE_VIEWER);
+  v1::AddUserResponse response;
+  grpc::Status status = users.AddUser(Context(owner_).get(), request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(ReasonOf(status), "USER_IS_OPERATOR");
+  EXPECT_TRUE(response.first_key().secret().empty());
+
+  // Were such a membership and key written some other way, the key is a
+  // tenant key of the tenant, not an operator's.
+  api::GeneratedKey key = api::NewApiKey();
+  ExecSql(url_, "INSERT INTO memberships (tenant_id, user_id, role, created_at) "
+                "SELECT '" + tenant_id_ + "', id, 'viewer', now() FROM users "
+                "WHERE email = 'operator@sv.local'");
+  ExecSql(url_, "INSERT INTO api_keys (id, user_id, tenant_id, salt, secret_hash, "
+                "created_at, name) SELECT '" + key.key_id + "', id, '" + tenant_id_ + "', '" +
+                    key.salt + "', '" + key.secret_hash +
+                    "', now(), 'planted' FROM users WHERE email = 'operator@sv.local'");
+  v1::Account account;
+  ASSERT_TRUE(Whoami(key.plaintext, &account).ok());
+  EXPECT_EQ(account.role(), v1::MEMBER);
+  v1::ListTenantBalancesResponse balances;
+  status = billing_->ListTenantBalances(Context(key.plaintext).get(), {}, &balances);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+}
+
+// Goal: a credit up to the limit is posted at once; a larger one, or one
+// that takes an operator's own credits of the day above it, waits for a
+// second operator; the requester cannot approve it; approving twice at once
+// posts it once; rejected and expired requests cannot be approved; nothing
+// reaches the tenant before approval.
+TEST_F(OperatorsTest, CreditsAboveTheLimitNeedASecondOperator) {
+  const std::string first = svd_->admin_key();
+  const std::string second = AddOperator("second@ops.example");
+  const std::string third = AddOperator("third@ops.example");
+  const int64_t paid_before = Paid();
+
+  v1::CreditRequest answer;
+  ASSERT_TRUE(Request(first, "small", 5 * kYuan, &answer).ok());
+  EXPECT_EQ(answer.state(), v1::CREDIT_POSTED);
+  EXPECT_FALSE(answer.needs_approval());
+  EXPECT_EQ(answer.transfer().idempotency_key(), "credit:small");
+  EXPECT_EQ(Paid(), paid_before + 5 * kYuan);
+
+  // IssueCredit refuses a large credit and writes nothing.
+  v1::IssueCreditRequest direct;
+  direct.set_tenant_id(tenant_id_);
+  direct.set_credit_id("direct-big");
+  direct.set_amount_micros(2'000 * kYuan);
+  direct.set_reason("outage of pod 3");
+  v1::Transfer transfer;
+  grpc::Status status = billing_->IssueCredit(Context(first).get(), direct, &transfer);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(ReasonOf(status), "CREDIT_NEEDS_APPROVAL");
+
+  // A large request waits; replays return it; a changed one is refused.
+  ASSERT_TRUE(Request(first, "big", 2'000 * kYuan, &answer).ok());
+  EXPECT_EQ(answer.state(), v1::CREDIT_PENDING_APPROVAL);
+  EXPECT_TRUE(answer.needs_approval());
+  EXPECT_FALSE(answer.has_transfer());
+  EXPECT_EQ(answer.requested_by(), "operator@sv.local");
+  ASSERT_TRUE(Request(first, "big", 2'000 * kYuan, &answer).ok());
+  EXPECT_EQ(answer.state(), v1::CREDIT_PENDING_APPROVAL);
+  EXPECT_EQ(ReasonOf(Request(first, "big", 3'000 * kYuan, &answer)), "IDEMPOTENCY_KEY_REUSED");
+  EXPECT_EQ(ReasonOf(Request(first, "small", 5 * kYuan + 1, &answer)), "IDEMPOTENCY_KEY_REUSED");
+  direct.set_credit_id("big");
+  direct.set_amount_micros(5 * kYuan);
+  EXPECT_EQ(ReasonOf(billing_->IssueCredit(Context(first).get(), direct, &transfer)),
+            "CREDIT_REQUESTED");
+  EXPECT_EQ(Paid(), paid_before + 5 * kYuan);
+
+  v1::ListCreditRequestsRequest pending_only;
+  pending_only.set_pending_only(true);
+  v1::ListCreditRequestsResponse listed;
+  ASSERT_TRUE(billing_->ListCreditRequests(Context(second).get(), pending_only, &listed).ok());
+  ASSERT_EQ(listed.credit_requests_size(), 1);
+  EXPECT_EQ(listed.credit_requests(0).credit_id(), "big");
+  EXPECT_EQ(listed.approval_above_micros(), 1'000 * kYuan);
+
+  // Not by the one who asked.
+  status = Decide(first, "big", true, &answer);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(ReasonOf(status), "SAME_OPERATOR");
+  EXPECT_EQ(ReasonOf(Decide(second, "nope", true, &answer)), "CREDIT_REQUEST_NOT_FOUND");
+  EXPECT_EQ(Decide(second, "", true, &answer).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Decide(second, "big", false, &answer).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT)
+      << "a rejection needs a reason";
+
+  // Two operators approve at once: one posting.
+  auto approve = [&](const std::string& key) {
+    v1::CreditRequest out;
+    grpc::Status s = Decide(key, "big", true, &out, "checked the incident");
+    return std::make_pair(s.ok(), out);
+  };
+  auto a = std::async(std::launch::async, approve, second);
+  auto b = std::async(std::launch::async, approve, third);
+  auto [a_ok, a_out] = a.get();
+  auto [b_ok, b_out] = b.get();
+  EXPECT_TRUE(a_ok && b_ok);
+  EXPECT_EQ(a_out.state(), v1::CREDIT_POSTED);
+  EXPECT_EQ(a_out.decided_by(), b_out.decided_by());
+  EXPECT_EQ(a_out.transfer().id(), b_out.transfer().id());
+  EXPECT_EQ(Paid(), paid_before + 2'005 * kYuan);
+  status = Decide(second, "big", false, &answer, "too late");
+  EXPECT_EQ(ReasonOf(status), "CREDIT_ALREADY_POSTED");
+
+  // Splitting: small credits of one operator add up over 24 hours.
+  ASSERT_TRUE(Request(second, "part-1", 600 * kYuan, &answer).ok());
+  EXPECT_EQ(answer.state(), v1::CREDIT_POSTED);
+  ASSERT_TRUE(Request(second, "part-2", 600 * kYuan, &answer).ok());
+  EXPECT_EQ(answer.state(), v1::CREDIT_PENDING_APPROVAL);
+  direct.set_credit_id("part-3");
+  direct.set_amount_micros(600 * kYuan);
+  EXPECT_EQ(ReasonOf(billing_->IssueCredit(Context(second).get(), direct, &transfer)),
+            "CREDIT_NEEDS_APPROVAL");
+  // The requester withdraws it; it cannot be approved after.
+  ASSERT_TRUE(Decide(second, "part-2", false, &answer, "split by mistake").ok());
+  EXPECT_EQ(answer.state(), v1::CREDIT_REJECTED);
+  EXPECT_EQ(answer.decision_reason(), "split by mistake");
+  EXPECT_EQ(ReasonOf(Decide(third, "part-2", true, &answer)), "CREDIT_REJECTED");
+  EXPECT_EQ(Paid(), paid_before + 2'605 * kYuan);
+
+  // A request not approved within 7 days expires.
+  ASSERT_TRUE(Request(third, "late", 1'500 * kYuan, &answer).ok());
+  v1::DevClockService::Stub clock(svd_->channel());
+  v1::AdvanceClockRequest advance;
+  advance.mutable_by()->set_seconds(8 * 24 * 3600);
+  v1::ClockTime now;
+  ASSERT_TRUE(clock.AdvanceClock(Context(first).get(), advance, &now).ok());
+  status = Decide(first, "late", true, &answer);
+  EXPECT_EQ(ReasonOf(status), "CREDIT_REQUEST_EXPIRED");
+  ASSERT_TRUE(billing_->ListCreditRequests(Context(first).get(), pending_only, &listed).ok());
+  EXPECT_EQ(listed.credit_requests_size(), 0);
+  ASSERT_TRUE(billing_->ListCreditRequests(Context(first).get(), {}, &listed).ok());
+  ASSERT_EQ(listed.credit_requests_size(), 5);
+  EXPECT_EQ(listed.credit_requests(0).credit_id(), "late");
+  EXPECT_EQ(listed.credit_requests(0).state(), v1::CREDIT_EXPIRED);
+  EXPECT_EQ(Paid(), paid_before + 2'605 * kYuan);
+
+  // svctl: a pending request, listed, approved by the other operator.
+  auto svctl = [&](const std::string& key, std::vector<std::string> args) {
+    args.insert(args.begin(), {SvctlPath(), "--token", key, "admin"});
+    return RunCapture(args, {"SVCTL_ENDPOINT=" + svd_->endpoint(), "HOME=/nonexistent",
+                             "XDG_CONFIG_HOME="});
+  };
+  RunResult asked = svctl(first, {"credit", "payer", "1200", "--credit-id", "cli-big",
+                                  "--reason", "SLA goodwill"});
+  EXPECT_EQ(asked.exit_code, 0) << asked.err;
+  EXPECT_NE(asked.out.find("PENDING_APPROVAL"), std::string::npos) << asked.out;
+  EXPECT_NE(asked.out.find("svctl admin credits approve cli-big"), std::string::npos)
+      << asked.out;
+  RunResult pending = svctl(second, {"credits", "list", "--pending"});
+  EXPECT_EQ(pending.exit_code, 0) << pending.err;
+  EXPECT_NE(pending.out.find("cli-big"), std::string::npos) << pending.out;
+  EXPECT_NE(pending.out.find("credits above 1000.000000 CNY need a second operator"),
+            std::string::npos)
+      << pending.out;
+  RunResult self = svctl(first, {"credits", "approve", "cli-big"});
+  EXPECT_NE(self.exit_code, 0);
+  EXPECT_NE(self.err.find("SAME_OPERATOR"), std::string::npos) << self.err;
+  RunResult approved = svctl(second, {"credits", "approve", "cli-big"});
+  EXPECT_EQ(approved.exit_code, 0) << approved.err;
+  EXPECT_NE(approved.out.find("POSTED"), std::string::npos) << approved.out;
+  EXPECT_EQ(Paid(), paid_before + 3'805 * kYuan);
+
+  // The ledger still balances.
+  v1::RunAuditResponse audit;
+  ASSERT_TRUE(billing_->RunAudit(Context(first).get(), {}, &audit).ok());
+  EXPECT_TRUE(audit.ok()) << (audit.failures().empty() ? "" : audit.failures(0));
+}
+
+}  // namespace
+}  // namespace sv::testing
