@@ -1,5 +1,7 @@
 // The operator's billing dashboard: revenue, SLA refunds, the fleet, and
-// every tenant's balance, trial credit and top-ups. Refreshes every 5 s.
+// every tenant's balance, trial credit and top-ups; and two operator actions:
+// suspending or resuming a tenant, and deciding credits that wait for a
+// second operator. Refreshes every 5 s.
 'use strict';
 
 let stopAdmin = null;
@@ -157,6 +159,7 @@ async function refreshTenants() {
     api('GET', '/v1/admin/dashboard/topups?pageSize=100'),
     api('GET', '/v1/admin/invoices?pageSize=100'),
   ]);
+  fillTenantChooser(balances.items);
   fillTable(document.querySelector('#balances-table tbody'), balances.items, (t) => [
     t.suspended ? `${t.tenantName} (suspended)` : t.tenantName, t.balance.mode, formatMoney(t.balance.paidMicros), formatMoney(t.balance.trialMicros),
     formatMoney(t.balance.receivableMicros), formatMoney(t.balance.burnMicrosPerMinute)]);
@@ -182,9 +185,71 @@ async function refreshTenants() {
     formatTime(t.invoice.issueTime)], 'No invoices yet (postpaid tenants get one a month).');
 }
 
+// The tenant chooser of the suspend/resume form, kept as chosen across
+// refreshes.
+function fillTenantChooser(balances) {
+  const select = document.getElementById('standing-tenant');
+  const chosen = select.value;
+  const options = balances.map((t) => el('option', { value: t.tenantId,
+    text: t.suspended ? `${t.tenantName} (suspended)` : t.tenantName }));
+  select.replaceChildren(...options);
+  if (balances.some((t) => t.tenantId === chosen)) select.value = chosen;
+}
+
+async function changeStanding(action) {
+  const tenant = document.getElementById('standing-tenant');
+  const reason = document.getElementById('standing-reason').value.trim();
+  if (!tenant.value || !reason) {
+    status('standing-status', 'Choose a tenant and give a reason.', true);
+    return;
+  }
+  const name = tenant.selectedOptions[0].textContent;
+  try {
+    const r = await api('POST', `/v1/admin/tenants/${encodeURIComponent(tenant.value)}:${action}`, { reason });
+    status('standing-status', action === 'suspend'
+      ? `${name}: ${r.newlySuspended ? 'suspended' : 'was already suspended'}; ` +
+        `${num(r.instancesStopped)} instance(s) stopped.`
+      : `${name}: ${r.wasSuspended ? 'resumed' : 'was not suspended'}.`);
+    await refreshTenants();
+  } catch (e) { status('standing-status', failText(action === 'suspend' ? 'Suspend' : 'Resume', e), true); }
+}
+
+async function decideCredit(creditId, approve) {
+  const reason = document.getElementById('credit-reject-reason').value.trim();
+  if (!approve && !reason) {
+    status('credit-status', 'Give a reason for the rejection first.', true);
+    return;
+  }
+  try {
+    const r = await api('POST', `/v1/admin/creditRequests/${encodeURIComponent(creditId)}:${approve ? 'approve' : 'reject'}`,
+      approve ? {} : { reason });
+    status('credit-status', `Credit ${creditId} (${formatMoney(r.amountMicros)}): ${approve ? 'approved and posted' : 'rejected'}.`);
+    await refreshCredits();
+  } catch (e) { status('credit-status', failText(approve ? 'Approve' : 'Reject', e), true); }
+}
+
+async function refreshCredits() {
+  const data = await api('GET', '/v1/admin/creditRequests?pendingOnly=true&pageSize=200');
+  const limit = BigInt(data.approvalAboveMicros || 0);
+  document.getElementById('credit-limit').textContent = limit < 0n
+    ? 'Every credit is posted at once (no approval limit is set).'
+    : `Credits above ${formatMoney(limit)} (or that take one operator's credits of 24 hours above it) ` +
+      'wait here for another operator than the one who asked; requests expire after 7 days.';
+  fillTable(document.querySelector('#credits-table tbody'), data.creditRequests || [], (c) => [
+    formatTime(c.requestTime), el('code', { text: c.creditId }), c.tenantId, formatMoney(c.amountMicros),
+    c.requestedBy, c.reason, formatTime(c.expireTime),
+    el('span', {},
+      el('button', { type: 'button', text: 'Approve', 'aria-label': `Approve credit ${c.creditId}`,
+        onclick: () => decideCredit(c.creditId, true) }),
+      ' ',
+      el('button', { type: 'button', class: 'danger', text: 'Reject', 'aria-label': `Reject credit ${c.creditId}`,
+        onclick: () => decideCredit(c.creditId, false) }))],
+  'No credit awaits approval.');
+}
+
 async function refreshAll() {
   try {
-    await Promise.all([refreshRevenue(), refreshRefunds(), refreshFleet(), refreshTenants()]);
+    await Promise.all([refreshRevenue(), refreshRefunds(), refreshFleet(), refreshTenants(), refreshCredits()]);
     showError(null);
   } catch (e) {
     showError(e);
@@ -192,6 +257,8 @@ async function refreshAll() {
 }
 
 document.addEventListener('DOMContentLoaded', () => {
+  document.getElementById('suspend-button').addEventListener('click', () => changeStanding('suspend'));
+  document.getElementById('resume-button').addEventListener('click', () => changeStanding('resume'));
   setupSignIn({
     onSignedIn: async () => { if (stopAdmin) stopAdmin(); stopAdmin = poll(refreshAll, 5000); },
     onSignedOut: () => { if (stopAdmin) stopAdmin(); stopAdmin = null; },

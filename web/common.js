@@ -80,6 +80,16 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+// Sets a status line (an element with role="status"); errors get the
+// `error` class.
+function status(id, text, isError) {
+  const line = document.getElementById(id);
+  line.textContent = text;
+  line.classList.toggle('error', !!isError);
+}
+
+function failText(label, e) { return `${label} failed: ${e.message} (${e.reason || e.code || e.status})`; }
+
 function svgEl(tag, attrs, ...children) {
   const node = document.createElementNS('http://www.w3.org/2000/svg', tag);
   for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);

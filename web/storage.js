@@ -6,14 +6,6 @@
 let stoppers = [];
 let instanceCache = [];
 
-function status(id, text, isError) {
-  const line = document.getElementById(id);
-  line.textContent = text;
-  line.classList.toggle('error', !!isError);
-}
-
-function failText(label, e) { return `${label} failed: ${e.message} (${e.reason || e.code || e.status})`; }
-
 async function loadInstances() {
   const all = await apiAll('/v1/instances?pageSize=500', 'instances');
   instanceCache = all.items.filter((i) => i.state !== 'DELETED');

@@ -1,7 +1,8 @@
 // End to end in Debian's headless Chromium (never a downloaded browser):
 // sign in, create an 8-GPU instance and see it RUNNING, see the balance fall
 // after a (simulated) minute, stop the instance, see the revenue on the
-// admin dashboard, and see a suspended tenant's banner and refused create. Screenshots go to --out. Run by console_e2e_test (ctest
+// admin dashboard, approve another operator's credit and suspend the tenant
+// there, and see the tenant's banner and refused create. Screenshots go to --out. Run by console_e2e_test (ctest
 // label e2e), which starts PostgreSQL and svd; see docs/web.md.
 'use strict';
 
@@ -207,8 +208,9 @@ async function availableMicros(page) {
       await page.locator('#instances-table tbody tr').first().waitFor({ timeout: 10000 });
     });
 
+    let admin = null;
     await step('open the admin dashboard and see the revenue', async () => {
-      const admin = await context.newPage();
+      admin = await context.newPage();
       await admin.goto(opts.base + '/admin');
       await signIn(admin, opts['admin-key']);
       await admin.locator('#kpi-charged[data-micros]').waitFor({ timeout: 15000 });
@@ -231,14 +233,32 @@ async function availableMicros(page) {
       await shot(admin, '05-admin');
     });
 
+    await step('approve another operator\'s credit on the dashboard', async () => {
+      const me = await rest('GET', '/v1/account', opts.key);
+      const added = await rest('POST', '/v1/admin/operators', opts['admin-key'], { email: 'second@ops.e2e' });
+      if (added.status !== 200) throw new Error('add operator: ' + JSON.stringify(added));
+      const asked = await rest('POST', `/v1/admin/tenants/${me.body.tenantId}/creditRequests`, added.body.apiKey,
+        { creditId: 'e2e-goodwill', amountMicros: '1500000000', reason: 'e2e: outage goodwill' });
+      if (asked.status !== 200 || asked.body.state !== 'CREDIT_PENDING_APPROVAL') {
+        throw new Error('request credit: ' + JSON.stringify(asked));
+      }
+      const row = admin.locator('#credits-table tbody tr', { hasText: 'e2e-goodwill' });
+      await row.waitFor({ timeout: 15000 });
+      await shot(admin, '05b-credit-pending');
+      await row.getByRole('button', { name: 'Approve credit e2e-goodwill' }).click();
+      await admin.locator('#credit-status').filter({ hasText: 'approved and posted' }).waitFor({ timeout: 10000 });
+      await admin.locator('#credits-table tbody tr', { hasText: 'e2e-goodwill' }).waitFor({ state: 'detached', timeout: 10000 });
+    });
+
     await step('see the suspension banner and a refused create, then resume', async () => {
       const me = await rest('GET', '/v1/account', opts.key);
       const tenant = me.body.tenantId;
-      const suspended = await rest('POST', `/v1/admin/tenants/${tenant}:suspend`, opts['admin-key'],
-        { reason: 'e2e: unpaid invoice' });
-      if (suspended.status !== 200 || !suspended.body.newlySuspended) {
-        throw new Error('suspend: ' + JSON.stringify(suspended));
-      }
+      // Suspended from the dashboard's form.
+      await admin.locator('#standing-tenant').selectOption(tenant);
+      await admin.getByLabel('Reason', { exact: true }).fill('e2e: unpaid invoice');
+      await admin.getByRole('button', { name: 'Suspend' }).click();
+      await admin.locator('#standing-status').filter({ hasText: 'suspended;' }).waitFor({ timeout: 10000 });
+      await shot(admin, '05c-suspended-from-dashboard');
       await page.reload();
       await page.locator('#suspended').filter({ hasText: 'e2e: unpaid invoice' }).waitFor({ timeout: 10000 });
       const row = page.locator('#instances-table tbody tr', { hasText: 'e2e-small' });
