@@ -129,9 +129,10 @@ class ApiKeyServiceImpl final : public v1::ApiKeyService::Service {
         return Error(absl::StatusCode::kPermissionDenied, "PERMISSION_DENIED",
                      "listing every user's keys needs the permission keys.manage");
       }
-      SV_ASSIGN_OR_RETURN(auto keys, store_.ListApiKeys(who.tenant_id, request->all_users()
-                                                                           ? std::string()
-                                                                           : who.user_id));
+      SV_ASSIGN_OR_RETURN(auto keys,
+                          store_.ListApiKeys(who.tenant_id,
+                                             request->all_users() ? std::string() : who.user_id,
+                                             who.platform_admin()));
       for (const auto& k : keys) ToProto(k, response->add_keys());
       return absl::OkStatus();
     });
@@ -144,8 +145,9 @@ class ApiKeyServiceImpl final : public v1::ApiKeyService::Service {
       // Another user's key of the tenant reads as unknown unless the caller
       // may manage keys.
       const std::string owner = HasPermission(who, Permission::kKeysManage) ? "" : who.user_id;
-      SV_ASSIGN_OR_RETURN(auto key, store_.RevokeApiKey(who.tenant_id, owner, request->id(),
-                                                        deps_.clock->Now()));
+      SV_ASSIGN_OR_RETURN(auto key,
+                          store_.RevokeApiKey(who.tenant_id, owner, who.platform_admin(),
+                                              request->id(), deps_.clock->Now()));
       // Every replica drops its cached lookup on the revocation signal;
       // this one at once, so its next call already sees the change.
       auth_.ForgetCachedCredentials();
@@ -169,7 +171,8 @@ class ApiKeyServiceImpl final : public v1::ApiKeyService::Service {
                               store::KeyScope::kFull, std::nullopt};
       const std::string owner = HasPermission(who, Permission::kKeysManage) ? "" : who.user_id;
       SV_ASSIGN_OR_RETURN(auto rotated,
-                          store_.RotateApiKey(who.tenant_id, owner, request->id(), row,
+                          store_.RotateApiKey(who.tenant_id, owner, who.platform_admin(),
+                                              request->id(), row,
                                               absl::Seconds(request->overlap_seconds()),
                                               deps_.clock->Now()));
       auth_.ForgetCachedCredentials();
@@ -184,7 +187,7 @@ class ApiKeyServiceImpl final : public v1::ApiKeyService::Service {
  private:
   absl::Status Reply(const store::Principal& who, const GeneratedKey& key,
                      v1::CreateApiKeyResponse* response) {
-    SV_ASSIGN_OR_RETURN(auto keys, store_.ListApiKeys(who.tenant_id, who.user_id));
+    SV_ASSIGN_OR_RETURN(auto keys, store_.ListApiKeys(who.tenant_id, who.user_id, false));
     for (const auto& k : keys) {
       if (k.id == key.key_id) ToProto(k, response->mutable_key());
     }
@@ -225,7 +228,7 @@ class UserServiceImpl final : public v1::UserService::Service {
                           store_.AddMember(who.tenant_id, request->email(), role, row, now));
       GrantTrialAtSignup(deps_, member.user_id);
       ToProto(member, response->mutable_user());
-      SV_ASSIGN_OR_RETURN(auto keys, store_.ListApiKeys(who.tenant_id, member.user_id));
+      SV_ASSIGN_OR_RETURN(auto keys, store_.ListApiKeys(who.tenant_id, member.user_id, false));
       for (const auto& k : keys) {
         if (k.id == key.key_id) ToProto(k, response->mutable_first_key()->mutable_key());
       }

@@ -44,14 +44,18 @@ void InsertKey(pqxx::work& txn, const NewApiKeyRow& key, absl::Time now) {
       KeyScopeName(key.scope), OptionalTime(key.expires_at));
 }
 
+// Another user's key is found only when `user_id` is empty, and an
+// operator's only for an operator (`caller_is_operator`).
 std::optional<ApiKeyRow> LockKey(pqxx::work& txn, const std::string& tenant_id,
-                                 const std::string& user_id, const std::string& key_id) {
+                                 const std::string& user_id, bool caller_is_operator,
+                                 const std::string& key_id) {
   auto rows = txn.exec_params(
       "SELECT " + kKeyColumns +
           " FROM api_keys k JOIN users u ON u.id = k.user_id "
           "WHERE k.tenant_id = $1 AND k.id = $2 AND ($3 = '' OR k.user_id = $3) "
+          "AND (k.user_id = $3 OR $4 OR u.role <> 'operator') "
           "FOR UPDATE OF k",
-      tenant_id, key_id, user_id);
+      tenant_id, key_id, user_id, caller_is_operator);
   if (rows.empty()) return std::nullopt;
   return KeyFromRow(rows[0]);
 }
@@ -64,6 +68,18 @@ absl::Status KeyNotFound(const std::string& key_id) {
 absl::Status MemberNotFound(const std::string& user_id) {
   return Error(absl::StatusCode::kNotFound, "USER_NOT_FOUND",
                absl::StrCat("user ", user_id.substr(0, 64), " is not a member of the tenant"));
+}
+
+// Operators' memberships change only through AddOperator and
+// RemoveOperator.
+absl::Status CheckNotOperator(pqxx::work& txn, const std::string& user_id) {
+  if (txn.exec_params("SELECT 1 FROM users WHERE id = $1 AND role = 'operator'", user_id)
+          .empty()) {
+    return absl::OkStatus();
+  }
+  return Error(absl::StatusCode::kFailedPrecondition, "OPERATOR_ACCOUNT",
+               absl::StrCat("user ", user_id, " is a platform operator: operators are "
+                            "removed with RemoveOperator (svctl admin operators remove)"));
 }
 
 MemberRow MemberFromRow(const pqxx::row& row) {
@@ -87,15 +103,17 @@ absl::Status SecurityStore::CreateApiKey(const NewApiKeyRow& key, absl::Time now
 }
 
 absl::StatusOr<std::vector<ApiKeyRow>> SecurityStore::ListApiKeys(const std::string& tenant_id,
-                                                                  const std::string& user_id) {
+                                                                  const std::string& user_id,
+                                                                  bool caller_is_operator) {
   std::vector<ApiKeyRow> keys;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
     keys.clear();
     auto rows = txn.exec_params("SELECT " + kKeyColumns +
                                     " FROM api_keys k JOIN users u ON u.id = k.user_id "
                                     "WHERE k.tenant_id = $1 AND ($2 = '' OR k.user_id = $2) "
+                                    "AND (k.user_id = $2 OR $3 OR u.role <> 'operator') "
                                     "ORDER BY k.created_at DESC, k.id LIMIT 1000",
-                                tenant_id, user_id);
+                                tenant_id, user_id, caller_is_operator);
     for (const auto& row : rows) keys.push_back(KeyFromRow(row));
     return absl::OkStatus();
   }));
@@ -104,16 +122,17 @@ absl::StatusOr<std::vector<ApiKeyRow>> SecurityStore::ListApiKeys(const std::str
 
 absl::StatusOr<ApiKeyRow> SecurityStore::RevokeApiKey(const std::string& tenant_id,
                                                       const std::string& user_id,
+                                                      bool caller_is_operator,
                                                       const std::string& key_id,
                                                       absl::Time now) {
   ApiKeyRow result;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
-    auto key = LockKey(txn, tenant_id, user_id, key_id);
+    auto key = LockKey(txn, tenant_id, user_id, caller_is_operator, key_id);
     if (!key.has_value()) return KeyNotFound(key_id);
     txn.exec_params(
         "UPDATE api_keys SET revoked_at = $2::timestamptz WHERE id = $1 AND revoked_at IS NULL",
         key_id, SqlTime(now));
-    result = *LockKey(txn, tenant_id, user_id, key_id);
+    result = *LockKey(txn, tenant_id, user_id, caller_is_operator, key_id);
     return absl::OkStatus();
   }));
   return result;
@@ -121,12 +140,13 @@ absl::StatusOr<ApiKeyRow> SecurityStore::RevokeApiKey(const std::string& tenant_
 
 absl::StatusOr<ApiKeyRow> SecurityStore::RotateApiKey(const std::string& tenant_id,
                                                       const std::string& user_id,
+                                                      bool caller_is_operator,
                                                       const std::string& key_id,
                                                       NewApiKeyRow replacement,
                                                       absl::Duration overlap, absl::Time now) {
   ApiKeyRow result;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
-    auto old = LockKey(txn, tenant_id, user_id, key_id);
+    auto old = LockKey(txn, tenant_id, user_id, caller_is_operator, key_id);
     if (!old.has_value()) return KeyNotFound(key_id);
     if (old->revoked_at.has_value() || !old->replaced_by.empty() ||
         (old->expires_at.has_value() && *old->expires_at <= now)) {
@@ -185,14 +205,23 @@ absl::StatusOr<MemberRow> SecurityStore::AddMember(const std::string& tenant_id,
         "INSERT INTO users (id, tenant_id, email, role, created_at) "
         "VALUES ($1, $2, $3, 'member', $4::timestamptz) ON CONFLICT (email) DO NOTHING",
         NewId("usr"), tenant_id, email, SqlTime(now));
-    auto user = txn.exec_params1("SELECT id, role, tenant_id FROM users WHERE email = $1",
-                                 email);
+    auto user = txn.exec_params1(
+        "SELECT id, role, tenant_id FROM users WHERE email = $1 FOR UPDATE", email);
     const std::string user_id = user[0].as<std::string>();
     if (user[1].as<std::string>() == "operator" && user[2].as<std::string>() != tenant_id) {
       // A platform operator's account stays in the operator's tenant.
       return Error(absl::StatusCode::kFailedPrecondition, "USER_IS_OPERATOR",
                    absl::StrCat(email, " is a platform operator's account; an operator "
                                 "cannot be a member of a tenant"));
+    }
+    if (!txn.exec_params("SELECT 1 FROM users WHERE tenant_id = $1 AND role = 'operator' "
+                         "LIMIT 1",
+                         tenant_id)
+             .empty()) {
+      // An owner there could otherwise manage the operators' keys.
+      return Error(absl::StatusCode::kFailedPrecondition, "OPERATORS_TENANT",
+                   "the operators' tenant has operators only: add one with AddOperator "
+                   "(svctl admin operators add)");
     }
     auto inserted = txn.exec_params(
         "INSERT INTO memberships (tenant_id, user_id, role, created_at) "
@@ -225,6 +254,7 @@ absl::StatusOr<MemberRow> SecurityStore::SetMemberRole(const std::string& tenant
         "SELECT role FROM memberships WHERE tenant_id = $1 AND user_id = $2 FOR UPDATE",
         tenant_id, user_id);
     if (current.empty()) return MemberNotFound(user_id);
+    SV_RETURN_IF_ERROR(CheckNotOperator(txn, user_id));
     if (current[0][0].as<std::string>() == "owner" && role != TenantRole::kOwner &&
         owners.size() <= 1) {
       return Error(absl::StatusCode::kFailedPrecondition, "LAST_OWNER",
@@ -232,6 +262,13 @@ absl::StatusOr<MemberRow> SecurityStore::SetMemberRole(const std::string& tenant
     }
     txn.exec_params("UPDATE memberships SET role = $3 WHERE tenant_id = $1 AND user_id = $2",
                     tenant_id, user_id, TenantRoleName(role));
+    if (role == TenantRole::kViewer || role == TenantRole::kBilling) {
+      // A role without instance rights logs in to no instance either: the
+      // SSH keys the user added go, as on removal (the trigger of
+      // migration 0108 tells the nodes).
+      txn.exec_params("DELETE FROM ssh_keys WHERE tenant_id = $1 AND created_by = $2",
+                      tenant_id, user_id);
+    }
     auto rows = txn.exec_params("SELECT " + kMemberColumns +
                                     " FROM memberships m JOIN users u ON u.id = m.user_id "
                                     "WHERE m.tenant_id = $1 AND m.user_id = $2",
@@ -252,6 +289,7 @@ absl::Status SecurityStore::RemoveMember(const std::string& tenant_id,
         "SELECT role FROM memberships WHERE tenant_id = $1 AND user_id = $2 FOR UPDATE",
         tenant_id, user_id);
     if (current.empty()) return MemberNotFound(user_id);
+    SV_RETURN_IF_ERROR(CheckNotOperator(txn, user_id));
     if (current[0][0].as<std::string>() == "owner" && owners.size() <= 1) {
       return Error(absl::StatusCode::kFailedPrecondition, "LAST_OWNER",
                    "the tenant must keep at least one owner");

@@ -104,19 +104,22 @@ class SecurityStore {
   // ---- Keys ----
   absl::Status CreateApiKey(const NewApiKeyRow& key, absl::Time now);
   // The tenant's keys, or only those of `user_id` when it is not empty;
-  // newest first, revoked ones included.
+  // newest first, revoked ones included. Other users' keys leave out the
+  // operators' unless `caller_is_operator` (here and below: an owner of the
+  // operators' tenant who is not an operator never reaches their keys).
   absl::StatusOr<std::vector<ApiKeyRow>> ListApiKeys(const std::string& tenant_id,
-                                                     const std::string& user_id);
+                                                     const std::string& user_id,
+                                                     bool caller_is_operator);
   // NOT_FOUND unless the tenant has the key (and, when `user_id` is not
   // empty, it belongs to that user). Revoking twice is a no-op.
   absl::StatusOr<ApiKeyRow> RevokeApiKey(const std::string& tenant_id,
-                                         const std::string& user_id,
+                                         const std::string& user_id, bool caller_is_operator,
                                          const std::string& key_id, absl::Time now);
   // Inserts `replacement` (same user, tenant, scope, name as the old key)
   // and ends the old key: revoked now when `overlap` is zero, else it
   // expires at now + overlap (or earlier if it expired earlier).
   absl::StatusOr<ApiKeyRow> RotateApiKey(const std::string& tenant_id,
-                                         const std::string& user_id,
+                                         const std::string& user_id, bool caller_is_operator,
                                          const std::string& key_id,
                                          NewApiKeyRow replacement, absl::Duration overlap,
                                          absl::Time now);
@@ -128,7 +131,9 @@ class SecurityStore {
   absl::StatusOr<MemberRow> AddMember(const std::string& tenant_id, const std::string& email,
                                       TenantRole role, NewApiKeyRow first_key,
                                       absl::Time now);
-  // FAILED_PRECONDITION / LAST_OWNER when the change would leave no owner.
+  // FAILED_PRECONDITION / LAST_OWNER when the change would leave no owner,
+  // OPERATOR_ACCOUNT for an operator. A viewer or billing role loses the
+  // SSH keys the user added to the tenant.
   absl::StatusOr<MemberRow> SetMemberRole(const std::string& tenant_id,
                                           const std::string& user_id, TenantRole role);
   // Removes the membership, revokes the user's API keys of the tenant and

@@ -239,6 +239,111 @@ TEST_F(OperatorsTest, TenantsCannotBorrowAnOperatorsAccount) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
 }
 
+// Goal: the operators' tenant holds operators only, operators' memberships
+// change only through Add/RemoveOperator, and an owner there who is not an
+// operator (one written before these rules) never reaches the operators'
+// keys: listing, rotating (which would hand it a new operator key) and
+// revoking them all read as unknown.
+TEST_F(OperatorsTest, OperatorsKeysAreOutOfReachOfTheirTenantsOwners) {
+  const std::string admin = svd_->admin_key();
+  v1::UserService::Stub users(svd_->channel());
+  v1::AddUserRequest add;
+  add.set_email("helper@ops.example");
+  add.set_role(v1::TENANT_ROLE_OWNER);
+  v1::AddUserResponse added;
+  grpc::Status status = users.AddUser(Context(admin).get(), add, &added);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(ReasonOf(status), "OPERATORS_TENANT");
+
+  std::string alice_id;
+  AddOperator("alice@ops.example", &alice_id);
+  v1::SetUserRoleRequest demote;
+  demote.set_user_id(alice_id);
+  demote.set_role(v1::TENANT_ROLE_VIEWER);
+  v1::User user;
+  EXPECT_EQ(ReasonOf(users.SetUserRole(Context(admin).get(), demote, &user)), "OPERATOR_ACCOUNT");
+  v1::RemoveUserRequest remove;
+  remove.set_user_id(alice_id);
+  v1::RemoveUserResponse removed;
+  EXPECT_EQ(ReasonOf(users.RemoveUser(Context(admin).get(), remove, &removed)),
+            "OPERATOR_ACCOUNT");
+
+  // An owner of the operators' tenant who is not an operator, planted.
+  api::GeneratedKey key = api::NewApiKey();
+  ExecSql(url_,
+          "INSERT INTO users (id, tenant_id, email, role, created_at) SELECT 'usr-planted', "
+          "tenant_id, 'planted@ops.example', 'member', now() FROM users "
+          "WHERE email = 'operator@sv.local'");
+  ExecSql(url_,
+          "INSERT INTO memberships (tenant_id, user_id, role, created_at) SELECT tenant_id, "
+          "'usr-planted', 'owner', now() FROM users WHERE id = 'usr-planted'");
+  ExecSql(url_, "INSERT INTO api_keys (id, user_id, tenant_id, salt, secret_hash, created_at, "
+                "name) SELECT '" + key.key_id + "', id, tenant_id, '" + key.salt + "', '" +
+                    key.secret_hash + "', now(), 'planted' FROM users WHERE id = 'usr-planted'");
+  const std::string planted = key.plaintext;
+  v1::ApiKeyService::Stub keys(svd_->channel());
+  v1::ListApiKeysRequest all;
+  all.set_all_users(true);
+  v1::ListApiKeysResponse listed;
+  ASSERT_TRUE(keys.ListApiKeys(Context(planted).get(), all, &listed).ok());
+  ASSERT_EQ(listed.keys_size(), 1) << "only its own key";
+  EXPECT_EQ(listed.keys(0).id(), key.key_id);
+  ASSERT_TRUE(keys.ListApiKeys(Context(admin).get(), all, &listed).ok());
+  std::string bootstrap_key_id;
+  for (const auto& k : listed.keys()) {
+    if (k.name() == "bootstrap") bootstrap_key_id = k.id();
+  }
+  ASSERT_FALSE(bootstrap_key_id.empty());
+  v1::RotateApiKeyRequest rotate;
+  rotate.set_id(bootstrap_key_id);
+  rotate.set_overlap_seconds(86'400);
+  v1::CreateApiKeyResponse rotated;
+  status = keys.RotateApiKey(Context(planted).get(), rotate, &rotated);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(rotated.secret().empty());
+  v1::RevokeApiKeyRequest revoke;
+  revoke.set_id(bootstrap_key_id);
+  v1::ApiKey revoked;
+  EXPECT_EQ(keys.RevokeApiKey(Context(planted).get(), revoke, &revoked).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  v1::Account account;
+  ASSERT_TRUE(Whoami(admin, &account).ok()) << "the operator's key still works";
+}
+
+// Goal: a member demoted to viewer or billing, roles without instance
+// rights, loses the SSH keys it added (as a removed member does), so it
+// logs in to none of the tenant's instances.
+TEST_F(OperatorsTest, DemotedMembersLoseTheirSshKeys) {
+  v1::UserService::Stub users(svd_->channel());
+  v1::AddUserRequest add;
+  add.set_email("dev@payer.example");
+  add.set_role(v1::TENANT_ROLE_MEMBER);
+  v1::AddUserResponse added;
+  ASSERT_TRUE(users.AddUser(Context(owner_).get(), add, &added).ok());
+  const std::string member = added.first_key().secret();
+  v1::SshKeyService::Stub ssh(svd_->channel());
+  v1::AddSshKeyRequest key;
+  key.set_public_key(
+      "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIP70Y+xCt5EzReeUR50s3jvnEg4Zp0K69t/uLvsMIhiw dev@test");
+  v1::SshKey added_key;
+  ASSERT_TRUE(ssh.AddSshKey(Context(member).get(), key, &added_key).ok());
+  v1::ListSshKeysResponse listed;
+  ASSERT_TRUE(ssh.ListSshKeys(Context(owner_).get(), {}, &listed).ok());
+  ASSERT_EQ(listed.keys_size(), 1);
+
+  v1::SetUserRoleRequest demote;
+  demote.set_user_id(added.user().id());
+  demote.set_role(v1::TENANT_ROLE_MEMBER);
+  v1::User user;
+  ASSERT_TRUE(users.SetUserRole(Context(owner_).get(), demote, &user).ok());
+  ASSERT_TRUE(ssh.ListSshKeys(Context(owner_).get(), {}, &listed).ok());
+  EXPECT_EQ(listed.keys_size(), 1) << "member keeps its keys";
+  demote.set_role(v1::TENANT_ROLE_VIEWER);
+  ASSERT_TRUE(users.SetUserRole(Context(owner_).get(), demote, &user).ok());
+  ASSERT_TRUE(ssh.ListSshKeys(Context(owner_).get(), {}, &listed).ok());
+  EXPECT_EQ(listed.keys_size(), 0);
+}
+
 // Goal: a credit up to the limit is posted at once; a larger one, or one
 // that takes an operator's own credits of the day above it, waits for a
 // second operator; the requester cannot approve it; approving twice at once
