@@ -124,9 +124,13 @@ async function refreshWebhook() {
   if (!hook) {
     state.textContent = 'No webhook: notices are shown on the Money page and by svctl balance.';
   } else {
-    state.textContent = `Sending to ${hook.url}: ${hook.pendingCount || 0} notice(s) pending, ` +
-      `last delivery ${formatTime(hook.lastDeliveryTime)}` +
-      (hook.failedAttempts ? `; failing after ${hook.failedAttempts} tries: ${hook.lastError}` : '.');
+    state.textContent = hook.disabled
+      ? `Turned off ${formatTime(hook.disableTime)} after ${hook.disabledReason}. ${hook.pendingCount || 0} ` +
+        'notice(s) wait: save the webhook again to turn it back on and send them.'
+      : `Sending to ${hook.url}: ${hook.pendingCount || 0} notice(s) pending, ` +
+        `last delivery ${formatTime(hook.lastDeliveryTime)}` +
+        (hook.failedAttempts ? `; failing since ${formatTime(hook.failingSinceTime)} after ` +
+          `${hook.failedAttempts} tries: ${hook.lastError}` : '.');
   }
   document.getElementById('webhook-test').disabled = !hook;
   document.getElementById('webhook-delete').disabled = !hook;

@@ -29,6 +29,12 @@ void ToProto(const store::WebhookRow& w, v1::Webhook* out) {
     *out->mutable_last_delivery_time() = internal::ToProto(*w.last_delivered_at);
   }
   if (w.next_attempt_at) *out->mutable_next_attempt_time() = internal::ToProto(*w.next_attempt_at);
+  if (w.failing_since) *out->mutable_failing_since_time() = internal::ToProto(*w.failing_since);
+  if (w.disabled_at) {
+    out->set_disabled(true);
+    *out->mutable_disable_time() = internal::ToProto(*w.disabled_at);
+    out->set_disabled_reason(w.disabled_reason);
+  }
 }
 
 class WebhookServiceImpl final : public v1::WebhookService::Service {

@@ -234,7 +234,13 @@ absl::StatusOr<int> WebhookDispatcher::RunOnce(absl::Time now) {
             std::min(absl::Seconds(int64_t{1} << std::min(attempts, 12)), options_.max_backoff);
         spdlog::warn("webhooks: tenant={} notice={} failed ({} tries): {}", hook.tenant_id,
                      notice.id, hook.attempts + 1, attempt.error);
-        status = store_.RecordFailure(hook.tenant_id, attempt.error, wait, at);
+        auto disabled =
+            store_.RecordFailure(hook.tenant_id, attempt.error, wait, options_.give_up_after, at);
+        status = disabled.status();
+        if (disabled.ok() && *disabled) {
+          spdlog::warn("webhooks: tenant={} webhook {} turned off: failing for more than {}",
+                       hook.tenant_id, hook.url, absl::FormatDuration(options_.give_up_after));
+        }
         break;
       }
       status = store_.RecordDelivered(hook.tenant_id, hook.url, notice.id, attempt.http_status,

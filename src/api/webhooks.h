@@ -24,6 +24,9 @@ struct WebhookOptions {
   absl::Duration timeout = absl::Seconds(5);  // Connect, then answer.
   absl::Duration interval = absl::Seconds(1);
   absl::Duration max_backoff = absl::Hours(1);
+  // A webhook failing this long since its last delivery is turned off and
+  // the tenant told; zero: never.
+  absl::Duration give_up_after = absl::Hours(72);
 };
 
 struct WebhookUrl {
@@ -63,7 +66,8 @@ WebhookAttempt PostWebhook(const std::string& url, const std::string& secret,
 
 // Delivers every tenant's pending notices to its webhook, oldest first; a
 // failure holds that tenant's later notices and is retried after a wait
-// that doubles (1 s, 2 s, ... up to max_backoff). Leader-only.
+// that doubles (1 s, 2 s, ... up to max_backoff), until it has failed for
+// give_up_after: then it is turned off. Leader-only.
 class WebhookDispatcher {
  public:
   WebhookDispatcher(store::Database& db, const Clock& clock, WebhookOptions options);

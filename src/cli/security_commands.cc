@@ -405,8 +405,12 @@ void PrintWebhook(const v1::Webhook& w) {
   }
   rows.push_back({"pending:", std::to_string(w.pending_count()) + " notice(s)"});
   rows.push_back({"last delivery:", FormatTime(w.last_delivery_time())});
-  if (w.failed_attempts() > 0) {
-    rows.push_back({"failing:", std::to_string(w.failed_attempts()) + " tries, last: " +
+  if (w.disabled()) {
+    rows.push_back({"OFF since:", FormatTime(w.disable_time()) + ", " + w.disabled_reason() +
+                                      " (svctl webhook set URL turns it back on)"});
+  } else if (w.failed_attempts() > 0) {
+    rows.push_back({"failing:", std::to_string(w.failed_attempts()) + " tries since " +
+                                    FormatTime(w.failing_since_time()) + ", last: " +
                                     w.last_error() + "; next " +
                                     FormatTime(w.next_attempt_time())});
   }

@@ -167,6 +167,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--webhook-allow-private", o.webhook_allow_private,
                "Let tenants' webhooks reach loopback and private addresses (dev, tests)");
+  app.add_option("--webhook-give-up-hours", o.webhook_give_up_hours,
+                 "A webhook failing this long without a delivery is turned off (0: never)")
+      ->check(CLI::Range(0, 8760))
+      ->capture_default_str();
   app.add_option("--webhook-interval-ms", o.webhook_interval_ms,
                  "How often notices are looked for to send to tenants' webhooks")
       ->check(CLI::Range(50, 600000))

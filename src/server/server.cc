@@ -230,6 +230,7 @@ int RunServer(const ServerOptions& options) {
   api::WebhookOptions webhook_options;
   webhook_options.allow_private_addresses = options.webhook_allow_private;
   webhook_options.interval = absl::Milliseconds(options.webhook_interval_ms);
+  webhook_options.give_up_after = absl::Hours(options.webhook_give_up_hours);
   api::WebhookDispatcher webhooks(db, clock, webhook_options);
   webhooks.SetLeaderGate(&leadership);
   api::ApiDependencies api_deps{&store, &clock, &loops};

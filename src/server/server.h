@@ -77,6 +77,7 @@ struct ServerOptions {
   // addresses (dev and tests), and how often the loop looks for notices.
   bool webhook_allow_private = false;
   int webhook_interval_ms = 1000;
+  int webhook_give_up_hours = 72;
   int unpaid_storage_grace_days = 7;  // 0: volumes with unpaid storage are kept.
   // Leader election (docs/reliability.md): the lease, its renewal period and
   // this replica's name in the lease row (default: host-pid-random).

@@ -11,7 +11,8 @@ namespace {
 const std::string kWebhookColumns = absl::StrCat(
     "w.tenant_id, w.url, w.secret, w.created_by, ", MicrosOf("w.created_at"),
     ", w.starts_after, w.attempts, ", MicrosOf("w.next_attempt_at"), ", ",
-    MicrosOf("w.last_attempt_at"), ", w.last_error, ", MicrosOf("w.last_delivered_at"));
+    MicrosOf("w.last_attempt_at"), ", w.last_error, ", MicrosOf("w.last_delivered_at"), ", ",
+    MicrosOf("w.failing_since"), ", ", MicrosOf("w.disabled_at"), ", w.disabled_reason");
 
 std::optional<absl::Time> OptionalTime(const pqxx::field& f) {
   if (f.is_null()) return std::nullopt;
@@ -31,6 +32,9 @@ WebhookRow WebhookFromRow(const pqxx::row& r) {
   w.last_attempt_at = OptionalTime(r[8]);
   w.last_error = r[9].as<std::string>();
   w.last_delivered_at = OptionalTime(r[10]);
+  w.failing_since = OptionalTime(r[11]);
+  w.disabled_at = OptionalTime(r[12]);
+  w.disabled_reason = r[13].as<std::string>();
   return w;
 }
 
@@ -57,7 +61,8 @@ absl::StatusOr<WebhookRow> WebhookStore::Set(const std::string& tenant_id,
             "ON CONFLICT (tenant_id) DO UPDATE SET url = EXCLUDED.url, "
             "secret = EXCLUDED.secret, created_at = EXCLUDED.created_at, "
             "created_by = EXCLUDED.created_by, attempts = 0, next_attempt_at = NULL, "
-            "last_error = '' RETURNING ",
+            "last_error = '', failing_since = NULL, disabled_at = NULL, "
+            "disabled_reason = '' RETURNING ",
             kWebhookColumns),
         tenant_id, url, secret, SqlTime(now), created_by);
     row = WebhookFromRow(rows[0]);
@@ -76,7 +81,7 @@ absl::StatusOr<WebhookRow> WebhookStore::Get(const std::string& tenant_id) {
                                 tenant_id);
     if (rows.empty()) return absl::OkStatus();
     row = WebhookFromRow(rows[0]);
-    row->pending = rows[0][11].as<int64_t>();
+    row->pending = rows[0][14].as<int64_t>();
     return absl::OkStatus();
   }));
   if (!row.has_value()) {
@@ -103,8 +108,9 @@ absl::StatusOr<std::vector<WebhookRow>> WebhookStore::Due(absl::Time now, int li
     due.clear();
     for (const auto& r : txn.exec_params(
              absl::StrCat("SELECT ", kWebhookColumns, " FROM tenant_webhooks w "
-                          "WHERE (w.next_attempt_at IS NULL OR w.next_attempt_at <= "
-                          "$1::timestamptz) AND EXISTS (SELECT 1 ", kUndelivered,
+                          "WHERE w.disabled_at IS NULL AND (w.next_attempt_at IS NULL OR "
+                          "w.next_attempt_at <= $1::timestamptz) AND EXISTS (SELECT 1 ",
+                          kUndelivered,
                           ") ORDER BY w.tenant_id LIMIT $2"),
              SqlTime(now), limit)) {
       due.push_back(WebhookFromRow(r));
@@ -143,24 +149,50 @@ absl::Status WebhookStore::RecordDelivered(const std::string& tenant_id, const s
         notice_id, tenant_id, url, SqlTime(now), http_status);
     txn.exec_params(
         "UPDATE tenant_webhooks SET attempts = 0, next_attempt_at = NULL, last_error = '', "
-        "last_attempt_at = $2::timestamptz, last_delivered_at = $2::timestamptz "
+        "failing_since = NULL, last_attempt_at = $2::timestamptz, "
+        "last_delivered_at = $2::timestamptz "
         "WHERE tenant_id = $1",
         tenant_id, SqlTime(now));
     return absl::OkStatus();
   });
 }
 
-absl::Status WebhookStore::RecordFailure(const std::string& tenant_id, const std::string& error,
-                                         absl::Duration retry_in, absl::Time now) {
-  return db_.Transact([&](pqxx::work& txn) -> absl::Status {
-    txn.exec_params(
+absl::StatusOr<bool> WebhookStore::RecordFailure(const std::string& tenant_id,
+                                                 const std::string& error,
+                                                 absl::Duration retry_in,
+                                                 absl::Duration give_up_after, absl::Time now) {
+  bool disabled = false;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    auto rows = txn.exec_params(
         "UPDATE tenant_webhooks SET attempts = attempts + 1, last_error = $2, "
         "last_attempt_at = $3::timestamptz, "
-        "next_attempt_at = $3::timestamptz + make_interval(secs => $4) WHERE tenant_id = $1",
+        "failing_since = coalesce(failing_since, $3::timestamptz), "
+        "next_attempt_at = $3::timestamptz + make_interval(secs => $4) "
+        "WHERE tenant_id = $1 AND disabled_at IS NULL "
+        "RETURNING url, $5 > 0 AND failing_since <= $3::timestamptz - make_interval(secs => $5)",
         tenant_id, error.substr(0, 500), SqlTime(now),
-        static_cast<double>(absl::ToInt64Milliseconds(retry_in)) / 1000.0);
+        static_cast<double>(absl::ToInt64Milliseconds(retry_in)) / 1000.0,
+        static_cast<double>(absl::ToInt64Milliseconds(give_up_after)) / 1000.0);
+    disabled = !rows.empty() && rows[0][1].as<bool>();
+    if (!disabled) return absl::OkStatus();
+    const std::string reason =
+        absl::StrCat("failing for more than ", absl::FormatDuration(give_up_after),
+                     "; last error: ", error.substr(0, 300));
+    txn.exec_params(
+        "UPDATE tenant_webhooks SET disabled_at = $2::timestamptz, disabled_reason = $3, "
+        "next_attempt_at = NULL WHERE tenant_id = $1",
+        tenant_id, SqlTime(now), reason);
+    txn.exec_params(
+        "INSERT INTO billing_notices (tenant_id, kind, message, at) "
+        "VALUES ($1, 'webhook_disabled', $2, $3::timestamptz)",
+        tenant_id,
+        absl::StrCat("Your webhook ", rows[0][0].as<std::string>(), " was turned off after ",
+                     reason, ". Notices since are kept: set the webhook again (svctl webhook "
+                     "set URL) to turn it back on and receive them."),
+        SqlTime(now));
     return absl::OkStatus();
-  });
+  }));
+  return disabled;
 }
 
 }  // namespace sv::store

@@ -29,6 +29,11 @@ struct WebhookRow {
   std::optional<absl::Time> last_attempt_at;
   std::string last_error;
   std::optional<absl::Time> last_delivered_at;
+  // The first failure since the last delivery; unset while delivering.
+  std::optional<absl::Time> failing_since;
+  // Turned off after failing too long; Set turns it back on.
+  std::optional<absl::Time> disabled_at;
+  std::string disabled_reason;
   int64_t pending = 0;  // Notices not yet delivered (Get only).
 };
 
@@ -47,7 +52,8 @@ class WebhookStore {
 
   // Sets the tenant's webhook. A new one receives the notices written from
   // now on; a replaced one keeps its place (what was not delivered goes to
-  // the new URL) and retries at once. NOT_FOUND for an unknown tenant.
+  // the new URL), is turned back on if it was off, and retries at once.
+  // NOT_FOUND for an unknown tenant.
   absl::StatusOr<WebhookRow> Set(const std::string& tenant_id, const std::string& url,
                                  const std::string& secret, const std::string& created_by,
                                  absl::Time now);
@@ -56,7 +62,8 @@ class WebhookStore {
   // False when there was none.
   absl::StatusOr<bool> Delete(const std::string& tenant_id);
 
-  // Webhooks with a notice to deliver whose retry (if any) is due by `now`.
+  // Webhooks that are on, with a notice to deliver whose retry (if any) is
+  // due by `now`.
   absl::StatusOr<std::vector<WebhookRow>> Due(absl::Time now, int limit);
   // The tenant's undelivered notices after `starts_after`, oldest first.
   absl::StatusOr<std::vector<WebhookNotice>> Pending(const std::string& tenant_id,
@@ -64,9 +71,12 @@ class WebhookStore {
   // A 2xx answer: the notice is delivered and the retry count starts over.
   absl::Status RecordDelivered(const std::string& tenant_id, const std::string& url,
                                int64_t notice_id, int http_status, absl::Time now);
-  // A failed try: the next one waits `retry_in`.
-  absl::Status RecordFailure(const std::string& tenant_id, const std::string& error,
-                             absl::Duration retry_in, absl::Time now);
+  // A failed try: the next one waits `retry_in`; but when the webhook has
+  // been failing for `give_up_after` (zero: never), it is turned off and
+  // the tenant told, in the same transaction. Returns whether it was.
+  absl::StatusOr<bool> RecordFailure(const std::string& tenant_id, const std::string& error,
+                                     absl::Duration retry_in, absl::Duration give_up_after,
+                                     absl::Time now);
 
  private:
   Database& db_;

@@ -18,6 +18,7 @@
 #include "nlohmann/json.hpp"
 #include "store/agent_store.h"
 #include "store/database.h"
+#include "store/webhook_store.h"
 #include "sv/v1/billing.grpc.pb.h"
 #include "sv/v1/instance.grpc.pb.h"
 #include "sv/v1/webhook.grpc.pb.h"
@@ -232,6 +233,71 @@ TEST_F(WebhookTest, InstanceEndedByThePlatformIsSent) {
   v1::Balance balance;
   ASSERT_TRUE(billing.GetBalance(Context(owner_).get(), {}, &balance).ok());
   for (const auto& notice : balance.notices()) EXPECT_NE(notice.kind(), "instance_ended");
+}
+
+// Goal: a webhook failing for longer than the give-up time (72 h) is
+// turned off with a notice to the tenant and no more tries; notices keep
+// accumulating; setting it again turns it back on and sends them, oldest
+// first. The store is driven with chosen times (svd's dispatcher runs on
+// the real clock beside it).
+TEST_F(WebhookTest, AWebhookFailingForDaysIsTurnedOffUntilSetAgain) {
+  Receiver receiver;
+  receiver.set_status(500);
+  v1::WebhookService::Stub hooks(svd_->channel());
+  v1::SetWebhookRequest set;
+  set.set_url(receiver.url());
+  v1::Webhook webhook;
+  ASSERT_TRUE(hooks.SetWebhook(Context(owner_).get(), set, &webhook).ok());
+  Credit("held", "held while the receiver fails");
+  ASSERT_TRUE(WaitFor([&] { return Get().failed_attempts() >= 1; }));
+  const v1::Webhook failing = Get();
+  ASSERT_TRUE(failing.has_failing_since_time());
+  EXPECT_FALSE(failing.disabled());
+  const absl::Time since = absl::FromUnixSeconds(failing.failing_since_time().seconds());
+
+  store::DatabaseOptions db_options;
+  db_options.url = url_;
+  store::Database db(db_options);
+  store::WebhookStore store(db);
+  auto off = store.RecordFailure(tenant_id_, "answered HTTP 500", absl::Seconds(1),
+                                 absl::Hours(72), since + absl::Hours(71));
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(*off) << "not yet 72 hours";
+  off = store.RecordFailure(tenant_id_, "answered HTTP 500", absl::Seconds(1), absl::Hours(72),
+                            since + absl::Hours(73));
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_TRUE(*off);
+  const v1::Webhook disabled = Get();
+  EXPECT_TRUE(disabled.disabled());
+  EXPECT_NE(disabled.disabled_reason().find("answered HTTP 500"), std::string::npos)
+      << disabled.disabled_reason();
+  auto due = store.Due(since + absl::Hours(80), 100);
+  ASSERT_TRUE(due.ok());
+  for (const auto& hook : *due) EXPECT_NE(hook.tenant_id, tenant_id_) << "no more tries";
+  v1::BillingService::Stub billing(svd_->channel());
+  v1::Balance balance;
+  ASSERT_TRUE(billing.GetBalance(Context(owner_).get(), {}, &balance).ok());
+  bool told = false;
+  for (const auto& notice : balance.notices()) {
+    told = told || (notice.kind() == "webhook_disabled" &&
+                    notice.message().find(receiver.url()) != std::string::npos);
+  }
+  EXPECT_TRUE(told);
+
+  // Set again, with the receiver healthy: the held credit and the notice
+  // of the turning off arrive, in order.
+  const int calls_before = receiver.calls();
+  receiver.set_status(200);
+  ASSERT_TRUE(hooks.SetWebhook(Context(owner_).get(), set, &webhook).ok());
+  EXPECT_FALSE(webhook.disabled());
+  ASSERT_TRUE(WaitFor([&] { return receiver.received().size() >= 2; }))
+      << "pending " << Get().pending_count() << ", calls " << receiver.calls() - calls_before;
+  const std::vector<Received> got = receiver.received();
+  EXPECT_EQ(nlohmann::json::parse(got[0].body)["kind"], "credit");
+  EXPECT_EQ(nlohmann::json::parse(got[1].body)["kind"], "webhook_disabled");
+  const v1::Webhook healthy = Get();
+  EXPECT_FALSE(healthy.disabled());
+  EXPECT_FALSE(healthy.has_failing_since_time());
 }
 
 // Goal: svctl sets, shows, tests and deletes the webhook.
