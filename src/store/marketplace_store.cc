@@ -399,6 +399,17 @@ absl::StatusOr<PayoutRecord> MarketplaceStore::RecordPayout(
       result = e;
       return absl::OkStatus();
     }
+    // A suspended publisher (fraud, abuse) is owed what it is owed, but
+    // nothing leaves until an operator resumes it.
+    auto suspended = txn.exec_params(
+        "SELECT reason FROM tenant_suspensions WHERE tenant_id = $1 AND resumed_at IS NULL",
+        publisher_tenant_id);
+    if (!suspended.empty()) {
+      return Error(absl::StatusCode::kFailedPrecondition, "PUBLISHER_SUSPENDED",
+                   absl::StrCat("tenant ", publisher_tenant_id, " is suspended (",
+                                suspended[0][0].as<std::string>(),
+                                "); payouts are held until an operator resumes it"));
+    }
     if (balance[0].as<int64_t>() < amount_micros) {
       return Error(absl::StatusCode::kFailedPrecondition, "INSUFFICIENT_PAYABLE",
                    absl::StrCat("the publisher is owed ", Yuan(balance[0].as<int64_t>()),

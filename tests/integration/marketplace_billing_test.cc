@@ -509,6 +509,16 @@ TEST_F(MarketplaceBillingTest, SuspendedPublishersAppsAreNotOffered) {
   v1::ListImagesResponse own;
   ASSERT_TRUE(market_->ListImages(Context(publisher_).get(), mine, &own).ok());
   EXPECT_EQ(own.images_size(), 1);
+  // Its payouts are held.
+  v1::MarketplaceAdminService::Stub payouts(svd_->channel());
+  v1::RecordPayoutRequest payout;
+  payout.set_publisher_tenant_id(suspend.tenant_id());
+  payout.set_amount_micros(1);
+  payout.set_reference("held-1");
+  v1::Payout recorded;
+  refused = payouts.RecordPayout(Context(svd_->admin_key()).get(), payout, &recorded);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(api::ReasonOf(refused), "PUBLISHER_SUSPENDED");
 
   v1::ResumeTenantRequest resume;
   resume.set_tenant_id(suspend.tenant_id());
