@@ -84,6 +84,7 @@ class NvmlTelemetry final : public TelemetrySource {
       }
       devices_.push_back(device);
     }
+    ecc_totals_.assign(devices_.size(), -1);
     // XID events are optional: without them XIDs read as zero.
     if (api_.event_set_create != nullptr && api_.event_set_create(&events_) == kNvmlSuccess) {
       for (NvmlDevice d : devices_) api_.register_events(d, kNvmlEventXidCritical, events_);
@@ -113,8 +114,14 @@ class NvmlTelemetry final : public TelemetrySource {
       unsigned long long bits = 0;
       if (api_.throttle(d, &bits) == kNvmlSuccess) r.throttle_reasons = static_cast<int64_t>(bits);
       // Consumer GPUs have no ECC; the call then fails and we report zero.
+      // The volatile count is a total since the driver loaded: report what
+      // it gained since the previous reading, so that one old error does
+      // not spoil every later sample (and every later tenant's SLA).
       if (api_.ecc(d, kNvmlEccUncorrected, kNvmlEccVolatile, &bits) == kNvmlSuccess) {
-        r.ecc_uncorrected_errors = static_cast<int64_t>(bits);
+        const int64_t total = static_cast<int64_t>(bits);
+        const int64_t before = ecc_totals_[i];
+        ecc_totals_[i] = total;
+        if (before >= 0) r.ecc_uncorrected_errors = total >= before ? total - before : total;
       }
       r.xid_errors = xids[d];
       readings.push_back(r);
@@ -130,6 +137,7 @@ class NvmlTelemetry final : public TelemetrySource {
     for (int i = 0; i < kEventsPerSampleMax; ++i) {
       NvmlEventData data{};
       if (api_.event_set_wait(events_, &data, 0) != kNvmlSuccess) break;
+      if (IsApplicationXid(data.event_data)) continue;
       ++xids[data.device];
     }
     return xids;
@@ -143,10 +151,18 @@ class NvmlTelemetry final : public TelemetrySource {
   void* library_;
   NvmlApi api_;
   std::vector<NvmlDevice> devices_;
+  std::vector<int64_t> ecc_totals_;  // Per device; -1 before the first reading.
   NvmlEventSet events_ = nullptr;
 };
 
 }  // namespace
+
+bool IsApplicationXid(unsigned long long xid) {
+  switch (xid) {
+    case 13: case 31: case 43: case 45: case 68: case 69: return true;
+    default: return false;
+  }
+}
 
 absl::StatusOr<std::unique_ptr<TelemetrySource>> OpenNvml(const std::string& library) {
   void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);

@@ -29,6 +29,14 @@ inline constexpr int64_t kThrottleUnhealthyMask = kThrottleSwPowerCap | kThrottl
                                                   kThrottleSwThermal | kThrottleHwThermal |
                                                   kThrottleHwPowerBrake;
 
+// Whether an NVIDIA XID is one the application on the GPU causes (13
+// graphics engine exception, 31 GPU memory page fault, 43 GPU stopped
+// processing, 45 preemptive cleanup after those, 68 video decoder
+// exception, 69 graphics engine class error). Those say nothing about the
+// platform, so svagent does not report them: a tenant could otherwise earn
+// SLA refunds by faulting its own kernels (docs/sla.md).
+bool IsApplicationXid(unsigned long long xid);
+
 struct GpuReading {
   int gpu_index = 0;
   int utilization_pct = 0;
@@ -37,7 +45,9 @@ struct GpuReading {
   int temperature_c = 0;
   int power_mw = 0;
   int64_t throttle_reasons = 0;
-  int xid_errors = 0;  // Since the previous reading.
+  int xid_errors = 0;  // Since the previous reading; platform XIDs only.
+  // Since the previous reading (NVML's count is a running total since the
+  // driver loaded; the first reading of a device is its baseline).
   int64_t ecc_uncorrected_errors = 0;
 };
 

@@ -1,6 +1,7 @@
 // Telemetry sources: NVML's absence is reported clearly; simulated GPUs
 // report busy and idle GPUs and the faults they are given.
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include "agent/telemetry.h"
@@ -23,6 +24,57 @@ TEST(NvmlTest, LibraryWithoutNvmlIsAClearError) {
   auto nvml = OpenNvml("libc.so.6");
   ASSERT_FALSE(nvml.ok());
   EXPECT_EQ(ReasonOf(nvml.status()), "NVML_UNAVAILABLE");
+}
+
+// Goal: through the real NVML path (a fake libnvidia-ml with the same C
+// ABI), XIDs the tenant's own code causes are not reported, platform ones
+// are, each once; uncorrected ECC errors are reported as they happen, not
+// as the driver's running total.
+TEST(NvmlTest, OnlyPlatformXidsAndNewEccErrorsAreReported) {
+  void* fake = dlopen(SV_FAKE_NVML_PATH, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(fake, nullptr) << dlerror();
+  auto xid = reinterpret_cast<void (*)(int, unsigned long long)>(dlsym(fake, "fake_nvml_xid"));
+  auto set_ecc =
+      reinterpret_cast<void (*)(int, unsigned long long)>(dlsym(fake, "fake_nvml_set_ecc"));
+  ASSERT_NE(xid, nullptr);
+  ASSERT_NE(set_ecc, nullptr);
+  set_ecc(1, 3);  // Errors from before svagent started: the baseline.
+  auto nvml = OpenNvml(SV_FAKE_NVML_PATH);
+  ASSERT_TRUE(nvml.ok()) << nvml.status();
+  EXPECT_EQ((*nvml)->Name(), "nvml");
+
+  auto first = (*nvml)->Sample();
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->size(), 2u);
+  EXPECT_EQ((*first)[0].utilization_pct, 97);
+  EXPECT_EQ((*first)[0].memory_used_bytes, int64_t{4} << 30);
+  EXPECT_EQ((*first)[1].ecc_uncorrected_errors, 0);
+
+  xid(0, 13);  // Illegal memory access in the tenant's kernel.
+  xid(0, 31);
+  xid(0, 43);
+  xid(1, 79);  // Fell off the bus: the platform's.
+  xid(1, 48);
+  set_ecc(1, 4);
+  auto second = (*nvml)->Sample();
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ((*second)[0].xid_errors, 0);
+  EXPECT_EQ((*second)[1].xid_errors, 2);
+  EXPECT_EQ((*second)[1].ecc_uncorrected_errors, 1);
+
+  auto third = (*nvml)->Sample();
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ((*third)[1].xid_errors, 0) << "drained";
+  EXPECT_EQ((*third)[1].ecc_uncorrected_errors, 0) << "the old error counts once";
+  nvml->reset();
+  dlclose(fake);
+}
+
+TEST(NvmlTest, ApplicationXids) {
+  for (unsigned long long x : {13, 31, 43, 45, 68, 69}) EXPECT_TRUE(IsApplicationXid(x)) << x;
+  for (unsigned long long x : {48, 63, 64, 74, 79, 92, 94, 95, 119}) {
+    EXPECT_FALSE(IsApplicationXid(x)) << x;
+  }
 }
 
 TEST(SimulatedTelemetryTest, BusyGpusWorkAndFaultsShow) {
