@@ -154,8 +154,13 @@ struct ReservationColumns {
   }
 
   // The primary key rejects a second reservation of any GPU and aborts the
-  // whole pass, so no scheduler bug can double-book.
+  // whole pass, so no scheduler bug can double-book. Start confirmations
+  // left from an earlier run of these instances (a stop keeps them) go:
+  // with them, one node's confirmation could complete a gang that its
+  // other nodes never started.
   void Insert(pqxx::work& txn, absl::Time now) const {
+    txn.exec_params("DELETE FROM instance_node_starts WHERE instance_id = ANY($1::text[])",
+                    TextArrayLiteral(holders));
     txn.exec_params(
         "INSERT INTO gpu_reservations (node_id, gpu_index, instance_id, reserved_at) "
         "SELECT n, g, h, $4::timestamptz FROM unnest($1::text[], $2::int[], $3::text[]) "

@@ -196,6 +196,41 @@ TEST_F(StartConfirmBatchTest, OneNodeOfAGangLeavesItStartingUntilTheOther) {
   EXPECT_EQ(Events(gang, "RUNNING"), 1);
 }
 
+// A stop keeps the start confirmations of the run it ended; placed again,
+// the gang must not count them: one node's confirmation leaves it
+// STARTING until the other node confirms this run too.
+TEST_F(StartConfirmBatchTest, ConfirmationsOfAnEarlierRunDoNotCompleteAGang) {
+  Open(2);
+  AgentStore agents(*db_);
+  const std::string gang = Create("gang", 16);
+  PlaceAndTell(agents, 2);
+  std::vector<std::string> nodes = NodesOf(gang);
+  ASSERT_EQ(nodes.size(), 2u);
+  ASSERT_TRUE(agents.ConfirmStartedMany(nodes[0], {gang}, now_ + absl::Seconds(1)).ok());
+  ASSERT_TRUE(agents.ConfirmStartedMany(nodes[1], {gang}, now_ + absl::Seconds(1)).ok());
+  ASSERT_EQ(State(gang), "RUNNING");
+  now_ += absl::Minutes(1);
+  ASSERT_TRUE(store_->StopInstance(tenant_, gang, "stopped by the user", now_).ok());
+  ASSERT_TRUE(store_->StartInstance(tenant_, gang, now_).ok());
+  control::Scheduling scheduling(*db_, control::SchedulingOptions{});
+  ASSERT_TRUE(scheduling.RunPass(now_).ok());
+  ASSERT_EQ(State(gang), "SCHEDULED");
+  nodes = NodesOf(gang);
+  ASSERT_EQ(nodes.size(), 2u);
+  // Only the first node answers (before it even read its desired set).
+  auto first = agents.ConfirmStartedMany(nodes[0], {gang}, now_ + absl::Seconds(2));
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE((*first)[0].ok()) << (*first)[0].status();
+  EXPECT_FALSE(*(*first)[0]);
+  EXPECT_NE(State(gang), "RUNNING");
+  EXPECT_EQ(Events(gang, "RUNNING"), 1);
+  auto second = agents.ConfirmStartedMany(nodes[1], {gang}, now_ + absl::Seconds(3));
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE((*second)[0].ok()) << (*second)[0].status();
+  EXPECT_TRUE(*(*second)[0]);
+  EXPECT_EQ(State(gang), "RUNNING");
+}
+
 // Desired-set reads of several nodes in one transaction
 // (AgentStore::DesiredForNodes): each node gets its own set, a gang told on
 // both its nodes moves to STARTING once, a node that is not there is
