@@ -172,6 +172,10 @@ absl::Status JudgedToProto(const store::SlaWindowRow& row, v1::SlaWindow* out) {
 // The node's GPUs -> RUNNING instances, refreshed per stream, in the form
 // the hot loop wants: one ingest target per instance, a GPU's target by
 // vector index, and scratch space reused by every batch of the stream.
+// The most a latency bucket (or the zero bucket) of one batch may count,
+// so that sums over an hour cannot overflow int64.
+constexpr int64_t kLatencyCountMax = int64_t{1} << 40;
+
 struct Holders {
   std::vector<store::NodeGpuHolder> rows;  // As loaded; targets point into it.
   struct Gpu {
@@ -411,12 +415,19 @@ absl::Status SlaApi::Impl::IngestBatch(const std::string& node,
     return sla::PackedTime{t.seconds(), t.nanos()};
   };
   int64_t dropped = 0;
+  // A sample from before the instance's run began here is refused: a node
+  // may not back-date samples onto time another node served. One slot
+  // (10 s) of slack keeps the samples of the slot the run began in.
+  auto before_run = [&holders](int target, const sla::PackedTime& at) {
+    return at.seconds < holders.target_rows[target]->running_since_s - 10;
+  };
   holders.utilization.assign(holders.targets.size(), {0, 0});
   bool idle_watched = false;
   in.gpu_samples.reserve(batch.gpu_samples_size());
   for (const auto& s : batch.gpu_samples()) {
     const Holders::Gpu* h = holders.GpuAt(s.gpu_index());
-    if (h == nullptr || !ValidTimestamp(s.sample_time())) {
+    if (h == nullptr || !ValidTimestamp(s.sample_time()) ||
+        before_run(h->target, packed_time(s.sample_time()))) {
       ++dropped;  // An idle GPU belongs to nobody.
       continue;
     }
@@ -435,7 +446,8 @@ absl::Status SlaApi::Impl::IngestBatch(const std::string& node,
   for (const auto& p : batch.storage_probes()) {
     const int target = target_of(p.instance_id());
     if (target < 0 || p.bytes_written() <= 0 || p.bytes_written() > kProbeBytesMax ||
-        p.duration_us() <= 0 || !ValidTimestamp(p.probe_time())) {
+        p.duration_us() <= 0 || !ValidTimestamp(p.probe_time()) ||
+        before_run(target, packed_time(p.probe_time()))) {
       ++dropped;
       continue;
     }
@@ -446,11 +458,13 @@ absl::Status SlaApi::Impl::IngestBatch(const std::string& node,
   for (const auto& l : batch.latency()) {
     const int target = target_of(l.instance_id());
     bool ok = target >= 0 && ValidTimestamp(l.sample_time()) &&
+              !before_run(target, packed_time(l.sample_time())) &&
               l.bucket_indices_size() == l.bucket_counts_size() &&
               l.bucket_indices_size() <= sla::LatencyHistogram::kBucketsMax &&
-              l.zero_count() >= 0;
+              l.zero_count() >= 0 && l.zero_count() <= kLatencyCountMax;
     for (int i = 0; ok && i < l.bucket_indices_size(); ++i) {
-      ok = l.bucket_counts(i) >= 0 && l.bucket_counts(i) <= (int64_t{1} << 40);
+      ok = l.bucket_counts(i) >= 0 && l.bucket_counts(i) <= kLatencyCountMax &&
+           sla::LatencyHistogram::ValidBucket(l.bucket_indices(i));
     }
     if (!ok) {
       ++dropped;

@@ -18,6 +18,11 @@ int LatencyHistogram::BucketOf(int64_t value_ns) {
   return static_cast<int>(std::ceil(std::log(static_cast<double>(value_ns)) / kLogGamma));
 }
 
+bool LatencyHistogram::ValidBucket(int bucket) {
+  static const int kMax = BucketOf(int64_t{3'600'000'000'000});
+  return bucket >= 0 && bucket <= kMax;
+}
+
 int64_t LatencyHistogram::ValueOf(int bucket) {
   // The midpoint 2 * gamma^i / (gamma + 1) is within the relative error of
   // every value in (gamma^(i-1), gamma^i].

@@ -37,6 +37,9 @@ class LatencyHistogram {
                                       int64_t zero_count);
 
   static int BucketOf(int64_t value_ns);
+  // Whether a bucket index can come from a real latency: 1 ns up to an
+  // hour. Others (from a node's telemetry) would overflow ValueOf.
+  static bool ValidBucket(int bucket);
   // The representative value of a bucket: within 1% of all it holds.
   static int64_t ValueOf(int bucket);
 

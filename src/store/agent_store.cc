@@ -652,7 +652,8 @@ absl::StatusOr<std::vector<NodeGpuHolder>> AgentStore::RunningOnNode(
     for (const auto& row : txn.exec_params(
              "SELECT r.gpu_index, i.id, i.gpu_count, i.idle_seconds, i.idle_utilization_pct, "
              "(SELECT count(*) FROM gpu_reservations o WHERE o.instance_id = i.id AND "
-             " (o.node_id, o.gpu_index) < (r.node_id, r.gpu_index))::int "
+             " (o.node_id, o.gpu_index) < (r.node_id, r.gpu_index))::int, "
+             "coalesce(floor(extract(epoch FROM i.running_since)), 0)::bigint "
              "FROM gpu_reservations r JOIN instances i ON i.id = r.instance_id "
              "JOIN nodes n ON n.id = r.node_id WHERE n.name = $1 AND i.state = 'RUNNING' "
              "ORDER BY r.gpu_index",
@@ -664,6 +665,7 @@ absl::StatusOr<std::vector<NodeGpuHolder>> AgentStore::RunningOnNode(
       h.idle_seconds = row[3].as<int>();
       h.idle_utilization_pct = row[4].as<int>();
       h.instance_gpu_ordinal = row[5].as<int>();
+      h.running_since_s = row[6].as<int64_t>();
       out.push_back(std::move(h));
     }
     return absl::OkStatus();

@@ -66,6 +66,10 @@ struct NodeGpuHolder {
   int instance_gpu_ordinal = 0;
   int idle_seconds = 0;
   int idle_utilization_pct = 0;
+  // When the instance's current run began (Unix seconds): telemetry stamped
+  // earlier is not this node's to report (after a move, the time was served
+  // by the old node).
+  int64_t running_since_s = 0;
 };
 
 // A node that was declared down, with the instances it took with it.

@@ -79,7 +79,8 @@ class SlaIngestTest : public ::testing::Test {
         "INSERT INTO instances (id, tenant_id, name, gpu_count, gpu_model, image, state, "
         "request_id, request_fingerprint, created_at, updated_at, running_since) VALUES ('",
         id, "', 'ten-1', '", id, "', ", gpus, ", 'RTX 4090', 'img', 'RUNNING', 'r-", id,
-        "', 'f', now(), now(), now())"));
+        "', 'f', now(), now(), to_timestamp(", absl::ToUnixSeconds(kHour - absl::Hours(1)),
+        "))"));
   }
 
   // Six 10-second slots from `from`: every GPU of the node, a storage probe
@@ -243,6 +244,41 @@ TEST_F(SlaIngestTest, LateFutureAndUnstampedSamples) {
   EXPECT_FALSE(runtime_->monitor().Find("ins-a", kHour).has_value());
   auto late = runtime_->monitor().TakeLateCounts();
   EXPECT_EQ((late[{"ins-a", kHour}]), 6 * 105);
+}
+
+// Goal: a node cannot spoil time it did not serve: samples stamped before
+// the instance's run on it began (beyond one slot of slack) are dropped,
+// so after a move the new node cannot back-date faults onto the old
+// node's minutes; and latency buckets no real latency has, or counts that
+// could overflow an hour's sums, are dropped.
+TEST_F(SlaIngestTest, BackDatedSamplesAndImpossibleBucketsAreDropped) {
+  // ins-a's run here began at 10:20.
+  Sql(absl::StrCat("UPDATE instances SET running_since = to_timestamp(",
+                   absl::ToUnixSeconds(kHour + absl::Minutes(20)), ") WHERE id = 'ins-a'"));
+  v1::SlaTelemetryBatch before = Batch(kHour + absl::Minutes(10), {"ins-a"}, 3);
+  for (auto& g : *before.mutable_gpu_samples()) g.set_xid_errors(1);
+  v1::SlaTelemetryBatch after = Batch(kHour + absl::Minutes(20), {"ins-a"});
+  v1::SlaTelemetryBatch bad = Batch(kHour + absl::Minutes(21), {});
+  auto* h = bad.add_latency();
+  h->set_instance_id("ins-a");
+  *h->mutable_sample_time() = Ts(kHour + absl::Minutes(21));
+  h->add_bucket_indices(100'000);  // No latency is that long.
+  h->add_bucket_counts(1);
+  auto* z = bad.add_latency();
+  z->set_instance_id("ins-a");
+  *z->mutable_sample_time() = Ts(kHour + absl::Minutes(21));
+  z->set_zero_count(int64_t{1} << 62);
+  auto r = Send({before, after, bad});
+  // before: all 6 slots (4 GPU samples, a probe, a histogram) and the 4
+  // free GPUs; after: the free GPUs only; bad: the free GPUs and the two
+  // histograms.
+  EXPECT_EQ(r.samples_dropped(), 6 * (4 + 1 + 1) + 6 * 4 + 6 * 4 + 6 * 4 + 2);
+  auto a = runtime_->monitor().Find("ins-a", kHour);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->window.ReportedSlots(kHour, kHour + absl::Minutes(20)), 0);
+  EXPECT_EQ(a->window.ReportedSlots(kHour + absl::Minutes(20), kHour + absl::Minutes(22)), 12);
+  EXPECT_EQ(a->window.UsableSlots(kHour + absl::Minutes(20), kHour + absl::Minutes(22)), 12);
+  EXPECT_EQ(a->window.latency().count(), 600);
 }
 
 }  // namespace
