@@ -113,6 +113,9 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
     auto who = auth_.Authenticate(*context);
     if (!who.ok()) return Finish("StartInstance", nullptr, "", who.status());
     absl::Status status = CheckInstanceId(request->id());
+    // Whether the credit gate below ran; a start the store finds STOPPED
+    // without it (a credit stop landed after the read) is refused.
+    bool credit_checked = deps_.billing == nullptr;
     if (status.ok() && deps_.billing != nullptr) {
       // Starting a stopped instance is held to the create's credit gate, as
       // growing one is: otherwise a tenant whose instance was stopped for
@@ -130,6 +133,7 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
                            who->tenant_id, current->spec.gpu_count, current->spec.gpu_model,
                            deps_.clock->Now(), *app_price)
                      : app_price.status();
+        credit_checked = true;
       }
     }
     if (status.ok()) {
@@ -137,7 +141,8 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
           who->tenant_id, request->id(), deps_.clock->Now(),
           deps_.loops != nullptr
               ? deps_.loops->scheduling().options().default_quota.pending_count_max
-              : -1);
+              : -1,
+          credit_checked);
       status = record.status();
       if (record.ok()) {
         if (record->state == store::InstanceState::kPending && deps_.loops != nullptr &&

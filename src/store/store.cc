@@ -786,7 +786,8 @@ absl::StatusOr<InstanceRecord> Store::StopInstance(const std::string& tenant_id,
 
 absl::StatusOr<InstanceRecord> Store::StartInstance(const std::string& tenant_id,
                                                     const std::string& id, absl::Time now,
-                                                    int pending_max_default) {
+                                                    int pending_max_default,
+                                                    bool credit_checked) {
   bool found = false;
   absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
     // The tenant's lock first, as a create takes it: the counts below stay
@@ -798,6 +799,11 @@ absl::StatusOr<InstanceRecord> Store::StartInstance(const std::string& tenant_id
     const std::string from = *state;
     if (from == "DELETED" || from == "FAILED") return Finished(id, from, "started");
     if (from != "STOPPED") return absl::OkStatus();
+    if (!credit_checked) {
+      return Error(absl::StatusCode::kAborted, "INSTANCE_CHANGED",
+                   absl::StrCat("instance ", id, " was stopped while this start was being "
+                                "checked; start it again"));
+    }
     SV_RETURN_IF_ERROR(CheckNotSuspended(txn, tenant_id));
     // The create's limits, counted exactly (a start is rare; the create
     // batch's bounds, migration 0092, are raised by this update's trigger).

@@ -315,9 +315,15 @@ class Store {
   // the tenant has its most unfinished instances, QUOTA_EXCEEDED when its
   // pending quota is full (`pending_max_default` as for a create; < 0: no
   // pending quota).
+  // `credit_checked`: the caller held the start to the credit gate, as it
+  // does when it read the instance STOPPED. When it did not (it read it
+  // queued or running) and the instance is STOPPED now (a credit stop came
+  // in between), the start is ABORTED / INSTANCE_CHANGED, to be tried
+  // again with the check.
   absl::StatusOr<InstanceRecord> StartInstance(const std::string& tenant_id,
                                                const std::string& id, absl::Time now,
-                                               int pending_max_default = -1);
+                                               int pending_max_default = -1,
+                                               bool credit_checked = true);
 
   // The pool, for sibling stores over the same database: SchedulingStore
   // (queue passes, resize, cordon/drain, quotas) and AgentStore.

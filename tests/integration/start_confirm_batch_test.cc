@@ -211,6 +211,12 @@ TEST_F(StartConfirmBatchTest, ConfirmationsOfAnEarlierRunDoNotCompleteAGang) {
   ASSERT_EQ(State(gang), "RUNNING");
   now_ += absl::Minutes(1);
   ASSERT_TRUE(store_->StopInstance(tenant_, gang, "stopped by the user", now_).ok());
+  // A start whose caller read the instance running, so held it to no
+  // credit gate, finds it stopped: refused, to be tried again.
+  auto unchecked = store_->StartInstance(tenant_, gang, now_, -1, false);
+  EXPECT_EQ(unchecked.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(sv::ReasonOf(unchecked.status()), "INSTANCE_CHANGED");
+  EXPECT_EQ(State(gang), "STOPPED");
   ASSERT_TRUE(store_->StartInstance(tenant_, gang, now_).ok());
   control::Scheduling scheduling(*db_, control::SchedulingOptions{});
   ASSERT_TRUE(scheduling.RunPass(now_).ok());
