@@ -53,6 +53,9 @@ struct NvmlApi {
   NvmlReturn (*event_set_create)(NvmlEventSet*);
   NvmlReturn (*register_events)(NvmlDevice, unsigned long long, NvmlEventSet);
   NvmlReturn (*event_set_wait)(NvmlEventSet, NvmlEventData*, unsigned int);
+  // Optional: without them the SW power cap bit is reported as read.
+  NvmlReturn (*enforced_power_limit)(NvmlDevice, unsigned int*);
+  NvmlReturn (*default_power_limit)(NvmlDevice, unsigned int*);
 };
 
 template <typename F>
@@ -113,6 +116,14 @@ class NvmlTelemetry final : public TelemetrySource {
       if (api_.power(d, &value) == kNvmlSuccess) r.power_mw = static_cast<int>(value);
       unsigned long long bits = 0;
       if (api_.throttle(d, &bits) == kNvmlSuccess) r.throttle_reasons = static_cast<int64_t>(bits);
+      // The SW power cap bit says the GPU reached its power limit. At the
+      // card's own default limit that is the tenant's load drawing all the
+      // power the card is built for (a busy 4090 sits there), not the
+      // platform: only a limit set below the default is the platform's
+      // throttling (docs/agent.md).
+      if ((r.throttle_reasons & kThrottleSwPowerCap) != 0 && AtDefaultPowerLimit(d)) {
+        r.throttle_reasons &= ~kThrottleSwPowerCap;
+      }
       // Consumer GPUs have no ECC; the call then fails and we report zero.
       // The volatile count is a total since the driver loaded: report what
       // it gained since the previous reading, so that one old error does
@@ -130,6 +141,16 @@ class NvmlTelemetry final : public TelemetrySource {
   }
 
  private:
+  bool AtDefaultPowerLimit(NvmlDevice d) {
+    if (api_.enforced_power_limit == nullptr || api_.default_power_limit == nullptr) {
+      return false;
+    }
+    unsigned int enforced = 0, stock = 0;
+    return api_.enforced_power_limit(d, &enforced) == kNvmlSuccess &&
+           api_.default_power_limit(d, &stock) == kNvmlSuccess && stock > 0 &&
+           enforced >= stock;
+  }
+
   std::map<NvmlDevice, int> DrainXidEvents() {
     std::map<NvmlDevice, int> xids;
     if (events_ == nullptr) return xids;
@@ -195,6 +216,11 @@ absl::StatusOr<std::unique_ptr<TelemetrySource>> OpenNvml(const std::string& lib
                 Bind(handle, "nvmlDeviceRegisterEvents", &api.register_events) &&
                 Bind(handle, "nvmlEventSetWait_v2", &api.event_set_wait);
   if (!events) api.event_set_create = nullptr;
+  if (!Bind(handle, "nvmlDeviceGetEnforcedPowerLimit", &api.enforced_power_limit) ||
+      !Bind(handle, "nvmlDeviceGetPowerManagementDefaultLimit", &api.default_power_limit)) {
+    api.enforced_power_limit = nullptr;
+    api.default_power_limit = nullptr;
+  }
   auto source = std::make_unique<NvmlTelemetry>(handle, api);
   if (absl::Status s = source->Init(); !s.ok()) return s;
   return source;

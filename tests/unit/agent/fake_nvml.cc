@@ -19,6 +19,8 @@ struct Event {
 constexpr int kDevices = 2;
 int device_tags[kDevices];  // Their addresses are the device handles.
 unsigned long long ecc[kDevices];
+unsigned long long throttle[kDevices];
+unsigned int enforced_limit_mw[kDevices] = {450000, 450000};
 std::deque<Event> events;
 int event_set_tag;
 
@@ -57,8 +59,22 @@ int nvmlDeviceGetPowerUsage(void*, unsigned int* milliwatts) {
   *milliwatts = 402000;
   return 0;
 }
-int nvmlDeviceGetCurrentClocksThrottleReasons(void*, unsigned long long* reasons) {
-  *reasons = 0;
+static int Index(void* device) {
+  for (int i = 0; i < kDevices; ++i) {
+    if (device == &device_tags[i]) return i;
+  }
+  return 0;
+}
+int nvmlDeviceGetCurrentClocksThrottleReasons(void* device, unsigned long long* reasons) {
+  *reasons = throttle[Index(device)];
+  return 0;
+}
+int nvmlDeviceGetEnforcedPowerLimit(void* device, unsigned int* milliwatts) {
+  *milliwatts = enforced_limit_mw[Index(device)];
+  return 0;
+}
+int nvmlDeviceGetPowerManagementDefaultLimit(void*, unsigned int* milliwatts) {
+  *milliwatts = 450000;  // An RTX 4090's.
   return 0;
 }
 int nvmlDeviceGetTotalEccErrors(void* device, int, int, unsigned long long* count) {
@@ -87,5 +103,9 @@ void fake_nvml_xid(int device, unsigned long long xid) {
   events.push_back({&device_tags[device], 0x8, xid, 0, 0});
 }
 void fake_nvml_set_ecc(int device, unsigned long long total) { ecc[device] = total; }
+void fake_nvml_set_throttle(int device, unsigned long long bits) { throttle[device] = bits; }
+void fake_nvml_set_power_limit(int device, unsigned int milliwatts) {
+  enforced_limit_mw[device] = milliwatts;
+}
 
 }  // extern "C"

@@ -70,6 +70,38 @@ TEST(NvmlTest, OnlyPlatformXidsAndNewEccErrorsAreReported) {
   dlclose(fake);
 }
 
+// Goal: the SW power cap bit counts against the platform only when the
+// platform set the power limit below the card's default; at the default it
+// is the tenant's load reaching the card's own limit. Other bits pass.
+TEST(NvmlTest, SwPowerCapAtTheDefaultLimitIsTheTenantsLoad) {
+  void* fake = dlopen(SV_FAKE_NVML_PATH, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(fake, nullptr) << dlerror();
+  auto set_throttle = reinterpret_cast<void (*)(int, unsigned long long)>(
+      dlsym(fake, "fake_nvml_set_throttle"));
+  auto set_limit =
+      reinterpret_cast<void (*)(int, unsigned int)>(dlsym(fake, "fake_nvml_set_power_limit"));
+  ASSERT_NE(set_throttle, nullptr);
+  ASSERT_NE(set_limit, nullptr);
+  auto nvml = OpenNvml(SV_FAKE_NVML_PATH);
+  ASSERT_TRUE(nvml.ok()) << nvml.status();
+  set_throttle(0, kThrottleSwPowerCap);
+  set_throttle(1, kThrottleSwPowerCap | kThrottleHwThermal);
+  set_limit(0, 450000);  // The default.
+  set_limit(1, 300000);  // Derated by the platform.
+  auto readings = (*nvml)->Sample();
+  ASSERT_TRUE(readings.ok()) << readings.status();
+  EXPECT_EQ((*readings)[0].throttle_reasons, 0);
+  EXPECT_EQ((*readings)[1].throttle_reasons, kThrottleSwPowerCap | kThrottleHwThermal);
+  set_limit(1, 450000);
+  readings = (*nvml)->Sample();
+  ASSERT_TRUE(readings.ok());
+  EXPECT_EQ((*readings)[1].throttle_reasons, kThrottleHwThermal) << "thermal stays";
+  set_throttle(0, 0);
+  set_throttle(1, 0);
+  nvml->reset();
+  dlclose(fake);
+}
+
 TEST(NvmlTest, ApplicationXids) {
   for (unsigned long long x : {13, 31, 43, 45, 68, 69}) EXPECT_TRUE(IsApplicationXid(x)) << x;
   for (unsigned long long x : {48, 63, 64, 74, 79, 92, 94, 95, 119}) {
