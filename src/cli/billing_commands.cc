@@ -363,9 +363,17 @@ void AddCreditRequestCommands(CLI::App& admin, Action* action) {
       v1::ListCreditRequestsRequest request;
       request.set_pending_only(*pending);
       request.set_page_size(1000);
+      // Every page, into one answer.
       v1::ListCreditRequestsResponse response;
-      grpc::Status status = stub.ListCreditRequests(s.Context().get(), request, &response);
-      if (!status.ok()) return FailRpc(status, s);
+      for (;;) {
+        v1::ListCreditRequestsResponse page;
+        grpc::Status status = stub.ListCreditRequests(s.Context().get(), request, &page);
+        if (!status.ok()) return FailRpc(status, s);
+        response.mutable_credit_requests()->MergeFrom(page.credit_requests());
+        response.set_approval_above_micros(page.approval_above_micros());
+        if (page.next_page_token().empty()) break;
+        request.set_page_token(page.next_page_token());
+      }
       if (s.format() == Format::kJson) {
         PrintJson(response, std::cout);
         return kExitOk;

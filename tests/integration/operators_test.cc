@@ -458,6 +458,22 @@ TEST_F(OperatorsTest, CreditsAboveTheLimitNeedASecondOperator) {
   EXPECT_EQ(listed.credit_requests(0).credit_id(), "late");
   EXPECT_EQ(listed.credit_requests(0).state(), v1::CREDIT_EXPIRED);
   EXPECT_EQ(Paid(), paid_before + 2'605 * kYuan);
+  // Pages of two: the same five, newest first; a bad token is refused.
+  v1::ListCreditRequestsRequest paged;
+  paged.set_page_size(2);
+  std::vector<std::string> ids;
+  for (int page = 0; page < 5; ++page) {
+    v1::ListCreditRequestsResponse got;
+    ASSERT_TRUE(billing_->ListCreditRequests(Context(first).get(), paged, &got).ok());
+    for (const auto& c : got.credit_requests()) ids.push_back(c.credit_id());
+    if (got.next_page_token().empty()) break;
+    paged.set_page_token(got.next_page_token());
+  }
+  ASSERT_EQ(ids.size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(ids[i], listed.credit_requests(i).credit_id());
+  paged.set_page_token("x");
+  EXPECT_EQ(ReasonOf(billing_->ListCreditRequests(Context(first).get(), paged, &listed)),
+            "INVALID_PAGE_TOKEN");
 
   // svctl: a pending request, listed, approved by the other operator.
   auto svctl = [&](const std::string& key, std::vector<std::string> args) {
