@@ -303,8 +303,15 @@ absl::StatusOr<CreditRequestRecord> Billing::DecideCredit(const std::string& cre
                      "a credit above the approval limit needs a second operator: the one "
                      "who asked for it cannot approve it");
       }
-      SV_RETURN_IF_ERROR(PostCredit(txn, request.tenant_id, credit_id, request.amount_micros,
-                                    request.reason, requester, now));
+      // IssueCredit refuses a requested id, but one racing the request's
+      // own insert may have posted it: then it is that credit (the same
+      // content) or the id's reuse (ALREADY_EXISTS), and is not posted twice.
+      SV_ASSIGN_OR_RETURN(bool posted, CreditPosted(txn, request.tenant_id, credit_id,
+                                                    request.amount_micros, request.reason));
+      if (!posted) {
+        SV_RETURN_IF_ERROR(PostCredit(txn, request.tenant_id, credit_id,
+                                      request.amount_micros, request.reason, requester, now));
+      }
     }
     txn.exec_params(
         "UPDATE credit_requests SET state = $2, decided_by = $3, decided_email = $4, "
