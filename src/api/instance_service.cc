@@ -256,6 +256,9 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
     store::InstanceSpec spec{in.name(), in.gpu_count(), in.gpu_model(), in.image(),
                              in.max_leaves()};
     SV_RETURN_IF_ERROR(ReadInstanceExtras(in, spec));
+    // Another tenant's private image (a priced app's among them) is run
+    // only through LaunchApp, which charges its fee.
+    SV_RETURN_IF_ERROR(CheckImageIsUsable(spec.image, deps_.app_registry, who.tenant_id));
     bool ranked = true;
     bool audited = false;
     SV_RETURN_IF_ERROR(CreateInstanceFor(

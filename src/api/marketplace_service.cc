@@ -325,9 +325,17 @@ class MarketplaceServiceImpl final : public v1::MarketplaceService::Service {
     if (!version_ok) {
       return Invalid("INVALID_VERSION", "version must be 1 to 32 of A-Z, a-z, 0-9, '.', '_', '-'");
     }
-    if (in.image().empty() || in.image().size() > kImageRefLengthMax ||
-        in.image().find_first_of(" \t\n") != std::string::npos) {
-      return Invalid("INVALID_IMAGE", "image must be a container image reference");
+    SV_RETURN_IF_ERROR(ValidateImageRef(in.image()));
+    SV_RETURN_IF_ERROR(CheckImageIsUsable(in.image(), deps_.app_registry, who.tenant_id));
+    // A priced app's image must be one only the marketplace can hand out:
+    // else a buyer creates an instance of it directly and pays no fee, and
+    // a publisher could price a public image (pytorch/pytorch) everyone runs.
+    if (in.price_per_hour_micros() > 0 &&
+        ImageNamespaceTenant(in.image(), deps_.app_registry) != who.tenant_id) {
+      return Invalid("IMAGE_NOT_IN_NAMESPACE",
+                     absl::StrCat("a priced app's image must be in your namespace of the app "
+                                  "registry: push it to ", deps_.app_registry, "/",
+                                  who.tenant_id, "/ and publish that reference"));
     }
     if (in.description().size() > kTextLengthMax) {
       return Invalid("INVALID_DESCRIPTION", "description holds at most 1000 characters");

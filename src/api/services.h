@@ -4,8 +4,10 @@
 #include <grpcpp/server_builder.h>
 
 #include <memory>
+#include <string>
 
 #include "api/auth.h"
+#include "api/validation.h"
 #include "api/webhooks.h"
 #include "common/clock.h"
 #include "control/loops.h"
@@ -24,6 +26,8 @@ struct ApiDependencies {
   AuthOptions auth;
   billing::Billing* billing = nullptr;  // Credit gate and the billing services.
   WebhookOptions webhooks;              // What TestWebhook and SetWebhook allow.
+  // Where tenants' private images live (docs/marketplace.md, "Whose images").
+  std::string app_registry = kDefaultAppRegistry;
 };
 
 // Owns the gRPC service implementations of the public API.

@@ -1,5 +1,8 @@
 #include "api/validation.h"
 
+#include <cctype>
+#include <string_view>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -97,16 +100,21 @@ absl::StatusOr<store::InstanceSpec> NormalizeInstanceSpec(store::InstanceSpec sp
                                 "' is not offered; use '", kDefaultGpuModel, "'"));
   }
   if (spec.image.empty()) spec.image = kDefaultImage;
-  if (spec.image.size() > static_cast<size_t>(kImageLengthMax)) {
-    return Invalid("INVALID_IMAGE", absl::StrCat("image is longer than ",
-                                                 kImageLengthMax, " characters"));
+  SV_RETURN_IF_ERROR(ValidateImageRef(spec.image));
+  return spec;
+}
+
+absl::Status ValidateImageRef(const std::string& image) {
+  if (image.empty() || image.size() > static_cast<size_t>(kImageLengthMax)) {
+    return Invalid("INVALID_IMAGE", absl::StrCat("image must be 1 to ", kImageLengthMax,
+                                                 " characters"));
   }
   // A leading '-' would reach the node's runtime as an option (docker run
   // ... IMAGE), so a reference starts with a letter or digit.
-  if (!IsLowerAlnum(spec.image[0]) && !(spec.image[0] >= 'A' && spec.image[0] <= 'Z')) {
+  if (!IsLowerAlnum(image[0]) && !(image[0] >= 'A' && image[0] <= 'Z')) {
     return Invalid("INVALID_IMAGE", "image must start with a letter or digit");
   }
-  for (char c : spec.image) {
+  for (char c : image) {
     bool ok = IsLowerAlnum(c) || (c >= 'A' && c <= 'Z') || c == '.' || c == '_' ||
               c == '-' || c == '/' || c == ':' || c == '@';
     if (!ok) {
@@ -114,7 +122,66 @@ absl::StatusOr<store::InstanceSpec> NormalizeInstanceSpec(store::InstanceSpec sp
                      "image may hold only letters, digits and . _ - / : @");
     }
   }
-  return spec;
+  // Runtimes refuse empty, "." and ".." path components; refusing them
+  // here keeps a reference's namespace (ImageNamespaceTenant) its first
+  // component, with no way to write one path two ways.
+  const std::string_view path = std::string_view(image).substr(0, image.find('@'));
+  for (absl::string_view part : absl::StrSplit(absl::string_view(path.data(), path.size()), '/')) {
+    if (part.empty() || part == "." || part == ".." || part[0] == '.') {
+      return Invalid("INVALID_IMAGE", "image path parts must not be empty or start with '.'");
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// A registry host as a runtime resolves it: lower-case, no trailing dot,
+// no port.
+std::string CanonicalHost(std::string host) {
+  for (char& c : host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const size_t colon = host.rfind(':');
+  if (colon != std::string::npos) host.resize(colon);
+  while (!host.empty() && host.back() == '.') host.pop_back();
+  return host;
+}
+
+}  // namespace
+
+bool IsRegistryHost(const std::string& host) {
+  if (host.empty() || host.size() > 253) return false;
+  for (char c : host) {
+    if (!IsLowerAlnum(c) && c != '.' && c != ':' && c != '-') return false;
+  }
+  return host.find_first_of(".:") != std::string::npos || host == "localhost";
+}
+
+std::string ImageNamespaceTenant(const std::string& image, const std::string& registry) {
+  const size_t slash = image.find('/');
+  if (slash == std::string::npos) return "";
+  const std::string host = image.substr(0, slash);
+  // A first part with no '.' or ':' that is not "localhost" is a Docker
+  // Hub namespace, not a registry (as runtimes read it).
+  std::string lower_host = CanonicalHost(host);
+  if (host.find_first_of(".:") == std::string::npos && lower_host != "localhost") return "";
+  if (lower_host != CanonicalHost(registry)) return "";
+  const size_t end = image.find_first_of("/:@", slash + 1);
+  std::string space = image.substr(slash + 1, end == std::string::npos ? std::string::npos
+                                                                        : end - slash - 1);
+  for (char& c : space) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // Tenant ids are "ten-" and a token (common/ids.h); other top-level
+  // names are the platform's own repositories, open to every tenant.
+  return space.rfind("ten-", 0) == 0 ? space : "";
+}
+
+absl::Status CheckImageIsUsable(const std::string& image, const std::string& registry,
+                                const std::string& tenant_id) {
+  const std::string owner = ImageNamespaceTenant(image, registry);
+  if (owner.empty() || owner == tenant_id) return absl::OkStatus();
+  return Error(absl::StatusCode::kPermissionDenied, "IMAGE_NOT_YOURS",
+               absl::StrCat("image '", image, "' is in another tenant's namespace of the app ",
+                            "registry; its marketplace apps are run with LaunchApp (svctl apps "
+                            "launch)"));
 }
 
 absl::Status ValidateRequestId(const std::string& request_id) {

@@ -28,6 +28,32 @@ absl::Status ValidateGpuCount(int gpu_count);
 // Every failure is INVALID_ARGUMENT with a reason naming the field.
 absl::StatusOr<store::InstanceSpec> NormalizeInstanceSpec(store::InstanceSpec spec);
 
+// A container image reference: 1-256 characters of [A-Za-z0-9._-/:@],
+// starting with a letter or digit, no empty or dot-led path part.
+absl::Status ValidateImageRef(const std::string& image);
+
+// The app registry (docs/marketplace.md, "Whose images"): svd's
+// --app-registry host, where each tenant owns the namespace
+// <registry>/<tenant id>/. The default registry host:
+inline constexpr char kDefaultAppRegistry[] = "registry.sv.internal";
+
+// Whether `host` can name a registry: what a container runtime reads as
+// one (it holds a '.' or ':' or is "localhost") and only [a-z0-9.:-].
+bool IsRegistryHost(const std::string& host);
+
+// The tenant id whose namespace in `registry` holds `image`, lower-cased,
+// or "" when the reference is not in a tenant's namespace there (another
+// registry, Docker Hub, or the registry's own top-level repositories).
+// The host is compared as a runtime resolves it: case, a trailing dot and
+// a port do not make another registry.
+std::string ImageNamespaceTenant(const std::string& image, const std::string& registry);
+
+// A tenant's use of `image` (a create, or an app it publishes): refused
+// with PERMISSION_DENIED / IMAGE_NOT_YOURS when the image is in another
+// tenant's namespace of the app registry.
+absl::Status CheckImageIsUsable(const std::string& image, const std::string& registry,
+                                const std::string& tenant_id);
+
 // Request ids: 1-128 characters of [A-Za-z0-9._:-].
 absl::Status ValidateRequestId(const std::string& request_id);
 

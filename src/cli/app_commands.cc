@@ -255,7 +255,10 @@ void AddApps(CLI::App& app, Action* action) {
   auto* publish = apps->add_subcommand("publish", "Register an image as a publisher");
   publish->add_option("name", *image->mutable_name(), "App name")->required();
   publish->add_option("--version", *image->mutable_version(), "Version, e.g. 1.0")->required();
-  publish->add_option("--image", *image->mutable_image(), "Container image")->required();
+  publish->add_option("--image", *image->mutable_image(),
+                      "Container image; a priced app's must be in your namespace of the app "
+                      "registry, REGISTRY/TENANT_ID/... (docs/marketplace.md)")
+      ->required();
   auto gpus = std::make_shared<int>(1);
   publish->add_option("--gpus", *gpus, "GPUs required");
   publish->add_option("--port", *ports, "Published port (repeatable), e.g. 7860");

@@ -1,6 +1,7 @@
 // svd: the sv control-plane server. See docs/operations.md.
 #include "absl/synchronization/mutex.h"
 #include "CLI/CLI.hpp"
+#include "api/validation.h"
 #include "billing/billing.h"
 #include "server/logging.h"
 #include "server/server.h"
@@ -174,6 +175,16 @@ int main(int argc, char** argv) {
   app.add_option("--webhook-interval-ms", o.webhook_interval_ms,
                  "How often notices are looked for to send to tenants' webhooks")
       ->check(CLI::Range(50, 600000))
+      ->capture_default_str();
+  app.add_option("--app-registry", o.app_registry,
+                 "Registry host of tenants' private images (HOST/TENANT_ID/...); a priced "
+                 "app's image must be in its publisher's namespace there")
+      ->check([](const std::string& host) {
+        return sv::api::IsRegistryHost(host)
+                   ? std::string()
+                   : std::string("must be a registry host: lower-case, with a '.' or ':', "
+                                 "or localhost");
+      })
       ->capture_default_str();
   app.add_option("--unpaid-storage-grace-days", o.unpaid_storage_grace_days,
                  "A volume whose storage goes unpaid this many days is deleted (0: kept)")

@@ -236,6 +236,7 @@ int RunServer(const ServerOptions& options) {
   api::ApiDependencies api_deps{&store, &clock, &loops};
   api_deps.billing = &billing;
   api_deps.webhooks = webhook_options;
+  api_deps.app_registry = options.app_registry;
   api_deps.auth.per_key = {options.rate_limit_key_rps, options.rate_limit_key_burst};
   api_deps.auth.per_tenant = {options.rate_limit_tenant_rps, options.rate_limit_tenant_burst};
   api_deps.auth.failures_per_peer = {options.rate_limit_auth_failures_rps,

@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "api/validation.h"
+
 namespace sv::server {
 
 struct ServerOptions {
@@ -78,6 +80,9 @@ struct ServerOptions {
   bool webhook_allow_private = false;
   int webhook_interval_ms = 1000;
   int webhook_give_up_hours = 72;
+  // The app registry host: tenants' private images are <host>/<tenant id>/
+  // and a priced app's image must be in its publisher's (docs/marketplace.md).
+  std::string app_registry = api::kDefaultAppRegistry;
   int unpaid_storage_grace_days = 7;  // 0: volumes with unpaid storage are kept.
   // Leader election (docs/reliability.md): the lease, its renewal period and
   // this replica's name in the lease row (default: host-pid-random).

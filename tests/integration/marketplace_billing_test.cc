@@ -15,6 +15,7 @@
 #include <pqxx/pqxx>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "api/errors.h"
 #include "billing/billing.h"
 #include "common/clock.h"
@@ -42,14 +43,21 @@ int64_t AppFee(int64_t minute) {
 }
 int64_t PublisherPart(int64_t fee) { return fee * 7 / 10; }
 
-// Registers `name` 1.0 as the publisher, with the given size and price.
+// The publisher's image `name` in its namespace of svd's app registry.
+std::string PrivateImage(const std::string& tenant_id, const std::string& name) {
+  return "registry.sv.internal/" + tenant_id + "/" + name + ":1.0";
+}
+
+// Registers `name` 1.0 as the publisher (tenant `publisher_id`), with the
+// given size and price.
 v1::MarketplaceImage RegisterApp(v1::MarketplaceService::Stub& market,
-                                 const std::string& publisher, const std::string& name,
-                                 int gpus, int64_t per_hour, std::vector<int> ports) {
+                                 const std::string& publisher, const std::string& publisher_id,
+                                 const std::string& name, int gpus, int64_t per_hour,
+                                 std::vector<int> ports) {
   v1::RegisterImageRequest reg;
   reg.mutable_image()->set_name(name);
   reg.mutable_image()->set_version("1.0");
-  reg.mutable_image()->set_image("ghcr.io/example/" + name + ":1.0");
+  reg.mutable_image()->set_image(PrivateImage(publisher_id, name));
   for (int p : ports) reg.mutable_image()->add_ports(p);
   reg.mutable_image()->set_gpu_count(gpus);
   reg.mutable_image()->set_price_per_hour_micros(per_hour);
@@ -77,6 +85,7 @@ class MarketplaceBillingTest : public ::testing::Test {
     svd_ = std::make_unique<SvdProcess>(options_);
     ASSERT_TRUE(svd_->Start());
     publisher_ = CreateTenant(*svd_, "studio");
+    publisher_id_ = TenantIdByName(*svd_, "studio");
     buyer_ = CreateTenant(*svd_, "buyer");
     market_ = v1::MarketplaceService::NewStub(svd_->channel());
     instances_ = v1::InstanceService::NewStub(svd_->channel());
@@ -109,6 +118,7 @@ class MarketplaceBillingTest : public ::testing::Test {
   std::unique_ptr<FakeClock> clock_;
   std::unique_ptr<billing::Billing> billing_;
   std::string publisher_, buyer_;
+  std::string publisher_id_;
   std::unique_ptr<v1::MarketplaceService::Stub> market_;
   std::unique_ptr<v1::InstanceService::Stub> instances_;
 };
@@ -125,7 +135,7 @@ TEST_F(MarketplaceBillingTest, LaunchChargesRentAndSplitAppFeeEveryMinute) {
   auto& instances = instances_;
 
   const v1::MarketplaceImage image =
-      RegisterApp(*market, publisher, "sd-webui", 8, kAppPerHourMicros, {7860});
+      RegisterApp(*market, publisher, publisher_id_, "sd-webui", 8, kAppPerHourMicros, {7860});
   // Versions are immutable: the same name and version again is refused.
   v1::RegisterImageRequest reg;
   reg.mutable_image()->set_name("sd-webui");
@@ -340,7 +350,7 @@ TEST_F(MarketplaceBillingTest, LaunchChargesRentAndSplitAppFeeEveryMinute) {
 TEST_F(MarketplaceBillingTest, TrialCreditPaysNoAppFee) {
   constexpr int64_t kPerMinute = 10 * billing::kMicrosPerYuan;
   const v1::MarketplaceImage pricey =
-      RegisterApp(*market_, publisher_, "pricey", 1, 60 * kPerMinute, {});
+      RegisterApp(*market_, publisher_, publisher_id_, "pricey", 1, 60 * kPerMinute, {});
   v1::LaunchAppRequest launch;
   launch.set_app("pricey");
   launch.set_request_id("launch-p");
@@ -439,7 +449,7 @@ TEST_F(MarketplaceBillingTest, TrialCreditPaysNoAppFee) {
   // the wallet are asked: by a launch of another app (which the empty paid
   // wallet could not pay for), and by a plain create (whose request_id now
   // names a delisted app).
-  RegisterApp(*market_, publisher_, "pricier", 1, 90 * kPerMinute, {});
+  RegisterApp(*market_, publisher_, publisher_id_, "pricier", 1, 90 * kPerMinute, {});
   v1::LaunchAppRequest other = launch;
   other.set_app("pricier");
   other.set_request_id("launch-p");
@@ -467,7 +477,7 @@ TEST_F(MarketplaceBillingTest, TrialCreditPaysNoAppFee) {
 // publisher registers nothing new; once resumed, both work again.
 TEST_F(MarketplaceBillingTest, SuspendedPublishersAppsAreNotOffered) {
   const v1::MarketplaceImage image =
-      RegisterApp(*market_, publisher_, "comfy", 1, kAppPerHourMicros, {8188});
+      RegisterApp(*market_, publisher_, publisher_id_, "comfy", 1, kAppPerHourMicros, {8188});
   TopUpBuyer("pay-suspend", 100 * billing::kMicrosPerYuan);
   auto catalog_has = [&](const std::string& id) {
     v1::ListImagesResponse listed;
@@ -541,7 +551,7 @@ TEST_F(MarketplaceBillingTest, SuspendedPublishersAppsAreNotOffered) {
 // pays the rent. The loop's turns fall every 5 s from 2 s into a minute.
 TEST_F(MarketplaceBillingTest, StopsAsPaidCreditRunsOutForTheAppFee) {
   constexpr int64_t kPerMinute = 10 * billing::kMicrosPerYuan;
-  RegisterApp(*market_, publisher_, "metered", 1, 60 * kPerMinute, {});
+  RegisterApp(*market_, publisher_, publisher_id_, "metered", 1, 60 * kPerMinute, {});
   TopUpBuyer("pay-m", 10 * kPerMinute);
   v1::LaunchAppRequest launch;
   launch.set_app("metered");
@@ -582,6 +592,91 @@ TEST_F(MarketplaceBillingTest, StopsAsPaidCreditRunsOutForTheAppFee) {
   auto audit = billing.Audit();
   ASSERT_TRUE(audit.ok());
   EXPECT_TRUE(audit->empty()) << (audit->empty() ? "" : audit->front());
+}
+
+// Goal: a priced app runs only through LaunchApp, which charges its fee.
+// Its image must be in the publisher's namespace of the app registry
+// (not a public image anyone could run, or any publisher could price),
+// and no other tenant may create an instance of, or publish, an image in
+// that namespace, however the registry host is spelt. (Before, a buyer
+// read the app's image from the catalog and created it directly: the
+// publisher's software ran and nobody paid a fee.)
+TEST_F(MarketplaceBillingTest, PricedAppsRunOnlyThroughTheMarketplace) {
+  v1::RegisterImageRequest pub;
+  pub.mutable_image()->set_name("trainer");
+  pub.mutable_image()->set_version("1.0");
+  pub.mutable_image()->set_image("pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime");
+  pub.mutable_image()->set_gpu_count(1);
+  pub.mutable_image()->set_price_per_hour_micros(kAppPerHourMicros);
+  pub.set_request_id("reg-public");
+  v1::MarketplaceImage none;
+  grpc::Status refused = market_->RegisterImage(Context(publisher_).get(), pub, &none);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(api::ReasonOf(refused), "IMAGE_NOT_IN_NAMESPACE");
+  EXPECT_NE(refused.error_message().find("registry.sv.internal/" + publisher_id_ + "/"),
+            std::string::npos)
+      << refused.error_message();
+  // The same image as a free app is fine: it is anyone's to run.
+  pub.mutable_image()->set_price_per_hour_micros(0);
+  pub.set_request_id("reg-public-free");
+  EXPECT_TRUE(market_->RegisterImage(Context(publisher_).get(), pub, &none).ok());
+
+  const v1::MarketplaceImage app =
+      RegisterApp(*market_, publisher_, publisher_id_, "trainer-pro", 1, kAppPerHourMicros, {});
+  // The catalog shows the reference; knowing it does not let one run it.
+  v1::GetImageRequest get;
+  get.set_id(app.id());
+  v1::MarketplaceImage seen;
+  ASSERT_TRUE(market_->GetImage(Context(buyer_).get(), get, &seen).ok());
+  const std::string ref = PrivateImage(publisher_id_, "trainer-pro");
+  EXPECT_EQ(seen.image(), ref);
+  const std::string tail = ref.substr(std::string("registry.sv.internal").size());
+  for (const std::string& image :
+       {ref, "REGISTRY.sv.Internal" + tail, "registry.sv.internal:443" + tail,
+        "registry.sv.internal." + tail,
+        "registry.sv.internal/" + absl::AsciiStrToUpper(publisher_id_) + "/other:2"}) {
+    v1::CreateInstanceRequest create;
+    create.mutable_instance()->set_gpu_count(1);
+    create.mutable_instance()->set_image(image);
+    create.set_request_id("direct-" + std::to_string(image.size()) + image.substr(0, 4));
+    v1::Instance instance;
+    refused = instances_->CreateInstance(Context(buyer_).get(), create, &instance);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED) << image;
+    EXPECT_EQ(api::ReasonOf(refused), "IMAGE_NOT_YOURS") << image;
+    // Nor as the buyer's own app, free or priced.
+    v1::RegisterImageRequest copy;
+    copy.mutable_image()->set_name("copy");
+    copy.mutable_image()->set_version(std::to_string(image.size()));
+    copy.mutable_image()->set_image(image);
+    copy.mutable_image()->set_gpu_count(1);
+    copy.set_request_id(create.request_id());
+    refused = market_->RegisterImage(Context(buyer_).get(), copy, &none);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED) << image;
+    EXPECT_EQ(api::ReasonOf(refused), "IMAGE_NOT_YOURS") << image;
+  }
+  v1::ListInstancesRequest list;
+  v1::ListInstancesResponse buyers;
+  ASSERT_TRUE(instances_->ListInstances(Context(buyer_).get(), list, &buyers).ok());
+  EXPECT_EQ(buyers.instances_size(), 0);
+
+  // Launched, it runs that image and is billed as the app.
+  TopUpBuyer("pay-ns", 100 * billing::kMicrosPerYuan);
+  v1::LaunchAppRequest launch;
+  launch.set_app("trainer-pro");
+  launch.set_request_id("launch-ns");
+  v1::Instance launched;
+  grpc::Status status = market_->LaunchApp(Context(buyer_).get(), launch, &launched);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(launched.image(), ref);
+  EXPECT_EQ(launched.app_image_id(), app.id());
+  // The publisher runs its own images as it likes.
+  v1::CreateInstanceRequest own;
+  own.mutable_instance()->set_gpu_count(1);
+  own.mutable_instance()->set_image(ref);
+  own.set_request_id("own-image");
+  v1::Instance mine;
+  status = instances_->CreateInstance(Context(publisher_).get(), own, &mine);
+  EXPECT_TRUE(status.ok()) << status.error_message();
 }
 
 }  // namespace

@@ -44,11 +44,64 @@ TEST(NormalizeInstanceSpecTest, FillsDefaultsAndRejectsBadFields) {
   EXPECT_EQ(ReasonOf(NormalizeInstanceSpec({"", 4, "", "--privileged"}).status()),
             "INVALID_IMAGE");
   EXPECT_EQ(ReasonOf(NormalizeInstanceSpec({"", 4, "", "-v/:/host"}).status()), "INVALID_IMAGE");
+  // No empty or dot-led path part: one path has one spelling.
+  for (const char* bad : {"a//b", "a/./b", "a/../b", "a/.b", "registry.sv.internal/x/"}) {
+    EXPECT_EQ(ReasonOf(NormalizeInstanceSpec({"", 4, "", bad}).status()), "INVALID_IMAGE") << bad;
+  }
+  EXPECT_TRUE(NormalizeInstanceSpec({"", 4, "", "ubuntu@sha256:0a1b"}).ok());
   EXPECT_TRUE(NormalizeInstanceSpec({"", 64, "", "", 2}).ok());
   EXPECT_TRUE(NormalizeInstanceSpec({"", 64, "", "", 16}).ok());
   EXPECT_EQ(ReasonOf(NormalizeInstanceSpec({"", 64, "", "", 17}).status()), "INVALID_MAX_LEAVES");
   EXPECT_EQ(ReasonOf(NormalizeInstanceSpec({"", 64, "", "", -1}).status()), "INVALID_MAX_LEAVES");
   EXPECT_EQ(ReasonOf(NormalizeInstanceSpec({"", 8, "", "", 1}).status()), "INVALID_MAX_LEAVES");
+}
+
+// Tenants' private namespaces in the app registry (docs/marketplace.md):
+// every spelling a runtime resolves to the registry counts, nothing else.
+TEST(ImageNamespaceTest, FindsTheOwningTenantAsARuntimeReadsTheReference) {
+  const std::string reg = "registry.sv.internal";
+  struct Case {
+    const char* image;
+    const char* owner;
+  };
+  const Case cases[] = {
+      {"registry.sv.internal/ten-abc/sd:1.0", "ten-abc"},
+      {"registry.sv.internal/ten-abc/sd", "ten-abc"},
+      {"registry.sv.internal/ten-abc/team/sd@sha256:00ff", "ten-abc"},
+      {"registry.sv.internal/ten-abc", "ten-abc"},
+      {"registry.sv.internal/ten-abc:1", "ten-abc"},
+      {"REGISTRY.SV.Internal/TEN-ABC/sd:1", "ten-abc"},
+      {"registry.sv.internal:443/ten-abc/sd", "ten-abc"},
+      {"registry.sv.internal./ten-abc/sd", "ten-abc"},
+      // The platform's own repositories and other registries: nobody's.
+      {"registry.sv.internal/base/cuda:12.4", ""},
+      {"registry.sv.internal/tenant/sd", ""},
+      {"other.registry.io/ten-abc/sd", ""},
+      {"registry.sv.internal.evil.io/ten-abc/sd", ""},
+      {"ten-abc/sd", ""},  // Docker Hub.
+      {"ubuntu:22.04", ""},
+      {"registry.sv.internal", ""},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(ImageNamespaceTenant(c.image, reg), c.owner) << c.image;
+  }
+  EXPECT_EQ(ImageNamespaceTenant("localhost:5000/ten-x/a", "localhost"), "ten-x");
+  EXPECT_EQ(ImageNamespaceTenant("localhost/ten-x/a", "registry.sv.internal"), "");
+
+  EXPECT_TRUE(CheckImageIsUsable("registry.sv.internal/ten-abc/sd", reg, "ten-abc").ok());
+  EXPECT_TRUE(CheckImageIsUsable("pytorch/pytorch:2.3", reg, "ten-abc").ok());
+  const absl::Status other = CheckImageIsUsable("Registry.sv.internal:5000/ten-abc/sd", reg,
+                                                "ten-xyz");
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(ReasonOf(other), "IMAGE_NOT_YOURS");
+
+  EXPECT_TRUE(IsRegistryHost("registry.sv.internal"));
+  EXPECT_TRUE(IsRegistryHost("localhost"));
+  EXPECT_TRUE(IsRegistryHost("10.0.0.5:5000"));
+  EXPECT_FALSE(IsRegistryHost("registry"));
+  EXPECT_FALSE(IsRegistryHost("Registry.io"));
+  EXPECT_FALSE(IsRegistryHost(""));
+  EXPECT_FALSE(IsRegistryHost("reg.io/x"));
 }
 
 TEST(ValidateNameTest, LowerCaseDnsLabelsOfAtMost63) {
