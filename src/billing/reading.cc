@@ -99,7 +99,7 @@ absl::StatusOr<Balance> Billing::GetBalance(const std::string& tenant_id, absl::
         "       WHERE e.instance_id = n.instance_id AND e.to_state = 'RUNNING' "
         "       AND e.at > n.at) END "
         "FROM billing_notices n "
-        "WHERE n.tenant_id = $1 AND n.kind <> 'instance_ended' "
+        "WHERE n.tenant_id = $1 AND n.kind NOT IN ('instance_ended', 'instance_running') "
         "ORDER BY n.at DESC, n.id DESC LIMIT $2",
         tenant_id, kNoticesMax);
     // A low-credit warning is shown while it holds: once a top-up, a

@@ -531,7 +531,16 @@ std::vector<StartConfirmationResult> AgentStore::ConfirmStartedBatch(
                "running_since = done.at, updated_at = done.at, idle_since = NULL "
                "FROM done WHERE i.id = done.id RETURNING i.id, done.from_state, done.at), "
                "events AS (INSERT INTO instance_events (instance_id, at, from_state, to_state, "
-               "reason) SELECT id, at, from_state, 'RUNNING', $4 FROM moved) "
+               "reason) SELECT id, at, from_state, 'RUNNING', $4 FROM moved), "
+               // Webhooks hear of it (migration 0116); no webhook, no row.
+               "notices AS (INSERT INTO billing_notices (tenant_id, kind, instance_id, "
+               "message, at) SELECT i.tenant_id, 'instance_running', i.id, 'Instance ' || "
+               "i.name || ' (' || i.id || ') is running on ' || i.gpu_count || "
+               "CASE WHEN i.gpu_count = 1 THEN ' GPU' ELSE ' GPUs' END || "
+               "'; its rent runs from ' || to_char(moved.at AT TIME ZONE 'UTC', "
+               "'YYYY-MM-DD HH24:MI:SS') || ' UTC', moved.at FROM moved JOIN instances i ON "
+               "i.id = moved.id WHERE EXISTS (SELECT 1 FROM tenant_webhooks w WHERE "
+               "w.tenant_id = i.tenant_id)) "
                "SELECT id FROM moved",
                TextArrayLiteral(start_ids), TextArrayLiteral(start_from),
                TextArrayLiteral(start_at), reason)) {

@@ -185,10 +185,11 @@ TEST_F(WebhookTest, NoticesReachTheReceiverSignedInOrderAndAreRetried) {
   EXPECT_FALSE(deleted.deleted());
 }
 
-// Goal: when the platform ends an instance (here its node reports it
-// failed, through the agents' store call), the tenant's webhook hears of it
-// with the reason; the balance's billing notices do not list it.
-TEST_F(WebhookTest, InstanceEndedByThePlatformIsSent) {
+// Goal: the tenant's webhook hears when an instance starts running (every
+// node confirmed it, and its rent runs) and when the platform ends it (here
+// its node reports it failed, through the agents' store call), with the
+// reason; the balance's billing notices list neither.
+TEST_F(WebhookTest, InstanceRunningAndEndedByThePlatformAreSent) {
   Receiver receiver;
   v1::WebhookService::Stub hooks(svd_->channel());
   v1::SetWebhookRequest set;
@@ -223,8 +224,17 @@ TEST_F(WebhookTest, InstanceEndedByThePlatformIsSent) {
   ASSERT_TRUE(agents.ReportEnded(node_id, instance.id(), true, "GPU 0 fell off the bus",
                                  absl::Now())
                   .ok());
-  ASSERT_TRUE(WaitFor([&] { return !receiver.received().empty(); }));
-  const auto body = nlohmann::json::parse(receiver.received()[0].body);
+  // First the start (its rent runs from then), then the failure.
+  ASSERT_TRUE(WaitFor([&] { return receiver.received().size() >= 2; }));
+  const auto started = nlohmann::json::parse(receiver.received()[0].body);
+  EXPECT_EQ(started["kind"], "instance_running");
+  EXPECT_EQ(started["instanceId"], instance.id());
+  EXPECT_EQ(started["message"].get<std::string>().rfind(
+                "Instance trainer (" + instance.id() + ") is running on 1 GPU; its rent runs "
+                "from 20", 0),
+            0u)
+      << started["message"];
+  const auto body = nlohmann::json::parse(receiver.received()[1].body);
   EXPECT_EQ(body["kind"], "instance_ended");
   EXPECT_EQ(body["instanceId"], instance.id());
   EXPECT_EQ(body["message"], "Instance trainer (" + instance.id() +
@@ -232,7 +242,27 @@ TEST_F(WebhookTest, InstanceEndedByThePlatformIsSent) {
   v1::BillingService::Stub billing(svd_->channel());
   v1::Balance balance;
   ASSERT_TRUE(billing.GetBalance(Context(owner_).get(), {}, &balance).ok());
-  for (const auto& notice : balance.notices()) EXPECT_NE(notice.kind(), "instance_ended");
+  for (const auto& notice : balance.notices()) {
+    EXPECT_NE(notice.kind(), "instance_ended");
+    EXPECT_NE(notice.kind(), "instance_running");
+  }
+  // A tenant with no webhook gets no instance_running rows: they exist
+  // only to be sent.
+  const std::string plain = CreateTenant(*svd_, "unhooked");
+  create.set_request_id("plain-1");
+  ASSERT_TRUE(instances.CreateInstance(Context(plain).get(), create, &instance).ok());
+  get.set_id(instance.id());
+  ASSERT_TRUE(WaitFor([&] {
+    instances.GetInstance(Context(plain).get(), get, &instance);
+    return instance.state() == v1::RUNNING;
+  }));
+  ASSERT_TRUE(db.Transact([&](pqxx::work& txn) {
+                  EXPECT_EQ(txn.exec_params1("SELECT count(*) FROM billing_notices WHERE "
+                                             "instance_id = $1", instance.id())[0]
+                                .as<int>(),
+                            0);
+                  return absl::OkStatus();
+                }).ok());
 }
 
 // Goal: a webhook failing for longer than the give-up time (72 h) is
