@@ -26,6 +26,7 @@ class AccountServiceImpl final : public v1::AccountService::Service {
     response->set_api_key_id(who->api_key_id);
     response->set_role(who->role == store::Role::kOperator ? v1::OPERATOR : v1::MEMBER);
     response->set_tenant_role(static_cast<v1::TenantRole>(static_cast<int>(who->tenant_role) + 1));
+    response->set_read_only_operator(who->platform_admin() && who->read_only_operator);
     response->set_key_scope(who->scope == store::KeyScope::kReadOnly ? v1::KEY_SCOPE_READ_ONLY
                                                                       : v1::KEY_SCOPE_FULL);
     store::SecurityStore security(deps_.store->database());

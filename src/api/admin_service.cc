@@ -179,6 +179,7 @@ class AdminServiceImpl final : public v1::AdminService::Service {
     *out->mutable_create_time() = ToProto(row.created_at);
     out->set_bootstrap(row.bootstrap);
     out->set_active_key_count(row.active_keys);
+    out->set_read_only(row.read_only);
   }
 
   absl::Status AddOperatorUser(const store::Principal& who, const v1::AddOperatorRequest& request,
@@ -189,12 +190,13 @@ class AdminServiceImpl final : public v1::AdminService::Service {
                             store::KeyScope::kFull, std::nullopt};
     store::SecurityStore security(deps_.store->database());
     SV_ASSIGN_OR_RETURN(auto added,
-                        security.AddOperator(who.tenant_id, request.email(), who.user_id,
-                                             Operator(who), row, deps_.clock->Now()));
+                        security.AddOperator(who.tenant_id, request.email(), request.read_only(),
+                                             who.user_id, Operator(who), row,
+                                             deps_.clock->Now()));
     OperatorToProto(added, response->mutable_operator_user());
     response->set_api_key(key.plaintext);
-    spdlog::info("api: operator {} added operator {} ({})", Operator(who), added.user_id,
-                 added.email);
+    spdlog::info("api: operator {} added {}operator {} ({})", Operator(who),
+                 added.read_only ? "read-only " : "", added.user_id, added.email);
     return absl::OkStatus();
   }
 

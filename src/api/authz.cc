@@ -92,6 +92,12 @@ absl::Status Authorize(const store::Principal& who, const MethodRule& rule) {
                                            : store::TenantRoleName(who.tenant_role)) +
                      " does not have");
   }
+  // A read-only operator manages its own keys and changes nothing else.
+  if (rule.access == Access::kWrite && who.platform_admin() && who.read_only_operator &&
+      rule.permission != P::kKeysWrite) {
+    return Error(absl::StatusCode::kPermissionDenied, "READ_ONLY_OPERATOR",
+                 "this operator account is read-only; ask an operator who may change things");
+  }
   if (rule.access == Access::kWrite && who.scope == store::KeyScope::kReadOnly) {
     return Error(absl::StatusCode::kPermissionDenied, "READ_ONLY_KEY",
                  "this API key is read-only; the call needs a full key");

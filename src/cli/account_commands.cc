@@ -131,10 +131,10 @@ void AddOperatorCommands(CLI::App& admin, Action* action) {
         &v1::AdminService::Stub::ListOperators,
         [](const v1::ListOperatorsResponse& r) {
           std::vector<std::vector<std::string>> rows = {
-              {"USER ID", "EMAIL", "ADDED", "ACTIVE KEYS", "NOTE"}};
+              {"USER ID", "EMAIL", "ACCESS", "ADDED", "ACTIVE KEYS", "NOTE"}};
           for (const auto& o : r.operators()) {
-            rows.push_back({o.user_id(), o.email(), FormatTime(o.create_time()),
-                            std::to_string(o.active_key_count()),
+            rows.push_back({o.user_id(), o.email(), o.read_only() ? "read-only" : "full",
+                            FormatTime(o.create_time()), std::to_string(o.active_key_count()),
                             o.bootstrap() ? "svd's --admin-key-file" : ""});
           }
           PrintTable(rows, std::cout);
@@ -144,14 +144,20 @@ void AddOperatorCommands(CLI::App& admin, Action* action) {
   auto* add = operators->add_subcommand(
       "add", "Make a new operator account and print its first API key (shown once)");
   add->add_option("email", *email, "The operator's e-mail address")->required();
+  auto read_only = std::make_shared<bool>(false);
+  add->add_flag("--read-only", *read_only,
+                "Support or audit staff: reads what operators read, changes nothing but its "
+                "own API keys");
   add->callback([=] {
     *action = AdminServiceCall<v1::AddOperatorRequest>(
         [=](Session&, v1::AddOperatorRequest* r) {
           r->set_email(*email);
+          r->set_read_only(*read_only);
           return kExitOk;
         },
         &v1::AdminService::Stub::AddOperator, [](const v1::AddOperatorResponse& r) {
-          std::cout << "operator " << r.operator_user().email() << " ("
+          std::cout << (r.operator_user().read_only() ? "read-only operator " : "operator ")
+                    << r.operator_user().email() << " ("
                     << r.operator_user().user_id() << ") added; its API key, shown once:\n"
                     << r.api_key() << "\n";
         });

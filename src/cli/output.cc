@@ -134,7 +134,9 @@ void PrintAccount(const v1::Account& a, std::ostream& out) {
       {"user:", absl::StrCat(a.user_email(), " (", a.user_id(), ")")},
       {"tenant:", absl::StrCat(a.tenant_name(), " (", a.tenant_id(), ")")},
       {"role:", RoleText(a.tenant_role())}};
-  if (a.role() == v1::OPERATOR) rows.push_back({"operator:", "yes"});
+  if (a.role() == v1::OPERATOR) {
+    rows.push_back({"operator:", a.read_only_operator() ? "yes, read-only" : "yes"});
+  }
   rows.push_back({"api key:", absl::StrCat(a.api_key_id(), " (", ScopeText(a.key_scope()), ")")});
   if (a.tenant_suspended()) {
     rows.push_back({"suspended:", absl::StrCat(a.suspension_reason(),

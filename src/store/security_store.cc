@@ -607,11 +607,13 @@ const std::string kOperatorColumns =
     "u.id, u.email, " + MicrosOf("u.created_at") +
     ", EXISTS (SELECT 1 FROM api_keys b WHERE b.user_id = u.id AND b.name = 'bootstrap'), "
     "(SELECT count(*) FROM api_keys a WHERE a.user_id = u.id AND a.revoked_at IS NULL "
-    "AND (a.expires_at IS NULL OR a.expires_at > $1::timestamptz))::int";
+    "AND (a.expires_at IS NULL OR a.expires_at > $1::timestamptz))::int, "
+    "u.operator_read_only";
 
 OperatorRow OperatorFromRow(const pqxx::row& row) {
   return {row[0].as<std::string>(), row[1].as<std::string>(),
-          TimeFromMicros(row[2].as<int64_t>()), row[3].as<bool>(), row[4].as<int>()};
+          TimeFromMicros(row[2].as<int64_t>()), row[3].as<bool>(), row[4].as<int>(),
+          row[5].as<bool>()};
 }
 
 absl::Status OperatorNotFound(const std::string& user_id) {
@@ -623,16 +625,17 @@ absl::Status OperatorNotFound(const std::string& user_id) {
 
 absl::StatusOr<OperatorRow> SecurityStore::AddOperator(const std::string& tenant_id,
                                                        const std::string& email,
+                                                       bool read_only,
                                                        const std::string& by_user_id,
                                                        const std::string& by_email,
                                                        NewApiKeyRow first_key, absl::Time now) {
   OperatorRow result;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
     auto created = txn.exec_params(
-        "INSERT INTO users (id, tenant_id, email, role, created_at) "
-        "VALUES ($1, $2, $3, 'operator', $4::timestamptz) ON CONFLICT (email) DO NOTHING "
+        "INSERT INTO users (id, tenant_id, email, role, created_at, operator_read_only) "
+        "VALUES ($1, $2, $3, 'operator', $4::timestamptz, $5) ON CONFLICT (email) DO NOTHING "
         "RETURNING id",
-        NewId("usr"), tenant_id, email, SqlTime(now));
+        NewId("usr"), tenant_id, email, SqlTime(now), read_only);
     std::string user_id;
     if (!created.empty()) {
       user_id = created[0][0].as<std::string>();
@@ -657,7 +660,8 @@ absl::StatusOr<OperatorRow> SecurityStore::AddOperator(const std::string& tenant
                                   " already exists; an operator's account must be an "
                                   "account of its own"));
       }
-      txn.exec_params("UPDATE users SET role = 'operator' WHERE id = $1", user_id);
+      txn.exec_params("UPDATE users SET role = 'operator', operator_read_only = $2 WHERE id = $1",
+                      user_id, read_only);
     }
     txn.exec_params(
         "INSERT INTO memberships (tenant_id, user_id, role, created_at) "
@@ -667,9 +671,9 @@ absl::StatusOr<OperatorRow> SecurityStore::AddOperator(const std::string& tenant
     first_key.tenant_id = tenant_id;
     InsertKey(txn, first_key, now);
     txn.exec_params(
-        "INSERT INTO operator_changes (user_id, change, by_user, by_email, at) "
-        "VALUES ($1, 'added', $2, $3, $4::timestamptz)",
-        user_id, by_user_id, by_email, SqlTime(now));
+        "INSERT INTO operator_changes (user_id, change, by_user, by_email, at, read_only) "
+        "VALUES ($1, 'added', $2, $3, $4::timestamptz, $5)",
+        user_id, by_user_id, by_email, SqlTime(now), read_only);
     auto rows = txn.exec_params("SELECT " + kOperatorColumns + " FROM users u WHERE u.id = $2",
                                 SqlTime(now), user_id);
     result = OperatorFromRow(rows[0]);
@@ -699,13 +703,24 @@ absl::StatusOr<int> SecurityStore::RemoveOperator(const std::string& user_id,
   int revoked = 0;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
     // Every operator row is locked, so two removals cannot both pass the
-    // last-operator check.
+    // last-operator check. Read-only operators do not count: they could
+    // not add another operator.
     auto operators = txn.exec_params(
-        "SELECT id FROM users WHERE role = 'operator' ORDER BY id FOR UPDATE");
+        "SELECT id, operator_read_only FROM users WHERE role = 'operator' ORDER BY id "
+        "FOR UPDATE");
     bool found = false;
-    for (const auto& row : operators) found = found || row[0].as<std::string>() == user_id;
+    bool removing_full = false;
+    int full = 0;
+    for (const auto& row : operators) {
+      const bool full_operator = !row[1].as<bool>();
+      if (row[0].as<std::string>() == user_id) {
+        found = true;
+        removing_full = full_operator;
+      }
+      if (full_operator) ++full;
+    }
     if (!found) return OperatorNotFound(user_id);
-    if (operators.size() <= 1) {
+    if (removing_full && full <= 1) {
       return Error(absl::StatusCode::kFailedPrecondition, "LAST_OPERATOR",
                    "the platform must keep at least one operator");
     }
@@ -716,7 +731,8 @@ absl::StatusOr<int> SecurityStore::RemoveOperator(const std::string& user_id,
                    "this operator's key comes from svd's --admin-key-file, which svd "
                    "restores at every start; retire it by giving svd another key file");
     }
-    txn.exec_params("UPDATE users SET role = 'member' WHERE id = $1", user_id);
+    txn.exec_params(
+        "UPDATE users SET role = 'member', operator_read_only = false WHERE id = $1", user_id);
     txn.exec_params("DELETE FROM memberships WHERE user_id = $1", user_id);
     revoked = static_cast<int>(
         txn.exec_params("UPDATE api_keys SET revoked_at = $2::timestamptz "

@@ -76,6 +76,7 @@ struct OperatorRow {
   absl::Time created_at;
   bool bootstrap = false;  // Holds the key of svd's --admin-key-file.
   int active_keys = 0;
+  bool read_only = false;  // Reads only (users.operator_read_only).
 };
 
 // AuditRow (one audit_log row) is in store/store.h: the create and delete
@@ -185,14 +186,15 @@ class SecurityStore {
   // Makes `email` an operator of `tenant_id` (the caller's, the operator
   // tenant) with `first_key`: a new user, or one that was an operator of
   // this tenant before. Any other user of that address is USER_EXISTS.
+  // A `read_only` operator changes nothing but its own keys.
   absl::StatusOr<OperatorRow> AddOperator(const std::string& tenant_id, const std::string& email,
-                                          const std::string& by_user_id,
+                                          bool read_only, const std::string& by_user_id,
                                           const std::string& by_email, NewApiKeyRow first_key,
                                           absl::Time now);
   absl::StatusOr<std::vector<OperatorRow>> ListOperators(absl::Time now);
   // Takes the role away, ends the user's memberships and revokes its keys;
-  // returns how many keys were revoked. Never the last operator or the
-  // bootstrap one.
+  // returns how many keys were revoked. Never the last operator who may
+  // change things (read-only ones do not count) or the bootstrap one.
   absl::StatusOr<int> RemoveOperator(const std::string& user_id, const std::string& by_user_id,
                                      const std::string& by_email, const std::string& reason,
                                      absl::Time now);

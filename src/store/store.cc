@@ -178,7 +178,7 @@ absl::StatusOr<ApiKeyRecord> Store::LookupApiKey(const std::string& key_id) {
         "SELECT k.salt, k.secret_hash, k.revoked_at IS NOT NULL, u.id, u.email, "
         "CASE WHEN u.tenant_id = k.tenant_id THEN u.role ELSE 'member' END, "
         "t.id, t.name, coalesce(m.role, 'viewer'), k.scope, "
-        + MicrosOf("k.expires_at") + ", m.role IS NOT NULL "
+        + MicrosOf("k.expires_at") + ", m.role IS NOT NULL, u.operator_read_only "
         "FROM api_keys k JOIN users u ON u.id = k.user_id "
         "JOIN tenants t ON t.id = k.tenant_id "
         "LEFT JOIN memberships m ON m.tenant_id = k.tenant_id AND m.user_id = k.user_id "
@@ -203,6 +203,7 @@ absl::StatusOr<ApiKeyRecord> Store::LookupApiKey(const std::string& key_id) {
     record.principal.scope =
         row[9].as<std::string>() == "read_only" ? KeyScope::kReadOnly : KeyScope::kFull;
     if (!row[10].is_null()) record.expires_at = TimeFromMicros(row[10].as<int64_t>());
+    record.principal.read_only_operator = operator_user && row[12].as<bool>();
     return absl::OkStatus();
   }));
   if (!found) {

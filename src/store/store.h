@@ -42,6 +42,9 @@ struct Principal {
   Role role = Role::kMember;  // kOperator: the platform admin.
   TenantRole tenant_role = TenantRole::kViewer;
   KeyScope scope = KeyScope::kFull;
+  // A read-only operator (users.operator_read_only): changes nothing but
+  // its own keys (api/authz.cc).
+  bool read_only_operator = false;
   bool platform_admin() const { return role == Role::kOperator; }
 };
 

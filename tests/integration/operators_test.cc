@@ -106,6 +106,95 @@ class OperatorsTest : public ::testing::Test {
   std::string owner_, tenant_id_;
 };
 
+// Goal: a read-only operator (support, audit) reads what operators read
+// and changes nothing but its own API keys, whose every new key is as
+// read-only; it does not count as the operator the platform must keep;
+// removed and added again as a full operator, it changes things.
+TEST_F(OperatorsTest, ReadOnlyOperatorsReadButChangeNothing) {
+  v1::AddOperatorRequest add;
+  add.set_email("support@ops.example");
+  add.set_read_only(true);
+  v1::AddOperatorResponse added;
+  ASSERT_TRUE(admin_->AddOperator(Context(svd_->admin_key()).get(), add, &added).ok());
+  EXPECT_TRUE(added.operator_user().read_only());
+  const std::string support = added.api_key();
+  const std::string support_id = added.operator_user().user_id();
+  v1::Account account;
+  ASSERT_TRUE(Whoami(support, &account).ok());
+  EXPECT_EQ(account.role(), v1::OPERATOR);
+  EXPECT_TRUE(account.read_only_operator());
+  bool listed = false;
+  for (const auto& o : Operators()) {
+    if (o.user_id() == support_id) listed = o.read_only();
+  }
+  EXPECT_TRUE(listed);
+
+  // Reads across tenants work.
+  v1::GetTenantRequest get;
+  get.set_tenant_id(tenant_id_);
+  v1::TenantStanding standing;
+  EXPECT_TRUE(admin_->GetTenant(Context(support).get(), get, &standing).ok());
+  v1::ListOperatorsResponse operators;
+  EXPECT_TRUE(admin_->ListOperators(Context(support).get(), {}, &operators).ok());
+  v1::ListTenantBalancesResponse balances;
+  EXPECT_TRUE(
+      billing_->ListTenantBalances(Context(support).get(), {}, &balances).ok());
+
+  // Changes are refused, with the reason, and change nothing.
+  auto refused_read_only = [](const grpc::Status& status) {
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_EQ(ReasonOf(status), "READ_ONLY_OPERATOR") << status.error_message();
+  };
+  v1::CreditRequest answer;
+  refused_read_only(Request(support, "ro-1", 5 * kYuan, &answer));
+  v1::SuspendTenantRequest suspend;
+  suspend.set_tenant_id(tenant_id_);
+  suspend.set_reason("test");
+  v1::SuspendTenantResponse suspended;
+  refused_read_only(admin_->SuspendTenant(Context(support).get(), suspend, &suspended));
+  v1::AddOperatorRequest another;
+  another.set_email("mallory@ops.example");
+  v1::AddOperatorResponse made;
+  refused_read_only(admin_->AddOperator(Context(support).get(), another, &made));
+  EXPECT_EQ(Paid(), 0);
+  EXPECT_EQ(Operators().size(), 2u);
+  ASSERT_TRUE(admin_->GetTenant(Context(support).get(), get, &standing).ok());
+  EXPECT_EQ(standing.suspensions_size(), 0);
+
+  // Its own keys it manages; a "full" key of its is read-only all the same.
+  v1::ApiKeyService::Stub keys(svd_->channel());
+  v1::CreateApiKeyRequest create;
+  create.set_name("laptop");
+  create.set_scope(v1::KEY_SCOPE_FULL);
+  v1::CreateApiKeyResponse created;
+  grpc::Status status = keys.CreateApiKey(Context(support).get(), create, &created);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  refused_read_only(Request(created.secret(), "ro-2", 5 * kYuan, &answer));
+
+  // The platform must keep an operator who may change things: with the
+  // bootstrap operator the only one, it stays (LAST_OPERATOR, checked
+  // before its key file is).
+  std::string bootstrap_id;
+  for (const auto& o : Operators()) {
+    if (o.bootstrap()) bootstrap_id = o.user_id();
+  }
+  status = Remove(svd_->admin_key(), bootstrap_id);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(ReasonOf(status), "LAST_OPERATOR");
+
+  // Removed (both its keys revoked) and added again as a full operator.
+  v1::RemoveOperatorResponse removed;
+  ASSERT_TRUE(Remove(svd_->admin_key(), support_id, &removed).ok());
+  EXPECT_EQ(removed.keys_revoked(), 2);
+  EXPECT_EQ(Whoami(support, &account).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  const std::string promoted = AddOperator("support@ops.example");
+  ASSERT_TRUE(Whoami(promoted, &account).ok());
+  EXPECT_FALSE(account.read_only_operator());
+  status = Request(promoted, "full-1", 5 * kYuan, &answer);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(Paid(), 5 * kYuan);
+}
+
 // Goal: operators add operators whose keys are operator keys; removing one
 // revokes its keys at once; the last operator and the one of svd's key file
 // stay; tenants cannot manage operators.

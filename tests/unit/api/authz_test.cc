@@ -2,6 +2,8 @@
 // and roles, scopes and the platform admin get exactly their permissions.
 #include "api/authz.h"
 
+#include "common/status.h"
+
 #include <set>
 #include <string>
 
@@ -116,6 +118,29 @@ TEST(AuthzRolesTest, ReadOnlyKeysReachOnlyReadMethods) {
   EXPECT_EQ(Authorize(As(TenantRole::kViewer), *create).code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_TRUE(Authorize(As(TenantRole::kMember), *create).ok());
+}
+
+// Over the whole table: a read-only operator reaches every read method
+// and, of the writes, only those on its own keys.
+TEST(AuthzRolesTest, ReadOnlyOperatorsWriteOnlyTheirOwnKeys) {
+  store::Principal support = As(TenantRole::kOwner);
+  support.role = store::Role::kOperator;
+  support.read_only_operator = true;
+  int writes_allowed = 0;
+  for (const MethodRule& rule : MethodRules()) {
+    if (rule.permission == Permission::kNodeAgent) continue;
+    const absl::Status status = Authorize(support, rule);
+    if (rule.access == Access::kRead || rule.permission == Permission::kKeysWrite) {
+      EXPECT_TRUE(status.ok()) << rule.method;
+      writes_allowed += rule.access == Access::kWrite;
+    } else {
+      EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << rule.method;
+      EXPECT_EQ(ReasonOf(status), "READ_ONLY_OPERATOR") << rule.method;
+    }
+  }
+  EXPECT_EQ(writes_allowed, 3);  // Create, revoke and rotate its keys.
+  support.read_only_operator = false;
+  EXPECT_TRUE(Authorize(support, *FindMethodRule("/sv.v1.AdminService/SuspendTenant")).ok());
 }
 
 }  // namespace
