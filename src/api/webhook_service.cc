@@ -51,7 +51,7 @@ class WebhookServiceImpl final : public v1::WebhookService::Service {
       SV_ASSIGN_OR_RETURN(store::WebhookRow row,
                           store_.Set(who.tenant_id, request->url(), secret,
                                      who.user_email.empty() ? who.user_id : who.user_email,
-                                     deps_.clock->Now()));
+                                     request->skip_backlog(), deps_.clock->Now()));
       spdlog::info("api: webhook of {} set by {} to {}://{}", who.tenant_id, who.user_id,
                    url.https ? "https" : "http", url.host);
       ToProto(row, response);

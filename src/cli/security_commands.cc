@@ -424,10 +424,14 @@ void AddWebhookCommands(CLI::App& app, Action* action) {
   auto url = std::make_shared<std::string>();
   auto* set = hook->add_subcommand("set", "Set or replace the webhook (owners); prints its secret");
   set->add_option("url", *url, "http:// or https:// URL of a public host")->required();
+  auto skip_backlog = std::make_shared<bool>(false);
+  set->add_flag("--skip-backlog", *skip_backlog,
+                "Replacing one: skip the notices not yet delivered, send only new ones");
   set->callback([=] {
     *action = [=](Session& s) {
       v1::SetWebhookRequest request;
       request.set_url(*url);
+      request.set_skip_backlog(*skip_backlog);
       return Run<v1::WebhookService::Stub, v1::SetWebhookRequest, v1::Webhook>(
           s, request, &v1::WebhookService::Stub::SetWebhook, PrintWebhook);
     };

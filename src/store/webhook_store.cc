@@ -47,7 +47,8 @@ constexpr char kUndelivered[] =
 
 absl::StatusOr<WebhookRow> WebhookStore::Set(const std::string& tenant_id,
                                              const std::string& url, const std::string& secret,
-                                             const std::string& created_by, absl::Time now) {
+                                             const std::string& created_by,
+                                             bool skip_backlog, absl::Time now) {
   WebhookRow row;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
     if (txn.exec_params("SELECT 1 FROM tenants WHERE id = $1", tenant_id).empty()) {
@@ -61,10 +62,11 @@ absl::StatusOr<WebhookRow> WebhookStore::Set(const std::string& tenant_id,
             "ON CONFLICT (tenant_id) DO UPDATE SET url = EXCLUDED.url, "
             "secret = EXCLUDED.secret, created_at = EXCLUDED.created_at, "
             "created_by = EXCLUDED.created_by, attempts = 0, next_attempt_at = NULL, "
+            "starts_after = CASE WHEN $6 THEN EXCLUDED.starts_after ELSE w.starts_after END, "
             "last_error = '', failing_since = NULL, disabled_at = NULL, "
             "disabled_reason = '' RETURNING ",
             kWebhookColumns),
-        tenant_id, url, secret, SqlTime(now), created_by);
+        tenant_id, url, secret, SqlTime(now), created_by, skip_backlog);
     row = WebhookFromRow(rows[0]);
     return absl::OkStatus();
   }));

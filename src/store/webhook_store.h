@@ -52,11 +52,11 @@ class WebhookStore {
 
   // Sets the tenant's webhook. A new one receives the notices written from
   // now on; a replaced one keeps its place (what was not delivered goes to
-  // the new URL), is turned back on if it was off, and retries at once.
-  // NOT_FOUND for an unknown tenant.
+  // the new URL, unless `skip_backlog`), is turned back on if it was off,
+  // and retries at once. NOT_FOUND for an unknown tenant.
   absl::StatusOr<WebhookRow> Set(const std::string& tenant_id, const std::string& url,
                                  const std::string& secret, const std::string& created_by,
-                                 absl::Time now);
+                                 bool skip_backlog, absl::Time now);
   // NOT_FOUND / WEBHOOK_NOT_FOUND when the tenant has none.
   absl::StatusOr<WebhookRow> Get(const std::string& tenant_id);
   // False when there was none.

@@ -330,6 +330,43 @@ TEST_F(WebhookTest, AWebhookFailingForDaysIsTurnedOffUntilSetAgain) {
   EXPECT_FALSE(healthy.has_failing_since_time());
 }
 
+// Goal: a webhook replaced with skip_backlog (svctl webhook set URL
+// --skip-backlog) sends only notices written from then on; what was held
+// is skipped, not lost from the balance.
+TEST_F(WebhookTest, ReplacingAWebhookCanSkipTheBacklog) {
+  Receiver receiver;
+  receiver.set_status(500);
+  v1::WebhookService::Stub hooks(svd_->channel());
+  v1::SetWebhookRequest set;
+  set.set_url(receiver.url());
+  v1::Webhook webhook;
+  ASSERT_TRUE(hooks.SetWebhook(Context(owner_).get(), set, &webhook).ok());
+  Credit("old-1", "held while the receiver fails");
+  Credit("old-2", "held too");
+  ASSERT_TRUE(WaitFor([&] { return Get().failed_attempts() >= 1; }));
+  EXPECT_EQ(Get().pending_count(), 2);
+
+  receiver.set_status(200);
+  set.set_skip_backlog(true);
+  ASSERT_TRUE(hooks.SetWebhook(Context(owner_).get(), set, &webhook).ok());
+  EXPECT_EQ(Get().pending_count(), 0);
+  Credit("new-1", "after the replacement");
+  ASSERT_TRUE(WaitFor([&] { return !receiver.received().empty(); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // Nothing else comes.
+  const std::vector<Received> got = receiver.received();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(nlohmann::json::parse(got[0].body)["message"].get<std::string>().find(
+                "after the replacement") != std::string::npos,
+            true)
+      << got[0].body;
+  v1::BillingService::Stub billing(svd_->channel());
+  v1::Balance balance;
+  ASSERT_TRUE(billing.GetBalance(Context(owner_).get(), {}, &balance).ok());
+  int credits = 0;
+  for (const auto& notice : balance.notices()) credits += notice.kind() == "credit";
+  EXPECT_EQ(credits, 3);
+}
+
 // Goal: svctl sets, shows, tests and deletes the webhook.
 TEST_F(WebhookTest, Svctl) {
   Receiver receiver;
