@@ -1,6 +1,10 @@
 #include "agent/host_mounts.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -9,6 +13,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -40,19 +45,137 @@ std::string Unescape(const std::string& in) {
   return out;
 }
 
+// An owned file descriptor.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  ~Fd() { Reset(); }
+  int get() const { return fd_; }
+  // Gives up ownership (to fdopendir, say).
+  int Release() { return std::exchange(fd_, -1); }
+  // The path the kernel resolves to exactly this file, for mount(2) and
+  // umount2(2), which take paths.
+  std::string ProcPath() const { return absl::StrCat("/proc/self/fd/", fd_); }
+
+ private:
+  void Reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  int fd_;
+};
+
+absl::Status UnsafePath(const std::string& dir, const std::string& rel, int err) {
+  return Error(absl::StatusCode::kFailedPrecondition, "MOUNT_FAILED",
+               absl::StrCat("open ", dir, "/", rel, ": ",
+                            err == ELOOP || err == ENOTDIR
+                                ? "a part of the path is a symbolic link or not a directory"
+                                : std::strerror(err)));
+}
+
+// Opens `rel` beneath `dir` as an O_PATH descriptor of a directory without
+// following a symbolic link in any part of it; with `create`, missing
+// parts are made as it goes. `dir` is the instance's directory, which the
+// container sees as its /mnt and can fill with symlinks to anywhere on the
+// host: every path below it is reached this way, never by name, so no
+// mount, mkdir or rmdir of the agent (root, in the host's namespace) ever
+// lands outside it.
+absl::StatusOr<Fd> OpenBeneath(const std::string& dir, const std::string& rel, bool create) {
+  Fd fd(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) return UnsafePath(dir, "", errno);
+  if (rel.empty()) return fd;
+  for (absl::string_view part_view : absl::StrSplit(rel, '/')) {
+    const std::string part(part_view);
+    if (part.empty() || part == "." || part == "..") return UnsafePath(dir, rel, EINVAL);
+    if (create && ::mkdirat(fd.get(), part.c_str(), 0755) != 0 && errno != EEXIST) {
+      return UnsafePath(dir, rel, errno);
+    }
+    Fd next(::openat(fd.get(), part.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (next.get() < 0) return UnsafePath(dir, rel, errno);
+    struct stat st;
+    if (::fstat(next.get(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return UnsafePath(dir, rel, ENOTDIR);
+    }
+    fd = std::move(next);
+  }
+  return fd;
+}
+
+// Unmounts the mount at `rel` beneath `dir`, reached as OpenBeneath does.
+absl::Status UnmountBeneath(const std::string& dir, const std::string& rel) {
+  auto fd = OpenBeneath(dir, rel, false);
+  if (!fd.ok()) {
+    // Gone already (ENOENT) is done; a symlink in the way is not.
+    if (absl::StrContains(fd.status().message(), std::strerror(ENOENT))) {
+      return absl::OkStatus();
+    }
+    return fd.status();
+  }
+  if (::umount2(fd->ProcPath().c_str(), MNT_DETACH) != 0 && errno != EINVAL) {
+    return MountError("unmount", dir + "/" + rel, errno);
+  }
+  return absl::OkStatus();
+}
+
+// Removes the directory `rel` beneath `dir` if it is empty.
+void RemoveEmptyBeneath(const std::string& dir, const std::string& rel) {
+  const size_t slash = rel.rfind('/');
+  const std::string parent = slash == std::string::npos ? "" : rel.substr(0, slash);
+  const std::string name = slash == std::string::npos ? rel : rel.substr(slash + 1);
+  auto fd = OpenBeneath(dir, parent, false);
+  if (fd.ok()) (void)::unlinkat(fd->get(), name.c_str(), AT_REMOVEDIR);  // Only if empty.
+}
+
+// Removes the empty directories inside the directory open as `fd`, deepest
+// first, never following a symbolic link; returns whether it is now empty.
+bool RemoveEmptyInside(int fd) {
+  Fd read(::openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (read.get() < 0) return false;
+  DIR* listing = ::fdopendir(read.get());
+  if (listing == nullptr) return false;
+  (void)read.Release();  // The listing owns it now.
+  std::vector<std::string> dirs;
+  bool others = false;
+  while (const dirent* entry = ::readdir(listing)) {
+    const std::string name = entry->d_name;
+    if (name == "." || name == "..") continue;
+    if (entry->d_type == DT_DIR) {
+      dirs.push_back(name);
+    } else {
+      others = true;  // Files and symlinks stay (and keep their parent).
+    }
+  }
+  ::closedir(listing);
+  for (const std::string& name : dirs) {
+    Fd child(::openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (child.get() >= 0 && RemoveEmptyInside(child.get()) &&
+        ::unlinkat(fd, name.c_str(), AT_REMOVEDIR) == 0) {
+      continue;
+    }
+    others = true;
+  }
+  return !others;
+}
+
 size_t Depth(const std::string& rel) {
   return rel.empty() ? 0 : 1 + std::count(rel.begin(), rel.end(), '/');
 }
 
 // Removes empty directories under (and including) `dir`, deepest first.
-// Never removes a file, so nothing a failed unmount left visible is lost.
-void RemoveEmptyDirs(const fs::path& dir) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.is_directory(ec) && !entry.is_symlink(ec)) RemoveEmptyDirs(entry.path());
-  }
-  fs::remove(dir, ec);  // Fails harmlessly on a non-empty directory.
+// Never removes a file, so nothing a failed unmount left visible is lost,
+// and never follows a symbolic link.
+void RemoveEmptyDirs(const std::string& dir) {
+  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (fd.get() < 0) return;
+  if (RemoveEmptyInside(fd.get())) (void)::rmdir(dir.c_str());
 }
 
 }  // namespace
@@ -146,13 +269,9 @@ absl::Status HostMounts::Apply(const std::string& instance_id,
       kept.insert(rel);
       continue;
     }
-    const std::string path = dir + "/" + rel;
-    if (::umount2(path.c_str(), MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT) {
-      return MountError("unmount", path, errno);
-    }
+    SV_RETURN_IF_ERROR(UnmountBeneath(dir, rel));
     known.erase(rel);
-    std::error_code ec;
-    fs::remove(path, ec);  // Only if empty.
+    RemoveEmptyBeneath(dir, rel);
   }
 
   // Mount what is missing; shallowest first, so nested targets land on top.
@@ -165,25 +284,23 @@ absl::Status HostMounts::Apply(const std::string& instance_id,
   std::vector<std::string> done;
   absl::Status status;
   for (const auto& [rel, v] : add) {
-    const std::string path = dir + "/" + rel;
     std::error_code ec;
-    // As `docker run -v` does, a missing source directory is created.
+    // As `docker run -v` does, a missing source directory is created (the
+    // source is the agent's own volume directory).
     fs::create_directories(v.source, ec);
-    fs::create_directories(path, ec);
-    if (ec) {
-      status = Error(absl::StatusCode::kFailedPrecondition, "MOUNT_FAILED",
-                     absl::StrCat("create ", path, ": ", ec.message()));
+    auto target = OpenBeneath(dir, rel, true);
+    if (!target.ok()) {
+      status = target.status();
       break;
     }
-    status = BindInto(v, path);
+    status = BindInto(v, target->ProcPath(), dir + "/" + rel);
     if (!status.ok()) break;
     done.push_back(rel);
     known[rel] = v;
   }
   if (!status.ok()) {
     for (auto it = done.rbegin(); it != done.rend(); ++it) {
-      const std::string path = dir + "/" + *it;
-      (void)::umount2(path.c_str(), MNT_DETACH);
+      (void)UnmountBeneath(dir, *it);
       known.erase(*it);
     }
   }
@@ -195,10 +312,11 @@ absl::Status HostMounts::Apply(const std::string& instance_id,
 // there. So a read-only volume is bound and made read-only at a private
 // staging point first, and that read-only mount is what gets bound under
 // the shared directory (a bind copies the flag, and so does propagation).
-absl::Status HostMounts::BindInto(const VolumeMap& v, const std::string& path) {
+absl::Status HostMounts::BindInto(const VolumeMap& v, const std::string& path,
+                               const std::string& shown) {
   if (!v.read_only) {
     if (::mount(v.source.c_str(), path.c_str(), nullptr, MS_BIND, nullptr) != 0) {
-      return MountError("bind " + v.source + " on", path, errno);
+      return MountError("bind " + v.source + " on", shown, errno);
     }
     return absl::OkStatus();
   }
@@ -217,7 +335,7 @@ absl::Status HostMounts::BindInto(const VolumeMap& v, const std::string& path) {
         0) {
       status = MountError("make read-only", staging, errno);
     } else if (::mount(staging.c_str(), path.c_str(), nullptr, MS_BIND, nullptr) != 0) {
-      status = MountError("bind " + staging + " on", path, errno);
+      status = MountError("bind " + staging + " on", shown, errno);
     }
     (void)::umount2(staging.c_str(), MNT_DETACH);
   }
@@ -232,12 +350,7 @@ absl::Status HostMounts::Release(const std::string& instance_id) {
   std::sort(current.begin(), current.end(), [](const std::string& a, const std::string& b) {
     return Depth(a) > Depth(b);
   });
-  for (const std::string& rel : current) {
-    const std::string path = rel.empty() ? dir : dir + "/" + rel;
-    if (::umount2(path.c_str(), MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT) {
-      return MountError("unmount", path, errno);
-    }
-  }
+  for (const std::string& rel : current) SV_RETURN_IF_ERROR(UnmountBeneath(dir, rel));
   mounted_.erase(instance_id);
   if (!MountedPaths(instance_id).empty()) {
     return Error(absl::StatusCode::kFailedPrecondition, "MOUNT_FAILED",

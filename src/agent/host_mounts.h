@@ -58,7 +58,9 @@ class HostMounts {
   std::string DirOf(const std::string& instance_id) const { return root_ + "/" + instance_id; }
 
  private:
-  absl::Status BindInto(const VolumeMap& v, const std::string& path);
+  // Binds the volume on `path` (a /proc/self/fd path of the opened
+  // target; `shown` names it in errors).
+  absl::Status BindInto(const VolumeMap& v, const std::string& path, const std::string& shown);
 
   const std::string root_;
   std::mutex mutex_;

@@ -229,6 +229,59 @@ TEST(DockerDriverTest, VolumesUnderMntAttachAndDetachWhileRunning) {
   EXPECT_EQ(Slurp(vol_b + "/b.txt"), "b");
 }
 
+// Goal: a tenant's symlink in its /mnt never leads a mount out of it.
+// /mnt is the instance's host directory, writable from the container, and
+// the agent mounts as root in the host's namespace: a symlink planted at
+// /mnt/x -> / and an attach at /mnt/x/root/.ssh used to put the tenant's
+// volume over the host's /root/.ssh (and its directories were created
+// there), a root shell on the node. Now every part of the path is opened
+// without following a symlink and the volume is mounted on what was
+// opened; such an attach fails and nothing outside the directory changes.
+// A later detach of a mount whose parent was swapped for a symlink does
+// not unmount or remove anything outside it either.
+TEST(HostMountsTest, SymlinksInTheTenantsMntLeadNowhere) {
+  TempDir dir;
+  if (!CanMount(dir.path())) GTEST_SKIP() << "bind mounts need CAP_SYS_ADMIN here";
+  const std::string root = dir.path() + "/hot", vol = dir.path() + "/vol";
+  const std::string host = dir.path() + "/host";  // Stands for the node's /.
+  fs::create_directories(vol);
+  fs::create_directories(host + "/root");
+  std::ofstream(vol + "/authorized_keys") << "ssh-ed25519 AAAA tenant";
+  HostMounts mounts(root);
+  ASSERT_TRUE(mounts.Prepare("ins-sym").ok());
+  const std::string mnt = mounts.DirOf("ins-sym");  // The container's /mnt.
+  fs::create_directory_symlink(host, mnt + "/x");
+  fs::create_symlink(host + "/root", mnt + "/leaf");
+
+  for (const std::string& target : {"/mnt/x/root/.ssh", "/mnt/x/newdir", "/mnt/leaf"}) {
+    absl::Status escaped = mounts.Apply("ins-sym", {{vol, target, false, "vol"}});
+    EXPECT_EQ(escaped.code(), absl::StatusCode::kFailedPrecondition) << target << escaped;
+    EXPECT_NE(escaped.message().find("symbolic link"), std::string::npos) << escaped;
+  }
+  EXPECT_FALSE(Exists(host + "/root/.ssh")) << "a directory was made through the link";
+  EXPECT_FALSE(Exists(host + "/newdir"));
+  EXPECT_FALSE(Exists(host + "/root/authorized_keys")) << "the volume was mounted outside";
+  EXPECT_TRUE(mounts.MountedPaths("ins-sym") == std::vector<std::string>{""});
+
+  // A plain path still mounts; then its parent is moved away and replaced
+  // by a symlink to the host, and the volume is detached.
+  ASSERT_TRUE(mounts.Apply("ins-sym", {{vol, "/mnt/data/keys", false, "vol"}}).ok());
+  EXPECT_EQ(Slurp(mnt + "/data/keys/authorized_keys"), "ssh-ed25519 AAAA tenant");
+  fs::create_directories(host + "/keys");
+  ASSERT_EQ(::mount(vol.c_str(), (host + "/keys").c_str(), nullptr, MS_BIND, nullptr), 0);
+  fs::rename(mnt + "/data", mnt + "/moved");
+  fs::create_directory_symlink(host, mnt + "/data");
+  absl::Status detached = mounts.Apply("ins-sym", {});
+  EXPECT_TRUE(detached.ok()) << detached;
+  EXPECT_EQ(Slurp(host + "/keys/authorized_keys"), "ssh-ed25519 AAAA tenant")
+      << "a host mount was unmounted through the link";
+  ::umount2((host + "/keys").c_str(), MNT_DETACH);
+  ASSERT_TRUE(mounts.Release("ins-sym").ok());
+  EXPECT_TRUE(Exists(host + "/root")) << "an empty host directory was removed";
+  EXPECT_TRUE(Exists(host + "/keys"));
+  EXPECT_EQ(Slurp(vol + "/authorized_keys"), "ssh-ed25519 AAAA tenant");
+}
+
 TEST(HostMountsTest, OnlyPlainPathsUnderMntAreHot) {
   EXPECT_EQ(HostMounts::HotPath("/mnt/data"), "data");
   EXPECT_EQ(HostMounts::HotPath("/mnt/a/b/"), "a/b");
