@@ -619,18 +619,39 @@ absl::StatusOr<std::vector<DownedNode>> AgentStore::MarkSilentNodesDown(
     for (const auto& node : nodes) {
       DownedNode d{node[0].as<std::string>(), node[1].as<std::string>(),
                    TimeFromMicros(node[2].as<int64_t>()), {}};
+      // The instances are locked, in id order as every writer locks them,
+      // and read again under the locks by a later statement: a resize, a
+      // move or a delete of one that committed while this waited is seen
+      // (its new reservations included), never overwritten from a stale
+      // read (a deleted instance made STOPPED again, or a grown one left
+      // holding GPUs while STOPPED).
+      std::vector<std::string> candidates;
+      for (const auto& row : txn.exec_params(
+               "SELECT id FROM instances WHERE id IN (SELECT instance_id FROM "
+               "gpu_reservations WHERE node_id = $1) ORDER BY id FOR UPDATE",
+               d.node_id)) {
+        candidates.push_back(row[0].as<std::string>());
+      }
+      if (candidates.empty()) {
+        downed.push_back(std::move(d));
+        continue;
+      }
       auto instances = txn.exec_params(
-          absl::StrCat("SELECT DISTINCT i.id, i.state, ", MicrosOf("i.running_since"),
-                       " FROM instances i JOIN gpu_reservations r ON r.instance_id = i.id "
-                       "WHERE r.node_id = $1 AND i.state IN ",
-                       kHoldingStates, " ORDER BY i.id"),
-          d.node_id);
+          absl::StrCat("SELECT i.id, i.state, ", MicrosOf("i.running_since"),
+                       " FROM instances i WHERE i.id = ANY($2::text[]) AND i.state IN ",
+                       kHoldingStates,
+                       " AND EXISTS (SELECT 1 FROM gpu_reservations r WHERE r.instance_id = "
+                       "i.id AND r.node_id = $1) ORDER BY i.id"),
+          d.node_id, TextArrayLiteral(candidates));
       for (const auto& row : instances) {
         const std::string id = row[0].as<std::string>();
         const std::string from = row[1].as<std::string>();
         // Billing ends at the last sign of life, never later; an instance
         // that started after it (it cannot, but clocks are clocks) ends at
-        // its start, so its interval is empty rather than negative.
+        // its start, so its interval is empty rather than negative. (A
+        // resize recorded after the last heartbeat moves the end to the
+        // resize: migration 0118 never lets an interval end before its
+        // latest event.)
         absl::Time at = now;
         if (from == "RUNNING") {
           at = d.last_heartbeat_at;

@@ -241,6 +241,105 @@ TEST_F(StartConfirmBatchTest, ConfirmationsOfAnEarlierRunDoNotCompleteAGang) {
 // (AgentStore::DesiredForNodes): each node gets its own set, a gang told on
 // both its nodes moves to STARTING once, a node that is not there is
 // NODE_DOWN, and the one instance with a library mount gets it.
+// Goal: the node-death sweep locks the silent node's instances and reads
+// them again under the locks, so what committed while it waited is seen:
+// here another transaction grows one instance onto a second node (new
+// reservations, a resize event 20 s after the node's last heartbeat) and
+// deletes another. It used to read both as RUNNING before their locks,
+// then stop the grown one keeping its new GPUs (STOPPED, holding a node)
+// and turn the deleted one back into STOPPED; and the stop, dated to the
+// last heartbeat, sorted before the resize, so billing saw the grown size
+// run on (migration 0118).
+TEST_F(StartConfirmBatchTest, NodeDeathRereadsInstancesUnderTheirLocks) {
+  Open(2);
+  AgentStore agents(*db_);
+  const std::string grow = Create("grow", 4);
+  const std::string gone = Create("gone", 1);
+  PlaceAndTell(agents, 2);
+  const std::vector<std::string> nodes = NodesOf(grow);
+  ASSERT_EQ(nodes.size(), 1u);
+  ASSERT_EQ(NodesOf(gone), nodes);
+  const std::string x = nodes[0];
+  auto started = agents.ConfirmStartedBatch({{x, {grow, gone}, now_ + absl::Seconds(1)}});
+  ASSERT_EQ(started.size(), 1u);
+  ASSERT_TRUE(started[0].ok()) << started[0].status();
+  ASSERT_EQ(State(grow), "RUNNING");
+  ASSERT_EQ(State(gone), "RUNNING");
+  const std::string y =
+      Query(absl::StrCat("SELECT id FROM nodes WHERE id <> '", x, "'"))[0][0].as<std::string>();
+  Query(absl::StrCat("UPDATE nodes SET last_heartbeat_at = to_timestamp(",
+                     absl::ToUnixSeconds(now_ + absl::Hours(2)), ") WHERE id = '", y, "'"));
+
+  pqxx::connection c(url_);
+  pqxx::work other(c);
+  const std::string later = absl::StrCat("to_timestamp(", absl::ToUnixSeconds(now_) + 20, ")");
+  other.exec(absl::StrCat("SELECT 1 FROM instances WHERE id IN ('", grow, "', '", gone,
+                          "') ORDER BY id FOR UPDATE"));
+  other.exec(absl::StrCat("INSERT INTO gpu_reservations (node_id, gpu_index, instance_id, "
+                          "reserved_at) SELECT '", y, "', g, '", grow, "', ", later,
+                          " FROM generate_series(0, 3) g"));
+  other.exec(absl::StrCat("INSERT INTO instance_events (instance_id, at, from_state, to_state, "
+                          "reason) VALUES ('", grow, "', ", later,
+                          ", 'RUNNING', 'RUNNING', 'grown')"));
+  other.exec(absl::StrCat("DELETE FROM gpu_reservations WHERE instance_id = '", gone, "'"));
+  other.exec(absl::StrCat("UPDATE instances SET state = 'DELETED' WHERE id = '", gone, "'"));
+  other.exec(absl::StrCat("INSERT INTO instance_events (instance_id, at, from_state, to_state, "
+                          "reason) VALUES ('", gone, "', ", later,
+                          ", 'RUNNING', 'DELETED', 'deleted')"));
+
+  absl::StatusOr<std::vector<DownedNode>> downed;
+  std::thread sweep(
+      [&] { downed = agents.MarkSilentNodesDown(absl::Seconds(30), now_ + absl::Hours(1)); });
+  // Commit only once the sweep waits for a lock the transaction holds.
+  EXPECT_TRUE(sv::testing::WaitFor([&] {
+    return Query("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")[0][0]
+               .as<int>() > 0;
+  }));
+  other.commit();
+  sweep.join();
+  ASSERT_TRUE(downed.ok()) << downed.status();
+  ASSERT_EQ(downed->size(), 1u);
+  EXPECT_EQ((*downed)[0].node_id, x);
+  EXPECT_EQ((*downed)[0].stopped_instance_ids, std::vector<std::string>{grow});
+  EXPECT_EQ(State(gone), "DELETED");
+  EXPECT_EQ(State(grow), "STOPPED");
+  EXPECT_TRUE(NodesOf(grow).empty()) << "a STOPPED instance kept the GPUs it grew onto";
+  EXPECT_TRUE(Query(absl::StrCat("SELECT (SELECT at FROM instance_events WHERE instance_id = '",
+                                 grow, "' AND to_state = 'STOPPED') >= (SELECT at FROM "
+                                 "instance_events WHERE instance_id = '",
+                                 grow, "' AND reason = 'grown')"))[0][0]
+                  .as<bool>())
+      << "the stop sorts before the resize: billing sees the grown instance run on";
+}
+
+// Goal: a stop or delete whose time was taken before it got the
+// instance's lock (it waited for its batch or the lock while the start was
+// confirmed) ends the RUNNING interval at its start, not before it, so the
+// interval is empty instead of left open and billed (migration 0118).
+TEST_F(StartConfirmBatchTest, AStopStampedBeforeTheStartEndsTheIntervalAtTheStart) {
+  Open(1);
+  AgentStore agents(*db_);
+  const std::string stopped = Create("stopped", 1);
+  const std::string deleted = Create("deleted", 1);
+  PlaceAndTell(agents, 1);
+  const std::string node = NodesOf(stopped)[0];
+  auto started =
+      agents.ConfirmStartedBatch({{node, {stopped, deleted}, now_ + absl::Seconds(30)}});
+  ASSERT_TRUE(started[0].ok()) << started[0].status();
+  ASSERT_EQ(State(stopped), "RUNNING");
+  ASSERT_TRUE(store_->StopInstance(tenant_, stopped, "stopped by the user",
+                                   now_ + absl::Seconds(10))
+                  .ok());
+  ASSERT_TRUE(store_->DeleteInstance(tenant_, deleted, now_ + absl::Seconds(10)).ok());
+  for (const std::string& id : {stopped, deleted}) {
+    auto row = Query(absl::StrCat(
+        "SELECT extract(epoch FROM at)::bigint, to_state FROM instance_events WHERE "
+        "instance_id = '", id, "' AND from_state = 'RUNNING'"));
+    ASSERT_EQ(row.size(), 1u) << id;
+    EXPECT_EQ(row[0][0].as<int64_t>(), absl::ToUnixSeconds(now_) + 30) << row[0][1].c_str();
+  }
+}
+
 TEST_F(StartConfirmBatchTest, DesiredSetsOfSeveralNodesInOneTransaction) {
   Open(3);
   AgentStore agents(*db_);
