@@ -78,6 +78,7 @@ void LoadMovable(pqxx::work& txn, absl::Time running_before, FleetView& view) {
            "WHERE i.movable AND i.state = 'RUNNING' AND i.gpu_count < 8 "
            "  AND i.running_since <= $1::timestamptz "
            "  AND NOT EXISTS (SELECT 1 FROM volume_attachments a WHERE a.instance_id = i.id) "
+           "  AND NOT EXISTS (SELECT 1 FROM volumes v WHERE v.move_to_instance_id = i.id) "
            "  AND NOT EXISTS (SELECT 1 FROM instance_ports p WHERE p.instance_id = i.id) "
            "ORDER BY i.running_since, i.id LIMIT $2",
            SqlTime(running_before), kMovableRowsMax)) {
@@ -214,6 +215,17 @@ absl::Status WriteMoved(pqxx::work& txn, const FleetView& view,
   if (locked.size() != ids.size()) {
     return Error(absl::StatusCode::kAborted, "MOVE_RACED",
                  "an instance to move changed after the pass read it");
+  }
+  // A volume attached (or moving) to one after the pass read it ties it to
+  // its data, and a node-local volume to its node: read under the locks
+  // (an attach locks the instance first), such an instance stays.
+  if (!txn.exec_params("SELECT 1 FROM volume_attachments WHERE instance_id = ANY($1::text[]) "
+                       "UNION ALL SELECT 1 FROM volumes WHERE move_to_instance_id = "
+                       "ANY($1::text[]) LIMIT 1",
+                       TextArrayLiteral(ids))
+           .empty()) {
+    return Error(absl::StatusCode::kAborted, "MOVE_RACED",
+                 "a volume was attached to an instance to move after the pass read it");
   }
   const auto released = txn.exec_params(
       "DELETE FROM gpu_reservations WHERE instance_id = ANY($1::text[]) RETURNING instance_id",

@@ -195,21 +195,46 @@ absl::Status CheckPlacement(pqxx::work& txn, VolumeRecord& v, const TargetInstan
   return absl::OkStatus();
 }
 
-absl::Status InsertAttachment(pqxx::work& txn, const VolumeRecord& v,
-                              const std::string& instance_id, const TargetInstance& t,
-                              bool read_only, const std::string& mount_path, absl::Time now) {
+// Whether the (locked) instance has room for one more volume at
+// `mount_path`: volumes moving to it count as attached there, so a move
+// that completes later never finds its path taken or the limit passed.
+absl::Status CheckRoom(pqxx::work& txn, const std::string& instance_id,
+                       const std::string& mount_path) {
   auto count = txn.exec_params1(
-      "SELECT count(*), count(*) FILTER (WHERE mount_path = $2) FROM volume_attachments "
-      "WHERE instance_id = $1",
+      "SELECT (SELECT count(*) FROM volume_attachments WHERE instance_id = $1) + "
+      "(SELECT count(*) FROM volumes WHERE move_to_instance_id = $1), "
+      "(SELECT count(*) FROM volume_attachments WHERE instance_id = $1 AND mount_path = $2) + "
+      "(SELECT count(*) FROM volumes WHERE move_to_instance_id = $1 AND move_mount_path = $2)",
       instance_id, mount_path);
   if (count[1].as<int>() > 0) {
     return Error(absl::StatusCode::kFailedPrecondition, "MOUNT_PATH_IN_USE",
-                 absl::StrCat("instance ", instance_id, " already has a volume at ", mount_path));
+                 absl::StrCat("instance ", instance_id, " already has a volume at ", mount_path,
+                              " (attached or moving there)"));
   }
   if (count[0].as<int>() >= kInstanceAttachmentsMax) {
     return Error(absl::StatusCode::kResourceExhausted, "TOO_MANY_ATTACHMENTS",
                  absl::StrCat("an instance takes at most ", kInstanceAttachmentsMax, " volumes"));
   }
+  return absl::OkStatus();
+}
+
+// Whether the instance holds a node, read after its row is locked (shared):
+// a stop or move of it that committed meanwhile is seen, so a detach never
+// waits for an agent the instance no longer has.
+bool PlacedUnderLock(pqxx::work& txn, const std::string& instance_id) {
+  txn.exec_params("SELECT 1 FROM instances WHERE id = $1 FOR SHARE", instance_id);
+  return !txn.exec_params(absl::StrCat("SELECT 1 FROM instances i WHERE i.id = $1 AND i.state IN ",
+                                       kPlacedStates,
+                                       " AND EXISTS (SELECT 1 FROM gpu_reservations r "
+                                       "WHERE r.instance_id = i.id)"),
+                          instance_id)
+              .empty();
+}
+
+absl::Status InsertAttachment(pqxx::work& txn, const VolumeRecord& v,
+                              const std::string& instance_id, const TargetInstance& t,
+                              bool read_only, const std::string& mount_path, absl::Time now) {
+  SV_RETURN_IF_ERROR(CheckRoom(txn, instance_id, mount_path));
   txn.exec_params(
       "INSERT INTO volume_attachments (volume_id, instance_id, tenant_id, read_only, "
       "mount_path, state, requested_at, confirmed_at) VALUES ($1, $2, $3, $4, $5, $6, "
@@ -445,13 +470,7 @@ absl::StatusOr<VolumeRecord> VolumeStore::Detach(const std::string& tenant_id,
                                 instance_id));
     }
     if (found->state != AttachmentState::kDetaching) {
-      auto placed = txn.exec_params(
-          absl::StrCat("SELECT 1 FROM instances i WHERE i.id = $1 AND i.state IN ",
-                       kPlacedStates,
-                       " AND EXISTS (SELECT 1 FROM gpu_reservations r "
-                       "WHERE r.instance_id = i.id)"),
-          instance_id);
-      if (placed.empty()) {
+      if (!PlacedUnderLock(txn, instance_id)) {
         txn.exec_params("DELETE FROM volume_attachments WHERE volume_id = $1 AND instance_id = $2",
                         volume_id, instance_id);
         txn.exec_params("SELECT volumes_complete_moves($1::timestamptz)", SqlTime(now));
@@ -489,29 +508,17 @@ absl::StatusOr<VolumeRecord> VolumeStore::Move(const std::string& tenant_id,
       return absl::OkStatus();
     }
     SV_ASSIGN_OR_RETURN(TargetInstance t, LockTarget(txn, tenant_id, to_instance_id));
+    SV_RETURN_IF_ERROR(CheckRoom(txn, to_instance_id, path));
     SV_RETURN_IF_ERROR(CheckPlacement(txn, v, t, to_instance_id, now));
-    auto mount_taken = txn.exec_params(
-        "SELECT 1 FROM volume_attachments WHERE instance_id = $1 AND mount_path = $2",
-        to_instance_id, path);
-    if (!mount_taken.empty()) {
-      return Error(absl::StatusCode::kFailedPrecondition, "MOUNT_PATH_IN_USE",
-                   absl::StrCat("instance ", to_instance_id, " already has a volume at ", path));
-    }
     // The move completes (volumes_complete_moves) once the old attachment is
     // gone: at once when the old instance holds no node, else when its agent
     // confirms the unmount, so two instances never mount it for writing.
     txn.exec_params(
         "UPDATE volumes SET move_to_instance_id = $2, move_mount_path = $3, "
-        "updated_at = $4::timestamptz WHERE id = $1",
-        volume_id, to_instance_id, path, SqlTime(now));
+        "move_read_only = $5, updated_at = $4::timestamptz WHERE id = $1",
+        volume_id, to_instance_id, path, SqlTime(now), from.read_only);
     if (from.state != AttachmentState::kDetaching) {
-      auto placed = txn.exec_params(
-          absl::StrCat("SELECT 1 FROM instances i WHERE i.id = $1 AND i.state IN ",
-                       kPlacedStates,
-                       " AND EXISTS (SELECT 1 FROM gpu_reservations r "
-                       "WHERE r.instance_id = i.id)"),
-          from.instance_id);
-      if (placed.empty()) {
+      if (!PlacedUnderLock(txn, from.instance_id)) {
         txn.exec_params("DELETE FROM volume_attachments WHERE volume_id = $1", volume_id);
       } else {
         txn.exec_params(
