@@ -88,22 +88,26 @@ absl::Status UnsafePath(const std::string& dir, const std::string& rel, int err)
 // host: every path below it is reached this way, never by name, so no
 // mount, mkdir or rmdir of the agent (root, in the host's namespace) ever
 // lands outside it.
-absl::StatusOr<Fd> OpenBeneath(const std::string& dir, const std::string& rel, bool create) {
+// `failed_errno`, if given, gets the errno of a failure.
+absl::StatusOr<Fd> OpenBeneath(const std::string& dir, const std::string& rel, bool create,
+                               int* failed_errno = nullptr) {
+  auto fail = [&](const std::string& what, int err) {
+    if (failed_errno != nullptr) *failed_errno = err;
+    return UnsafePath(dir, what, err);
+  };
   Fd fd(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() < 0) return UnsafePath(dir, "", errno);
+  if (fd.get() < 0) return fail("", errno);
   if (rel.empty()) return fd;
   for (absl::string_view part_view : absl::StrSplit(rel, '/')) {
     const std::string part(part_view);
-    if (part.empty() || part == "." || part == "..") return UnsafePath(dir, rel, EINVAL);
+    if (part.empty() || part == "." || part == "..") return fail(rel, EINVAL);
     if (create && ::mkdirat(fd.get(), part.c_str(), 0755) != 0 && errno != EEXIST) {
-      return UnsafePath(dir, rel, errno);
+      return fail(rel, errno);
     }
     Fd next(::openat(fd.get(), part.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (next.get() < 0) return UnsafePath(dir, rel, errno);
+    if (next.get() < 0) return fail(rel, errno);
     struct stat st;
-    if (::fstat(next.get(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-      return UnsafePath(dir, rel, ENOTDIR);
-    }
+    if (::fstat(next.get(), &st) != 0 || !S_ISDIR(st.st_mode)) return fail(rel, ENOTDIR);
     fd = std::move(next);
   }
   return fd;
@@ -111,12 +115,11 @@ absl::StatusOr<Fd> OpenBeneath(const std::string& dir, const std::string& rel, b
 
 // Unmounts the mount at `rel` beneath `dir`, reached as OpenBeneath does.
 absl::Status UnmountBeneath(const std::string& dir, const std::string& rel) {
-  auto fd = OpenBeneath(dir, rel, false);
+  int err = 0;
+  auto fd = OpenBeneath(dir, rel, false, &err);
   if (!fd.ok()) {
     // Gone already (ENOENT) is done; a symlink in the way is not.
-    if (absl::StrContains(fd.status().message(), std::strerror(ENOENT))) {
-      return absl::OkStatus();
-    }
+    if (err == ENOENT) return absl::OkStatus();
     return fd.status();
   }
   if (::umount2(fd->ProcPath().c_str(), MNT_DETACH) != 0 && errno != EINVAL) {

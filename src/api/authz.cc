@@ -73,7 +73,9 @@ bool HasPermission(const store::Principal& who, Permission permission) {
   // Agent streams and public methods are not reached through an API key.
   if (permission == P::kNodeAgent) return false;
   if (permission == P::kPublic) return true;
-  if (who.platform_admin()) return true;
+  // A read-only operator manages no one's keys but its own: with
+  // keys.manage it could rotate a full operator's key and be handed it.
+  if (who.platform_admin()) return !(who.read_only_operator && permission == P::kKeysManage);
   switch (who.tenant_role) {
     case TenantRole::kViewer: return ViewerHas(permission);
     case TenantRole::kBilling: return BillingHas(permission);

@@ -278,6 +278,16 @@ void ExecSql(const std::string& url, const std::string& sql) {
   txn.commit();
 }
 
+bool WaitForLockWaiter(const std::string& url) {
+  pqxx::connection c(url);
+  return WaitFor([&] {
+    pqxx::nontransaction n(c);
+    return n.exec1("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                   "AND wait_event_type = 'Lock'")[0]
+               .as<int>() > 0;
+  });
+}
+
 absl::Status AddSimulatedNodes(store::Store& store, int count, int leaves, absl::Time now) {
   for (int n = 0; n < count; ++n) {
     store::NodeRecord node;

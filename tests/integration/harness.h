@@ -41,6 +41,11 @@ bool WaitFor(const std::function<bool()>& done);
 // Runs `sql` in its own committed transaction on the database at `url`.
 void ExecSql(const std::string& url, const std::string& sql);
 
+// Waits (as WaitFor) until a session of the database at `url` waits for a
+// lock: a test holding rows in a transaction commits only once the call
+// under test is blocked on them.
+bool WaitForLockWaiter(const std::string& url);
+
 struct SvdOptions {
   std::string database_url;
   int sim_nodes = 16;

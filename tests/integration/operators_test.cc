@@ -170,6 +170,33 @@ TEST_F(OperatorsTest, ReadOnlyOperatorsReadButChangeNothing) {
   grpc::Status status = keys.CreateApiKey(Context(support).get(), create, &created);
   ASSERT_TRUE(status.ok()) << status.error_message();
   refused_read_only(Request(created.secret(), "ro-2", 5 * kYuan, &answer));
+  // Only its own: another operator's keys it can neither list, rotate (and
+  // be handed a full operator's key) nor revoke.
+  v1::ListApiKeysResponse admin_keys;
+  ASSERT_TRUE(keys.ListApiKeys(Context(svd_->admin_key()).get(), {}, &admin_keys).ok());
+  ASSERT_GE(admin_keys.keys_size(), 1);
+  const std::string admin_key_id = admin_keys.keys(0).id();
+  v1::ListApiKeysRequest everyone;
+  everyone.set_all_users(true);
+  v1::ListApiKeysResponse listed_keys;
+  EXPECT_EQ(keys.ListApiKeys(Context(support).get(), everyone, &listed_keys).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  v1::RotateApiKeyRequest rotate;
+  rotate.set_id(admin_key_id);
+  v1::CreateApiKeyResponse rotated;
+  status = keys.RotateApiKey(Context(support).get(), rotate, &rotated);
+  EXPECT_EQ(ReasonOf(status), "API_KEY_NOT_FOUND") << status.error_message();
+  EXPECT_TRUE(rotated.secret().empty());
+  v1::RevokeApiKeyRequest revoke;
+  revoke.set_id(admin_key_id);
+  v1::ApiKey revoked_key;
+  status = keys.RevokeApiKey(Context(support).get(), revoke, &revoked_key);
+  EXPECT_EQ(ReasonOf(status), "API_KEY_NOT_FOUND") << status.error_message();
+  ASSERT_TRUE(Whoami(svd_->admin_key(), &account).ok());
+  // Its own it rotates.
+  rotate.set_id(created.key().id());
+  status = keys.RotateApiKey(Context(support).get(), rotate, &rotated);
+  EXPECT_TRUE(status.ok()) << status.error_message();
 
   // The platform must keep an operator who may change things: with the
   // bootstrap operator the only one, it stays (LAST_OPERATOR, checked
@@ -182,7 +209,8 @@ TEST_F(OperatorsTest, ReadOnlyOperatorsReadButChangeNothing) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(ReasonOf(status), "LAST_OPERATOR");
 
-  // Removed (both its keys revoked) and added again as a full operator.
+  // Removed (its keys revoked: the first and the rotated one) and added
+  // again as a full operator.
   v1::RemoveOperatorResponse removed;
   ASSERT_TRUE(Remove(svd_->admin_key(), support_id, &removed).ok());
   EXPECT_EQ(removed.keys_revoked(), 2);

@@ -291,10 +291,7 @@ TEST_F(StartConfirmBatchTest, NodeDeathRereadsInstancesUnderTheirLocks) {
   std::thread sweep(
       [&] { downed = agents.MarkSilentNodesDown(absl::Seconds(30), now_ + absl::Hours(1)); });
   // Commit only once the sweep waits for a lock the transaction holds.
-  EXPECT_TRUE(sv::testing::WaitFor([&] {
-    return Query("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")[0][0]
-               .as<int>() > 0;
-  }));
+  EXPECT_TRUE(sv::testing::WaitForLockWaiter(url_));
   other.commit();
   sweep.join();
   ASSERT_TRUE(downed.ok()) << downed.status();

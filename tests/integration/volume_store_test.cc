@@ -141,10 +141,7 @@ TEST_F(VolumeStoreTest, ADetachRacingAStopSeesTheStop) {
 
   absl::StatusOr<VolumeRecord> detached;
   std::thread detach([&] { detached = volumes_->Detach(tenant_, work, a, now_); });
-  EXPECT_TRUE(sv::testing::WaitFor([&] {
-    return Query("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")[0][0]
-               .as<int>() > 0;
-  }));
+  EXPECT_TRUE(sv::testing::WaitForLockWaiter(url_));
   stop.commit();
   detach.join();
   ASSERT_TRUE(detached.ok()) << detached.status();

@@ -101,6 +101,20 @@ class WebhookTest : public ::testing::Test {
     ASSERT_TRUE(status.ok()) << status.error_message();
   }
 
+  // Sets the webhook to `receiver`, made to fail, and writes a credit
+  // notice per id, held until it answers; waits for the first failure.
+  // `set` is the request that set it.
+  void HoldNotices(Receiver& receiver, const std::vector<std::string>& credit_ids,
+                   v1::SetWebhookRequest* set) {
+    receiver.set_status(500);
+    v1::WebhookService::Stub hooks(svd_->channel());
+    set->set_url(receiver.url());
+    v1::Webhook webhook;
+    ASSERT_TRUE(hooks.SetWebhook(Context(owner_).get(), *set, &webhook).ok());
+    for (const std::string& id : credit_ids) Credit(id, "held while the receiver fails");
+    ASSERT_TRUE(WaitFor([&] { return Get().failed_attempts() >= 1; }));
+  }
+
   v1::Webhook Get() {
     v1::WebhookService::Stub hooks(svd_->channel());
     v1::Webhook webhook;
@@ -272,14 +286,10 @@ TEST_F(WebhookTest, InstanceRunningAndEndedByThePlatformAreSent) {
 // the real clock beside it).
 TEST_F(WebhookTest, AWebhookFailingForDaysIsTurnedOffUntilSetAgain) {
   Receiver receiver;
-  receiver.set_status(500);
   v1::WebhookService::Stub hooks(svd_->channel());
   v1::SetWebhookRequest set;
-  set.set_url(receiver.url());
   v1::Webhook webhook;
-  ASSERT_TRUE(hooks.SetWebhook(Context(owner_).get(), set, &webhook).ok());
-  Credit("held", "held while the receiver fails");
-  ASSERT_TRUE(WaitFor([&] { return Get().failed_attempts() >= 1; }));
+  HoldNotices(receiver, {"held"}, &set);
   const v1::Webhook failing = Get();
   ASSERT_TRUE(failing.has_failing_since_time());
   EXPECT_FALSE(failing.disabled());
@@ -335,15 +345,10 @@ TEST_F(WebhookTest, AWebhookFailingForDaysIsTurnedOffUntilSetAgain) {
 // is skipped, not lost from the balance.
 TEST_F(WebhookTest, ReplacingAWebhookCanSkipTheBacklog) {
   Receiver receiver;
-  receiver.set_status(500);
   v1::WebhookService::Stub hooks(svd_->channel());
   v1::SetWebhookRequest set;
-  set.set_url(receiver.url());
   v1::Webhook webhook;
-  ASSERT_TRUE(hooks.SetWebhook(Context(owner_).get(), set, &webhook).ok());
-  Credit("old-1", "held while the receiver fails");
-  Credit("old-2", "held too");
-  ASSERT_TRUE(WaitFor([&] { return Get().failed_attempts() >= 1; }));
+  HoldNotices(receiver, {"old-1", "old-2"}, &set);
   EXPECT_EQ(Get().pending_count(), 2);
 
   receiver.set_status(200);

@@ -139,6 +139,8 @@ TEST(AuthzRolesTest, ReadOnlyOperatorsWriteOnlyTheirOwnKeys) {
     }
   }
   EXPECT_EQ(writes_allowed, 3);  // Create, revoke and rotate its keys.
+  // Its own keys only: keys.manage would reach full operators' keys.
+  EXPECT_FALSE(HasPermission(support, Permission::kKeysManage));
   support.read_only_operator = false;
   EXPECT_TRUE(Authorize(support, *FindMethodRule("/sv.v1.AdminService/SuspendTenant")).ok());
 }
