@@ -259,8 +259,8 @@ class VolumeServiceImpl final : public v1::VolumeService::Service {
                                 spec.size_gib, " GiB ",
                                 spec.kind == store::VolumeKind::kNodeLocal ? "node-local"
                                                                            : "network",
-                                " volume, with those of the instances the tenant already "
-                                "has running or queued, cost ",
+                                " volume, with those of the tenant's other volumes and of "
+                                "the instances it already has running or queued, cost ",
                                 billing::Yuan(r.used), " but only ",
                                 billing::Yuan(r.allowed), " is available; top up first"));
     }

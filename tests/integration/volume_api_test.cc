@@ -452,13 +452,15 @@ TEST(VolumeCreditTest, CreateNeedsCreditForItsFirstMinutes) {
     return volumes->CreateVolume(Context(token).get(), request, out);
   };
   // At 60,000 micro-yuan per GiB-hour, 10 minutes of 100 GiB cost 1 CNY
-  // and of 1,000 GiB 10 CNY: the trial's 10 CNY covers both, exactly.
+  // and of 900 GiB 9 CNY. The gate counts the tenant's live volumes too
+  // (else volume after volume passed on the same credit): the trial's
+  // 10 CNY covers both, exactly, and not one GiB more.
   set_price(60'000);
   v1::Volume small, big, out;
   ASSERT_TRUE(create("small", 100, &small).ok());
-  grpc::Status status = create("big", 1000, &big);
+  grpc::Status status = create("big", 900, &big);
   ASSERT_TRUE(status.ok()) << status.error_message();
-  status = create("bigger", 1001, &out);
+  status = create("bigger", 1, &out);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(api::ReasonOf(status), "INSUFFICIENT_CREDIT");
   EXPECT_NE(status.error_message().find("cost 10.01 CNY but only 10.00 CNY"), std::string::npos)
