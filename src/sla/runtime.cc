@@ -119,6 +119,17 @@ absl::Status Runtime::Checkpoint() {
     absl::Status added = store_.AddLateSamples(late);
     if (!added.ok()) spdlog::warn("sla: recording late samples: {}", added.ToString());
   }
+  // Every replica drops the windows of the hours the leader has judged.
+  // Only the leader's judge did: a replica serving agents' streams without
+  // leading kept a window per instance-hour for ever, until windows_max
+  // was reached and every later sample was dropped (all its instances then
+  // judged silent: three breaches an hour each).
+  auto judged = store_.JudgedBefore();
+  if (!judged.ok()) {
+    spdlog::warn("sla: reading the judge's cursor: {}", judged.status().ToString());
+  } else if (judged->has_value()) {
+    monitor_.ForgetHoursBefore(**judged);
+  }
   return absl::OkStatus();
 }
 

@@ -281,5 +281,21 @@ TEST_F(SlaIngestTest, BackDatedSamplesAndImpossibleBucketsAreDropped) {
   EXPECT_EQ(a->window.latency().count(), 600);
 }
 
+// Goal: a replica forgets the windows of hours the leader has judged at its
+// next checkpoint, whether or not it leads (it used to keep them until it
+// ran the judge itself, so a replica that never led grew without bound and
+// at windows_max dropped every sample).
+TEST_F(SlaIngestTest, EveryReplicaForgetsJudgedHoursAtItsCheckpoint) {
+  Send({Batch(kHour + absl::Minutes(10), {"ins-a"})});
+  ASSERT_TRUE(runtime_->monitor().Find("ins-a", kHour).has_value());
+  ASSERT_TRUE(runtime_->Checkpoint().ok());
+  EXPECT_TRUE(runtime_->monitor().Find("ins-a", kHour).has_value()) << "not judged yet";
+  // Another replica, leading, judged the hour.
+  Sql(absl::StrCat("UPDATE sla_cursor SET judged_before = to_timestamp(",
+                   absl::ToUnixSeconds(kHour + absl::Hours(1)), ") WHERE id = 1"));
+  ASSERT_TRUE(runtime_->Checkpoint().ok());
+  EXPECT_FALSE(runtime_->monitor().Find("ins-a", kHour).has_value());
+}
+
 }  // namespace
 }  // namespace sv::testing
