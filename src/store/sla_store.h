@@ -137,6 +137,8 @@ class SlaStore {
   static std::optional<absl::Time> LockCursor(pqxx::work& txn);
   static void SetCursor(pqxx::work& txn, absl::Time judged_before, absl::Time now);
   static std::vector<SlaRent> ReadRents(pqxx::work& txn, absl::Time hour_start);
+  // ReadRents before the minutes around a stop are left out.
+  static std::vector<SlaRent> ReadChargedRents(pqxx::work& txn, absl::Time hour_start);
   // Other replicas' checkpoints of the hour (this one's is in memory).
   static std::vector<SlaCheckpoint> ReadCheckpointsOfHour(pqxx::work& txn,
                                                           absl::Time hour_start,

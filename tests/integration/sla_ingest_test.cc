@@ -8,6 +8,8 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <ios>
+#include <pqxx/pqxx>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +19,7 @@
 #include "google/protobuf/util/time_util.h"
 #include "sla/latency_histogram.h"
 #include "sla/runtime.h"
+#include "store/sla_store.h"
 #include "store/store.h"
 #include "sv/v1/sla.grpc.pb.h"
 #include "tests/integration/harness.h"
@@ -279,6 +282,46 @@ TEST_F(SlaIngestTest, BackDatedSamplesAndImpossibleBucketsAreDropped) {
   EXPECT_EQ(a->window.ReportedSlots(kHour + absl::Minutes(20), kHour + absl::Minutes(22)), 12);
   EXPECT_EQ(a->window.UsableSlots(kHour + absl::Minutes(20), kHour + absl::Minutes(22)), 12);
   EXPECT_EQ(a->window.latency().count(), 600);
+}
+
+// Goal: a stop that the run goes on after (started again within the next
+// minute) leaves its minute and the next out of the judged minutes: the
+// charged minutes stay back to back, and the seconds in between, with no
+// GPU held and nothing reported, were judged as unusable, so two such
+// restarts an hour (about 22 of 360 slots) earned a 10% refund. A stop
+// that ends a run is a run edge as before.
+TEST_F(SlaIngestTest, MinutesAroundAQuickRestartAreNotJudged) {
+  const int64_t first = absl::ToUnixSeconds(kHour) / 60;
+  // Charged :00 to :50; stopped at :10:05 and running again at :11:55,
+  // stopped for good at :50:05.
+  Sql(absl::StrCat(
+      "INSERT INTO ledger_charges (instance_no, tenant_no, minute, gpu_count, unit_price, "
+      "trial_micros, main_account, main_micros, revenue_account, at) SELECT i.billing_no, "
+      "t.billing_no, m, 4, 1000, 0, 1, 4000, 2, now() FROM instances i, tenants t, "
+      "generate_series(", first, ", ", first + 50, ") m WHERE i.id = 'ins-a' AND t.id = 'ten-1'"));
+  auto event = [&](absl::Duration after, const char* from, const char* to) {
+    Sql(absl::StrCat("INSERT INTO instance_events (instance_id, at, from_state, to_state, "
+                     "reason) VALUES ('ins-a', to_timestamp(",
+                     absl::ToUnixSeconds(kHour + after), "), '", from,
+                     "', '", to, "', 'test')"));
+  };
+  event(absl::Minutes(10) + absl::Seconds(5), "RUNNING", "STOPPED");
+  event(absl::Minutes(11) + absl::Seconds(55), "STARTING", "RUNNING");
+  event(absl::Minutes(50) + absl::Seconds(5), "RUNNING", "STOPPED");
+  std::vector<store::SlaRent> rents;
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+                   rents = store::SlaStore::ReadRents(txn, kHour);
+                   return absl::OkStatus();
+                 }).ok());
+  ASSERT_EQ(rents.size(), 1u);
+  EXPECT_EQ(rents[0].rent_micros, 51 * 4000);
+  uint64_t expected = 0;
+  for (int m = 0; m <= 50; ++m) {
+    if (m != 10 && m != 11) expected |= uint64_t{1} << m;
+  }
+  EXPECT_EQ(rents[0].charged_minutes, expected) << std::hex << rents[0].charged_minutes;
+  EXPECT_EQ(rents[0].first_minute, first);
+  EXPECT_EQ(rents[0].last_minute, first + 50);
 }
 
 // Goal: a replica forgets the windows of hours the leader has judged at its

@@ -522,6 +522,47 @@ TEST_F(SlaJudgementTest, StopAndStartInOneHourJudgesThePaidMinutesOnly) {
   EXPECT_TRUE(Refunds(id).empty());
 }
 
+// Goal: stopping and starting again within a minute or two, twice an
+// hour, earns nothing and the rent is the whole hour's. (The simulated
+// agent fills a clock jump with samples, so here the gap is reported
+// either way; SlaIngestTest.MinutesAroundAQuickRestartAreNotJudged checks
+// the rule that keeps a real agent's unreported gap out of judgement.)
+TEST_F(SlaJudgementTest, StopAndStartWithinMinutesEarnsNoRefund) {
+  StartSvd("");
+  const std::string id = CreateRunning();
+  auto wait_state = [&](v1::InstanceState state) {
+    return WaitFor([&] {
+      v1::GetInstanceRequest get;
+      get.set_id(id);
+      v1::Instance i;
+      return instances_->GetInstance(Context(token_).get(), get, &i).ok() && i.state() == state;
+    });
+  };
+  for (int stop_minute : {10, 20}) {
+    RunUntil(kHour10 + absl::Minutes(stop_minute) + absl::Seconds(5), id, true);
+    v1::StopInstanceRequest stop;
+    stop.set_id(id);
+    v1::Instance out;
+    ASSERT_TRUE(instances_->StopInstance(Context(token_).get(), stop, &out).ok());
+    ASSERT_TRUE(wait_state(v1::STOPPED));
+    v1::SlaWindow before;
+    ASSERT_TRUE(GetWindow(token_, id, kHour10, &before).ok());
+    reported_earlier_ = before.slots_reported();
+    RunUntil(kHour10 + absl::Minutes(stop_minute + 1) + absl::Seconds(55), "", false);
+    v1::StartInstanceRequest start;
+    start.set_id(id);
+    started_at_ = Now();
+    ASSERT_TRUE(instances_->StartInstance(Context(token_).get(), start, &out).ok());
+    ASSERT_TRUE(wait_state(v1::RUNNING));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  }
+  const v1::SlaWindow w = JudgeHour10(id, true);
+  EXPECT_EQ(w.rent_micros(), 60 * 8 * 33'000);  // Every minute was charged.
+  EXPECT_EQ(w.slots_usable(), w.slots());
+  for (const auto& v : w.verdicts()) EXPECT_FALSE(v.breached()) << v.explanation();
+  EXPECT_TRUE(Refunds(id).empty());
+}
+
 // Goal: samples that arrive late but inside the grace period count (an
 // agent that was cut off sends its hour at 11:02); samples after the grace
 // period are counted as ignored and change nothing.
