@@ -137,13 +137,35 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
       }
     }
     if (status.ok()) {
+      // The credit gate again and the spend cap, under the tenant's lock.
+      store::CreateGate gate;
+      if (deps_.billing != nullptr) {
+        deps_.billing->FillCreateGate("", deps_.clock->Now(), &gate);
+        gate.trial_user_id.clear();
+      }
+      gate.spend_cap_since_minute =
+          absl::ToUnixSeconds(SpendCapMonthStart(deps_.clock->Now())) / 60;
+      std::optional<store::CreateRefusal> refusal;
       auto record = deps_.store->StartInstance(
           who->tenant_id, request->id(), deps_.clock->Now(),
           deps_.loops != nullptr
               ? deps_.loops->scheduling().options().default_quota.pending_count_max
               : -1,
-          credit_checked);
+          credit_checked, gate, &refusal);
       status = record.status();
+      if (refusal.has_value()) {
+        // Worded as a create's refusal is.
+        if (refusal->reason == "SPEND_CAP_REACHED") {
+          status = SpendCapRefusal(refusal->allowed, refusal->used);
+        } else if (refusal->reason == "INSUFFICIENT_CREDIT" && deps_.billing != nullptr) {
+          auto instance = deps_.store->GetInstance(who->tenant_id, request->id());
+          if (instance.ok()) {
+            status = deps_.billing->CreditRefusal(instance->spec.gpu_count,
+                                                  instance->spec.gpu_model, refusal->used,
+                                                  refusal->allowed);
+          }
+        }
+      }
       if (record.ok()) {
         if (record->state == store::InstanceState::kPending && deps_.loops != nullptr &&
             deps_.loops->PlaceNow().ok()) {

@@ -788,7 +788,8 @@ absl::StatusOr<InstanceRecord> Store::StopInstance(const std::string& tenant_id,
 absl::StatusOr<InstanceRecord> Store::StartInstance(const std::string& tenant_id,
                                                     const std::string& id, absl::Time now,
                                                     int pending_max_default,
-                                                    bool credit_checked) {
+                                                    bool credit_checked, const CreateGate& gate,
+                                                    std::optional<CreateRefusal>* refusal) {
   bool found = false;
   absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
     // The tenant's lock first, as a create takes it: the counts below stay
@@ -830,6 +831,27 @@ absl::StatusOr<InstanceRecord> Store::StartInstance(const std::string& tenant_id
       return Error(absl::StatusCode::kResourceExhausted, "QUOTA_EXCEEDED",
                    absl::StrCat("the tenant has ", pending, " pending instances; its "
                                 "quota allows ", pending_max));
+    }
+    // The create's credit gate and spend cap, under the tenant's lock: the
+    // caller's check ran before it, so concurrent starts (or a start and a
+    // create) each counted the others as stopped and all passed; and the
+    // cap, which refuses creates, did not hold a start at all.
+    if (gate.credit_minutes >= 0 || gate.spend_cap_since_minute >= 0) {
+      pqxx::row g = txn.exec_params1(
+          "SELECT g.verdict, g.used, g.allowed FROM instances i, LATERAL sv_create_gates("
+          "ARRAY[i.tenant_id], ARRAY[i.gpu_count], ARRAY[i.gpu_model], "
+          "ARRAY[$2::timestamptz], ARRAY[$3::integer], ARRAY[$4::bigint]) g WHERE i.id = $1",
+          id, SqlTime(now), gate.credit_minutes, gate.spend_cap_since_minute);
+      const std::string verdict = g[0].as<std::string>();
+      if (verdict != "OK") {
+        if (refusal != nullptr) {
+          *refusal = CreateRefusal{verdict, g[1].is_null() ? 0 : g[1].as<int64_t>(),
+                                   g[2].is_null() ? 0 : g[2].as<int64_t>()};
+        }
+        return Error(verdict == "INSUFFICIENT_CREDIT" ? absl::StatusCode::kFailedPrecondition
+                                                      : absl::StatusCode::kResourceExhausted,
+                     verdict, "the start was refused by the create's gate: " + verdict);
+      }
     }
     // Back of the queue, as a new request would be.
     txn.exec_params(

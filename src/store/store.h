@@ -323,10 +323,18 @@ class Store {
   // queued or running) and the instance is STOPPED now (a credit stop came
   // in between), the start is ABORTED / INSTANCE_CHANGED, to be tried
   // again with the check.
+  // `gate`: the create's credit gate (its rent for `credit_minutes` with
+  // that of the tenant's unfinished instances) and monthly spend cap,
+  // checked here under the tenant's lock, as a create's are; a refusal
+  // (INSUFFICIENT_CREDIT, SPEND_CAP_REACHED) writes nothing, goes to
+  // `refusal` and is returned as an error the caller may word again. Its
+  // trial fields are not used.
   absl::StatusOr<InstanceRecord> StartInstance(const std::string& tenant_id,
                                                const std::string& id, absl::Time now,
                                                int pending_max_default = -1,
-                                               bool credit_checked = true);
+                                               bool credit_checked = true,
+                                               const CreateGate& gate = {},
+                                               std::optional<CreateRefusal>* refusal = nullptr);
 
   // The pool, for sibling stores over the same database: SchedulingStore
   // (queue passes, resize, cordon/drain, quotas) and AgentStore.

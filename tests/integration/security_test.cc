@@ -482,6 +482,19 @@ TEST_F(SecurityTest, SpendCapRefusesCreatesAndStopsInstances) {
   // A member may not change the cap.
   const std::string member =
       AddUser(owner, "member@cap.example", v1::TENANT_ROLE_MEMBER).first_key().secret();
+  // Nor start the stopped instance past it (a start used to skip the cap:
+  // a member overrode the owner's budget until the next enforcer turn).
+  v1::InstanceService::Stub instances(svd_->channel());
+  v1::StartInstanceRequest start;
+  start.set_id(running.id());
+  v1::Instance started;
+  refused = instances.StartInstance(Context(member).get(), start, &started);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(api::ReasonOf(refused), "SPEND_CAP_REACHED") << refused.error_message();
+  v1::GetInstanceRequest get;
+  get.set_id(running.id());
+  ASSERT_TRUE(instances.GetInstance(Context(owner).get(), get, &started).ok());
+  EXPECT_EQ(started.state(), v1::STOPPED);
   set.mutable_cap()->set_enabled(false);
   EXPECT_EQ(budget.SetSpendCap(Context(member).get(), set, &cap).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
