@@ -114,6 +114,16 @@ class SlaJudgementTest : public ::testing::Test {
     return out.id();
   }
 
+  // Whether the instance reached `state` (WaitFor's bound).
+  bool WaitForState(const std::string& id, v1::InstanceState state) {
+    return WaitFor([&] {
+      v1::GetInstanceRequest get;
+      get.set_id(id);
+      v1::Instance i;
+      return instances_->GetInstance(Context(token_).get(), get, &i).ok() && i.state() == state;
+    });
+  }
+
   grpc::Status GetWindow(const std::string& token, const std::string& id, absl::Time hour,
                          v1::SlaWindow* out) {
     v1::GetSlaWindowRequest request;
@@ -482,14 +492,7 @@ TEST_F(SlaJudgementTest, StopAndStartInOneHourJudgesThePaidMinutesOnly) {
   StartSvd("");
   const std::string id = CreateRunning();
   RunUntil(kHour10 + absl::Minutes(10) + absl::Seconds(25), id, true);
-  auto wait_state = [&](v1::InstanceState state) {
-    return WaitFor([&] {
-      v1::GetInstanceRequest get;
-      get.set_id(id);
-      v1::Instance i;
-      return instances_->GetInstance(Context(token_).get(), get, &i).ok() && i.state() == state;
-    });
-  };
+  auto wait_state = [&](v1::InstanceState state) { return WaitForState(id, state); };
   {
     v1::StopInstanceRequest stop;
     stop.set_id(id);
@@ -530,14 +533,7 @@ TEST_F(SlaJudgementTest, StopAndStartInOneHourJudgesThePaidMinutesOnly) {
 TEST_F(SlaJudgementTest, StopAndStartWithinMinutesEarnsNoRefund) {
   StartSvd("");
   const std::string id = CreateRunning();
-  auto wait_state = [&](v1::InstanceState state) {
-    return WaitFor([&] {
-      v1::GetInstanceRequest get;
-      get.set_id(id);
-      v1::Instance i;
-      return instances_->GetInstance(Context(token_).get(), get, &i).ok() && i.state() == state;
-    });
-  };
+  auto wait_state = [&](v1::InstanceState state) { return WaitForState(id, state); };
   for (int stop_minute : {10, 20}) {
     RunUntil(kHour10 + absl::Minutes(stop_minute) + absl::Seconds(5), id, true);
     v1::StopInstanceRequest stop;
