@@ -154,17 +154,7 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
           credit_checked, gate, &refusal);
       status = record.status();
       if (refusal.has_value()) {
-        // Worded as a create's refusal is.
-        if (refusal->reason == "SPEND_CAP_REACHED") {
-          status = SpendCapRefusal(refusal->allowed, refusal->used);
-        } else if (refusal->reason == "INSUFFICIENT_CREDIT" && deps_.billing != nullptr) {
-          auto instance = deps_.store->GetInstance(who->tenant_id, request->id());
-          if (instance.ok()) {
-            status = deps_.billing->CreditRefusal(instance->spec.gpu_count,
-                                                  instance->spec.gpu_model, refusal->used,
-                                                  refusal->allowed);
-          }
-        }
+        status = WordRefusal(*refusal, status, who->tenant_id, request->id(), 0);
       }
       if (record.ok()) {
         if (record->state == store::InstanceState::kPending && deps_.loops != nullptr &&
@@ -302,6 +292,21 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
     return status;
   }
 
+  // A gate's refusal of a start or a resize (to `gpu_count`; 0: the
+  // instance's size), worded as a create's; else `status` as it is.
+  absl::Status WordRefusal(const store::CreateRefusal& r, absl::Status status,
+                           const std::string& tenant_id, const std::string& id, int gpu_count) {
+    if (r.reason == "SPEND_CAP_REACHED") return SpendCapRefusal(r.allowed, r.used);
+    if (r.reason == "INSUFFICIENT_CREDIT" && deps_.billing != nullptr) {
+      auto instance = deps_.store->GetInstance(tenant_id, id);
+      if (instance.ok()) {
+        return deps_.billing->CreditRefusal(gpu_count > 0 ? gpu_count : instance->spec.gpu_count,
+                                            instance->spec.gpu_model, r.used, r.allowed);
+      }
+    }
+    return status;
+  }
+
   // Queue positions are written by the scheduling loop (docs/scheduler.md).
   absl::Status SetQueuePositions(const std::string& tenant_id,
                                  const std::vector<v1::Instance*>& instances) {
@@ -343,10 +348,23 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
             app_price, current.id));
       }
     }
-    SV_ASSIGN_OR_RETURN(int previous,
-                        deps_.loops->scheduling().Resize(who.tenant_id, request.id(),
-                                                         request.gpu_count(),
-                                                         deps_.clock->Now()));
+    // The gate again, and the spend cap, under the tenant's lock.
+    store::CreateGate gate;
+    if (deps_.billing != nullptr) {
+      deps_.billing->FillCreateGate("", deps_.clock->Now(), &gate);
+      gate.trial_user_id.clear();
+    }
+    gate.spend_cap_since_minute =
+        absl::ToUnixSeconds(SpendCapMonthStart(deps_.clock->Now())) / 60;
+    std::optional<store::CreateRefusal> refusal;
+    auto resized = deps_.loops->scheduling().Resize(who.tenant_id, request.id(),
+                                                    request.gpu_count(), deps_.clock->Now(),
+                                                    gate, &refusal);
+    if (refusal.has_value()) {
+      return WordRefusal(*refusal, resized.status(), who.tenant_id, request.id(),
+                         request.gpu_count());
+    }
+    SV_ASSIGN_OR_RETURN(int previous, std::move(resized));
     SV_ASSIGN_OR_RETURN(auto record, deps_.store->GetInstance(who.tenant_id, request.id()));
     if (previous > record.spec.gpu_count) deps_.loops->Kick();  // Freed GPUs.
     spdlog::info("api: resized {} from {} to {} GPUs tenant={}", record.id, previous,

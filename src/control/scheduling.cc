@@ -403,7 +403,9 @@ absl::Status CheckResizeGpuCount(int new_gpu_count) {
 }
 
 absl::StatusOr<int> Scheduling::Resize(const std::string& tenant_id, const std::string& id,
-                                       int new_gpu_count, absl::Time now) {
+                                       int new_gpu_count, absl::Time now,
+                                       const store::CreateGate& gate,
+                                       std::optional<store::CreateRefusal>* refusal) {
   SV_RETURN_IF_ERROR(CheckResizeGpuCount(new_gpu_count));
   return store_.ResizeInstance(
       tenant_id, id, new_gpu_count, options_.queue_max,
@@ -411,7 +413,7 @@ absl::StatusOr<int> Scheduling::Resize(const std::string& tenant_id, const std::
              const std::string& tenant, int gpus) {
         return DecideResize(view, instance, tenant, gpus, options_);
       },
-      now);
+      now, gate, refusal);
 }
 
 absl::Status Scheduling::Admit(const std::string& tenant_id, const std::string& request_id) {

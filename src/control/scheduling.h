@@ -77,8 +77,11 @@ class Scheduling {
   // holds the placement lock.
   absl::StatusOr<store::PassOutcome> RunPass(absl::Time now, bool wait_for_lock = true);
   // Returns the GPU count before the resize.
+  // Growth is held to `gate` (store::SchedulingStore::ResizeInstance).
   absl::StatusOr<int> Resize(const std::string& tenant_id, const std::string& id,
-                             int new_gpu_count, absl::Time now);
+                             int new_gpu_count, absl::Time now,
+                             const store::CreateGate& gate = {},
+                             std::optional<store::CreateRefusal>* refusal = nullptr);
   absl::Status Admit(const std::string& tenant_id, const std::string& request_id);
 
   store::SchedulingStore& store() { return store_; }

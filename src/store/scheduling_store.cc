@@ -399,7 +399,8 @@ absl::StatusOr<PassOutcome> SchedulingStore::RunQueuePass(const QueueDecider& de
 absl::StatusOr<int> SchedulingStore::ResizeInstance(const std::string& tenant_id,
                                                     const std::string& id, int new_gpu_count,
                                                     int queue_max, const ResizeDecider& decide,
-                                                    absl::Time now) {
+                                                    absl::Time now, const CreateGate& gate,
+                                                    std::optional<CreateRefusal>* refusal) {
   int old_gpu_count = 0;
   absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
     TakePlacementLock(txn);
@@ -431,6 +432,31 @@ absl::StatusOr<int> SchedulingStore::ResizeInstance(const std::string& tenant_id
                                   local[0][0].as<std::string>(), "; a gang of ", new_gpu_count,
                                   " GPUs spans several nodes. Detach it or use a network "
                                   "volume"));
+      }
+    }
+    // Growth: the create's gate for the GPUs added (the instance's rent at
+    // its old size is in the tenant's committed rent) and the spend cap,
+    // under the tenant's lock; the caller's check ran without it, so
+    // concurrent resizes each passed.
+    if (new_gpu_count > old_gpu_count &&
+        (gate.credit_minutes >= 0 || gate.spend_cap_since_minute >= 0)) {
+      txn.exec_params("SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE", tenant_id);
+      pqxx::row g = txn.exec_params1(
+          "SELECT g.verdict, g.used, g.allowed FROM instances i, LATERAL sv_create_gates("
+          "ARRAY[i.tenant_id], ARRAY[$2::integer], ARRAY[i.gpu_model], "
+          "ARRAY[$3::timestamptz], ARRAY[$4::integer], ARRAY[$5::bigint]) g WHERE i.id = $1",
+          id, new_gpu_count - old_gpu_count, SqlTime(now), gate.credit_minutes,
+          gate.spend_cap_since_minute);
+      const std::string verdict = g[0].as<std::string>();
+      if (verdict != "OK") {
+        if (refusal != nullptr) {
+          *refusal = CreateRefusal{verdict, g[1].is_null() ? 0 : g[1].as<int64_t>(),
+                                   g[2].is_null() ? 0 : g[2].as<int64_t>()};
+        }
+        return Error(verdict == "INSUFFICIENT_CREDIT" ? absl::StatusCode::kFailedPrecondition
+                     : verdict == "TENANT_SUSPENDED" ? absl::StatusCode::kFailedPrecondition
+                                                     : absl::StatusCode::kResourceExhausted,
+                     verdict, "the resize was refused by the create's gate: " + verdict);
       }
     }
     FleetView view;

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "store/database.h"
 #include "store/store.h"
+#include "store/store.h"
 
 namespace sv::store {
 
@@ -171,10 +172,15 @@ class SchedulingStore {
   // Resizes a RUNNING instance of the tenant in place (same id, same
   // running_since), under the placement lock. `decide` sees the queue too
   // (at most `queue_max`), so growth can leave the queue its due. Returns
-  // the old GPU count.
+  // the old GPU count. Growth is held to `gate` (the create's credit gate
+  // for the added GPUs, with the rent of the tenant's unfinished instances,
+  // and the monthly spend cap) under the tenant's lock, as a start is
+  // (Store::StartInstance); a refusal writes nothing and goes to `refusal`.
   absl::StatusOr<int> ResizeInstance(const std::string& tenant_id, const std::string& id,
                                      int new_gpu_count, int queue_max,
-                                     const ResizeDecider& decide, absl::Time now);
+                                     const ResizeDecider& decide, absl::Time now,
+                                     const CreateGate& gate = {},
+                                     std::optional<CreateRefusal>* refusal = nullptr);
 
   // Queue positions of the tenant's PENDING instances among `ids`.
   absl::StatusOr<std::map<std::string, int>> QueuePositions(

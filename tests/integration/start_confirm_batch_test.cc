@@ -337,6 +337,36 @@ TEST_F(StartConfirmBatchTest, AStopStampedBeforeTheStartEndsTheIntervalAtTheStar
   }
 }
 
+// Goal: growing an instance is held to the create's credit gate under the
+// tenant's lock (the API's check runs before and without it, so
+// concurrent resizes each passed): a tenant with no credit cannot grow,
+// and the refusal writes nothing.
+TEST_F(StartConfirmBatchTest, GrowingIsHeldToTheCreditGateInItsTransaction) {
+  Open(3);
+  AgentStore agents(*db_);
+  const std::string grow = Create("grow", 8);
+  PlaceAndTell(agents, 3);
+  auto started = agents.ConfirmStartedBatch({{NodesOf(grow)[0], {grow}, now_}});
+  ASSERT_TRUE(started[0].ok()) << started[0].status();
+  ASSERT_EQ(State(grow), "RUNNING");
+  control::Scheduling scheduling(*db_, control::SchedulingOptions{});
+  CreateGate gate;
+  gate.credit_minutes = 10;  // The tenant has no credit at all.
+  std::optional<CreateRefusal> refusal;
+  auto refused = scheduling.Resize(tenant_, grow, 16, now_, gate, &refusal);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_EQ(refusal->reason, "INSUFFICIENT_CREDIT");
+  EXPECT_GT(refusal->used, 0);
+  EXPECT_EQ(NodesOf(grow).size(), 1u);
+  // Shrinking back or no gate (tests, no billing) is not held.
+  auto grown = scheduling.Resize(tenant_, grow, 16, now_);
+  ASSERT_TRUE(grown.ok()) << grown.status();
+  EXPECT_EQ(NodesOf(grow).size(), 2u);
+  auto shrunk = scheduling.Resize(tenant_, grow, 8, now_, gate, &refusal);
+  EXPECT_TRUE(shrunk.ok()) << shrunk.status();
+}
+
 TEST_F(StartConfirmBatchTest, DesiredSetsOfSeveralNodesInOneTransaction) {
   Open(3);
   AgentStore agents(*db_);
