@@ -138,13 +138,7 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
     }
     if (status.ok()) {
       // The credit gate again and the spend cap, under the tenant's lock.
-      store::CreateGate gate;
-      if (deps_.billing != nullptr) {
-        deps_.billing->FillCreateGate("", deps_.clock->Now(), &gate);
-        gate.trial_user_id.clear();
-      }
-      gate.spend_cap_since_minute =
-          absl::ToUnixSeconds(SpendCapMonthStart(deps_.clock->Now())) / 60;
+      const store::CreateGate gate = StartGate();
       std::optional<store::CreateRefusal> refusal;
       auto record = deps_.store->StartInstance(
           who->tenant_id, request->id(), deps_.clock->Now(),
@@ -292,6 +286,18 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
     return status;
   }
 
+  // The create's gate without its trial grant, for a start or a growth.
+  store::CreateGate StartGate() const {
+    store::CreateGate gate;
+    if (deps_.billing != nullptr) {
+      deps_.billing->FillCreateGate("", deps_.clock->Now(), &gate);
+      gate.trial_user_id.clear();
+    }
+    gate.spend_cap_since_minute =
+        absl::ToUnixSeconds(SpendCapMonthStart(deps_.clock->Now())) / 60;
+    return gate;
+  }
+
   // A gate's refusal of a start or a resize (to `gpu_count`; 0: the
   // instance's size), worded as a create's; else `status` as it is.
   absl::Status WordRefusal(const store::CreateRefusal& r, absl::Status status,
@@ -349,13 +355,7 @@ class InstanceServiceImpl final : public v1::InstanceService::Service {
       }
     }
     // The gate again, and the spend cap, under the tenant's lock.
-    store::CreateGate gate;
-    if (deps_.billing != nullptr) {
-      deps_.billing->FillCreateGate("", deps_.clock->Now(), &gate);
-      gate.trial_user_id.clear();
-    }
-    gate.spend_cap_since_minute =
-        absl::ToUnixSeconds(SpendCapMonthStart(deps_.clock->Now())) / 60;
+    const store::CreateGate gate = StartGate();
     std::optional<store::CreateRefusal> refusal;
     auto resized = deps_.loops->scheduling().Resize(who.tenant_id, request.id(),
                                                     request.gpu_count(), deps_.clock->Now(),

@@ -441,23 +441,8 @@ absl::StatusOr<int> SchedulingStore::ResizeInstance(const std::string& tenant_id
     if (new_gpu_count > old_gpu_count &&
         (gate.credit_minutes >= 0 || gate.spend_cap_since_minute >= 0)) {
       txn.exec_params("SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE", tenant_id);
-      pqxx::row g = txn.exec_params1(
-          "SELECT g.verdict, g.used, g.allowed FROM instances i, LATERAL sv_create_gates("
-          "ARRAY[i.tenant_id], ARRAY[$2::integer], ARRAY[i.gpu_model], "
-          "ARRAY[$3::timestamptz], ARRAY[$4::integer], ARRAY[$5::bigint]) g WHERE i.id = $1",
-          id, new_gpu_count - old_gpu_count, SqlTime(now), gate.credit_minutes,
-          gate.spend_cap_since_minute);
-      const std::string verdict = g[0].as<std::string>();
-      if (verdict != "OK") {
-        if (refusal != nullptr) {
-          *refusal = CreateRefusal{verdict, g[1].is_null() ? 0 : g[1].as<int64_t>(),
-                                   g[2].is_null() ? 0 : g[2].as<int64_t>()};
-        }
-        return Error(verdict == "INSUFFICIENT_CREDIT" ? absl::StatusCode::kFailedPrecondition
-                     : verdict == "TENANT_SUSPENDED" ? absl::StatusCode::kFailedPrecondition
-                                                     : absl::StatusCode::kResourceExhausted,
-                     verdict, "the resize was refused by the create's gate: " + verdict);
-      }
+      SV_RETURN_IF_ERROR(CheckCreateGateLocked(txn, id, new_gpu_count - old_gpu_count, gate,
+                                               now, refusal));
     }
     FleetView view;
     LoadPending(txn, queue_max, view);

@@ -785,6 +785,27 @@ absl::StatusOr<InstanceRecord> Store::StopInstance(const std::string& tenant_id,
   return GetInstance(tenant_id, id);
 }
 
+absl::Status CheckCreateGateLocked(pqxx::work& txn, const std::string& id, int gpu_count,
+                                   const CreateGate& gate, absl::Time now,
+                                   std::optional<CreateRefusal>* refusal) {
+  if (gate.credit_minutes < 0 && gate.spend_cap_since_minute < 0) return absl::OkStatus();
+  pqxx::row g = txn.exec_params1(
+      "SELECT g.verdict, g.used, g.allowed FROM instances i, LATERAL sv_create_gates("
+      "ARRAY[i.tenant_id], ARRAY[CASE WHEN $2 < 0 THEN i.gpu_count ELSE $2 END], "
+      "ARRAY[i.gpu_model], ARRAY[$3::timestamptz], ARRAY[$4::integer], ARRAY[$5::bigint]) g "
+      "WHERE i.id = $1",
+      id, gpu_count, SqlTime(now), gate.credit_minutes, gate.spend_cap_since_minute);
+  const std::string verdict = g[0].as<std::string>();
+  if (verdict == "OK") return absl::OkStatus();
+  if (refusal != nullptr) {
+    *refusal = CreateRefusal{verdict, g[1].is_null() ? 0 : g[1].as<int64_t>(),
+                             g[2].is_null() ? 0 : g[2].as<int64_t>()};
+  }
+  return Error(verdict == "SPEND_CAP_REACHED" ? absl::StatusCode::kResourceExhausted
+                                              : absl::StatusCode::kFailedPrecondition,
+               verdict, "refused by the create's gate: " + verdict);
+}
+
 absl::StatusOr<InstanceRecord> Store::StartInstance(const std::string& tenant_id,
                                                     const std::string& id, absl::Time now,
                                                     int pending_max_default,
@@ -836,23 +857,7 @@ absl::StatusOr<InstanceRecord> Store::StartInstance(const std::string& tenant_id
     // caller's check ran before it, so concurrent starts (or a start and a
     // create) each counted the others as stopped and all passed; and the
     // cap, which refuses creates, did not hold a start at all.
-    if (gate.credit_minutes >= 0 || gate.spend_cap_since_minute >= 0) {
-      pqxx::row g = txn.exec_params1(
-          "SELECT g.verdict, g.used, g.allowed FROM instances i, LATERAL sv_create_gates("
-          "ARRAY[i.tenant_id], ARRAY[i.gpu_count], ARRAY[i.gpu_model], "
-          "ARRAY[$2::timestamptz], ARRAY[$3::integer], ARRAY[$4::bigint]) g WHERE i.id = $1",
-          id, SqlTime(now), gate.credit_minutes, gate.spend_cap_since_minute);
-      const std::string verdict = g[0].as<std::string>();
-      if (verdict != "OK") {
-        if (refusal != nullptr) {
-          *refusal = CreateRefusal{verdict, g[1].is_null() ? 0 : g[1].as<int64_t>(),
-                                   g[2].is_null() ? 0 : g[2].as<int64_t>()};
-        }
-        return Error(verdict == "INSUFFICIENT_CREDIT" ? absl::StatusCode::kFailedPrecondition
-                                                      : absl::StatusCode::kResourceExhausted,
-                     verdict, "the start was refused by the create's gate: " + verdict);
-      }
-    }
+    SV_RETURN_IF_ERROR(CheckCreateGateLocked(txn, id, -1, gate, now, refusal));
     // Back of the queue, as a new request would be.
     txn.exec_params(
         "UPDATE instances SET state = 'PENDING', state_reason = 'waiting for placement', "

@@ -205,6 +205,15 @@ struct CreateRefusal {
   int64_t allowed = 0;
 };
 
+// The create's gate (sv_create_gates: credit for `gpu_count` more GPUs of
+// instance `id`'s model with the tenant's committed rent, the spend cap,
+// suspension) in the caller's transaction, which holds the tenant's row
+// lock. OK when it passes or asks for nothing; else the refusal, in
+// `refusal` too, as an error the caller may word again.
+absl::Status CheckCreateGateLocked(pqxx::work& txn, const std::string& id, int gpu_count,
+                                   const CreateGate& gate, absl::Time now,
+                                   std::optional<CreateRefusal>* refusal);
+
 struct CreateOutcome {
   InstanceRecord record;           // Unset when refused.
   bool inserted = false;           // False: an earlier call's answer.
