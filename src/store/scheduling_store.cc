@@ -404,6 +404,11 @@ absl::StatusOr<int> SchedulingStore::ResizeInstance(const std::string& tenant_id
   int old_gpu_count = 0;
   absl::Status status = db_.Transact([&](pqxx::work& txn) -> absl::Status {
     TakePlacementLock(txn);
+    // The gate below runs under the tenant's lock; it is taken before the
+    // instance's, the order a start and a create take them in (the other
+    // order let a start and a resize of one instance deadlock).
+    const bool gated = gate.credit_minutes >= 0 || gate.spend_cap_since_minute >= 0;
+    if (gated) txn.exec_params("SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE", tenant_id);
     auto rows = txn.exec_params(
         "SELECT state, gpu_count FROM instances WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
         tenant_id, id);
@@ -438,9 +443,7 @@ absl::StatusOr<int> SchedulingStore::ResizeInstance(const std::string& tenant_id
     // its old size is in the tenant's committed rent) and the spend cap,
     // under the tenant's lock; the caller's check ran without it, so
     // concurrent resizes each passed.
-    if (new_gpu_count > old_gpu_count &&
-        (gate.credit_minutes >= 0 || gate.spend_cap_since_minute >= 0)) {
-      txn.exec_params("SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE", tenant_id);
+    if (new_gpu_count > old_gpu_count && gated) {
       SV_RETURN_IF_ERROR(CheckCreateGateLocked(txn, id, new_gpu_count - old_gpu_count, gate,
                                                now, refusal));
     }

@@ -304,11 +304,12 @@ absl::StatusOr<VolumeCreateOutcome> VolumeStore::Create(const std::string& tenan
     if (gate.credit_minutes >= 0) {
       // Storage is charged for as long as the volume lives, paid or not
       // (unpaid minutes are shortfall), so a tenant without credit must
-      // not be able to create it. The rent of the tenant's instances that
-      // have not ended comes first (as in the instance create's gate), and
-      // so does the storage of its live volumes: without it, volume after
-      // volume each passed on the same credit (1,000 volumes of 64 TiB on
-      // a 10 CNY trial).
+      // not be able to create it. What the tenant is already charged per
+      // minute comes first (as in the instance create's gate): its
+      // unfinished instances' rent and app fees and its live volumes'
+      // storage (sv_committed_rent, migration 0120); without the storage,
+      // volume after volume each passed on the same credit (1,000 volumes
+      // of 64 TiB on a 10 CNY trial).
       auto row = txn.exec_params1(
           "SELECT (SELECT coalesce(max(a.balance_micros) FILTER (WHERE a.kind = 'trial_wallet'), 0) "
           "  + CASE WHEN t.billing_mode = 'postpaid' "
@@ -321,9 +322,7 @@ absl::StatusOr<VolumeCreateOutcome> VolumeStore::Create(const std::string& tenan
           "   FROM price_book p WHERE p.item_kind = 'storage_gib_hour' "
           "   AND p.item IN (s.kind, '*') AND p.effective_from <= $4::timestamptz "
           "   ORDER BY (p.item = '*'), p.effective_from DESC LIMIT 1), 0) * $5::bigint + 59) "
-          "   / 60), 0) FROM (SELECT $2::int AS size_gib, $3::text AS kind UNION ALL "
-          "   SELECT v.size_gib, v.kind FROM volumes v WHERE v.tenant_id = $1 "
-          "   AND v.deleted_at IS NULL) s) "
+          "   / 60), 0) FROM (SELECT $2::int AS size_gib, $3::text AS kind) s) "
           " + CASE WHEN $5 > 0 THEN sv_committed_rent($1, $4::timestamptz, '') * $5 "
           "        ELSE 0 END)::bigint",
           tenant_id, spec.size_gib, kind, SqlTime(now), gate.credit_minutes);

@@ -465,6 +465,18 @@ TEST(VolumeCreditTest, CreateNeedsCreditForItsFirstMinutes) {
   EXPECT_EQ(api::ReasonOf(status), "INSUFFICIENT_CREDIT");
   EXPECT_NE(status.error_message().find("cost 10.01 CNY but only 10.00 CNY"), std::string::npos)
       << status.error_message();
+  // The instance create's gate counts the storage as well (migration
+  // 0120): the volumes take the whole trial, so not even one GPU passes.
+  {
+    auto instances = v1::InstanceService::NewStub(svd.channel());
+    v1::CreateInstanceRequest request;
+    request.mutable_instance()->set_gpu_count(1);
+    request.set_request_id("one-gpu");
+    v1::Instance instance;
+    status = instances->CreateInstance(Context(token).get(), request, &instance);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_EQ(api::ReasonOf(status), "INSUFFICIENT_CREDIT") << status.error_message();
+  }
   // Just over ten times the price (10 minutes of 100 GiB now cost more
   // than the trial's 10 CNY): the retry still gets its volume.
   set_price(600'001);
