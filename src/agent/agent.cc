@@ -135,6 +135,7 @@ class Agent::Session {
           if (mounts_changed) mounts_told_[a.instance_id()] = ++mounts_told_count_;
         }
         desired_changed_ = true;
+        have_desired_ = true;
         lock.unlock();
         a_.Nudge();
       } else if (m.has_error()) {
@@ -142,6 +143,13 @@ class Agent::Session {
                      m.error().reason(), m.error().message());
       }
     }
+    // svd ended the stream (or it broke): the loop connects again now, not
+    // at its next write, which may be a heartbeat interval away.
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stream_ended_ = true;
+    }
+    a_.Nudge();
   }
 
   bool Loop(grpc::ClientContext& context, Stream& stream) {
@@ -165,12 +173,20 @@ class Agent::Session {
       }
       if (faults.heartbeats_lost) continue;  // Silent: svd hears nothing.
       bool changed = false;
+      bool have_desired = false;
       {
         std::lock_guard<std::mutex> lock(mutex_);
         std::swap(changed, desired_changed_);
+        have_desired = have_desired_;
+        if (stream_ended_) return false;
       }
       const absl::Time now = absl::Now();
-      if (changed || now >= next_poll) {
+      // Not before this connection's first desired set: until it comes
+      // the agent knows nothing of what svd wants, and every instance
+      // running here would count as unwanted and be removed (an svd slow
+      // to send it, restarted or under load, cost every container on the
+      // node at each reconnect).
+      if (have_desired && (changed || now >= next_poll)) {
         if (!Reconcile(stream, changed)) return false;
         next_poll = now + o_.runtime_poll_interval;
       }
@@ -469,6 +485,8 @@ class Agent::Session {
   std::mutex mutex_;
   std::map<std::string, RuntimeInstance> desired_;
   bool desired_changed_ = false;
+  bool have_desired_ = false;  // This connection's first desired set came.
+  bool stream_ended_ = false;  // The reader saw the stream end.
   // Instances whose mounts a desired set changed since their last mount
   // report: each gets one, whatever it has mounted.
   std::map<std::string, uint64_t> mounts_told_;  // Id -> the mark's number.

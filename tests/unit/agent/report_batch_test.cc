@@ -57,7 +57,7 @@ class PeerSvd final : public v1::AgentService::Service {
   explicit PeerSvd(bool offers_batches) : offers_batches_(offers_batches) {}
 
   grpc::Status Connect(
-      grpc::ServerContext*,
+      grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::ServerMessage, v1::AgentMessage>* stream) override {
     v1::AgentMessage in;
     if (!stream->Read(&in) || !in.has_register_()) return grpc::Status::OK;
@@ -66,7 +66,15 @@ class PeerSvd final : public v1::AgentService::Service {
     registered.mutable_registered()->set_heartbeat_interval_ms(60000);
     registered.mutable_registered()->set_accepts_report_batches(offers_batches_);
     if (!stream->Write(registered)) return grpc::Status::OK;
-    if (!stream->Write(DesiredSet("", false))) return grpc::Status::OK;
+    std::chrono::milliseconds delay{0};
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ended_ = false;
+      if (++connections_ > 1) delay = later_first_set_delay_;
+      changed_.notify_all();
+    }
+    std::this_thread::sleep_for(delay);
+    if (!stream->Write(DesiredSet("", delay.count() > 0))) return grpc::Status::OK;
     std::thread reader([&] {
       v1::AgentMessage message;
       while (stream->Read(&message)) {
@@ -81,7 +89,12 @@ class PeerSvd final : public v1::AgentService::Service {
     // Sets the test queues (Send), written in order.
     std::unique_lock<std::mutex> lock(mutex_);
     while (true) {
-      changed_.wait(lock, [this] { return ended_ || !outbox_.empty(); });
+      changed_.wait(lock, [this] { return ended_ || hang_up_ || !outbox_.empty(); });
+      if (hang_up_) {
+        hang_up_ = false;
+        context->TryCancel();
+        break;
+      }
       if (ended_) break;
       std::vector<v1::ServerMessage> out;
       std::swap(out, outbox_);
@@ -118,6 +131,27 @@ class PeerSvd final : public v1::AgentService::Service {
     return changed_.wait_for(lock, std::chrono::seconds(20), found);
   }
 
+  // Ends the agent's stream; it connects again, and this peer waits
+  // `delay` before the new connection's first desired set.
+  void HangUp(std::chrono::milliseconds delay) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    later_first_set_delay_ = delay;
+    hang_up_ = true;
+    changed_.notify_all();
+  }
+
+  // Waits (bounded) until the agent has connected `n` times.
+  bool WaitForConnections(int n) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return changed_.wait_for(lock, std::chrono::seconds(20),
+                             [&] { return connections_ >= n && !ended_; });
+  }
+
+  std::vector<v1::AgentMessage> Received() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return received_;
+  }
+
   size_t ReceivedCount() {
     std::lock_guard<std::mutex> lock(mutex_);
     return received_.size();
@@ -147,6 +181,9 @@ class PeerSvd final : public v1::AgentService::Service {
   std::vector<v1::AgentMessage> received_;
   std::vector<v1::ServerMessage> outbox_;
   bool ended_ = false;
+  bool hang_up_ = false;
+  int connections_ = 0;
+  std::chrono::milliseconds later_first_set_delay_{0};
 };
 
 
@@ -232,6 +269,35 @@ TEST(MountReportTest, ASetThatChangedAnInstancesMountsGetsAReport) {
   });
   ASSERT_TRUE(reported) << "no report that ins-0 has nothing mounted";
   EXPECT_TRUE(report.error().empty()) << report.error();
+}
+
+// An agent that connects again knows nothing of what svd wants until the
+// new connection's first desired set: it must not take the instances
+// running on the node for unwanted meanwhile. (Until 2026-12-07 its first
+// pass came 50 ms after registering, and an svd slower than that to send
+// the set had every container on the node removed at each reconnect.)
+TEST(ReconnectTest, InstancesRunOnUntilTheFirstDesiredSetComes) {
+  PeerSvd svd(true);
+  std::vector<v1::AgentMessage> after;
+  size_t before = 0;
+  RunAgainst(svd, [&] {
+    before = svd.ReceivedCount();
+    svd.HangUp(std::chrono::milliseconds(1500));
+    ASSERT_TRUE(svd.WaitForConnections(2));
+    // Past the delayed set and a few of the agent's passes after it.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    after = svd.Received();
+  });
+  int stopped = 0;
+  for (size_t i = before; i < after.size(); ++i) {
+    if (after[i].has_report()) stopped += after[i].report().state() == v1::AGENT_STOPPED;
+    for (const auto& r : after[i].reports().reports()) stopped += r.state() == v1::AGENT_STOPPED;
+    // The re-registration lists what runs: all of them, still.
+    if (after[i].has_register_()) {
+      EXPECT_EQ(after[i].register_().running_instance_ids_size(), kInstances);
+    }
+  }
+  EXPECT_EQ(stopped, 0) << "instances were stopped before svd said what it wants";
 }
 
 }  // namespace
