@@ -127,7 +127,10 @@ scheduler::QueueOptions QueueOptionsFor(const store::FleetView& view,
     q.tenant_quotas[tenant] = {row.gpus_in_use_max, row.pending_count_max};
   }
   q.tenant_gpus_in_use = GpusInUse(view);
-  q.pending_items_max = options.queue_max;
+  // The store already bounds what a pass reads: the first queue_max
+  // waiting instances and the first few of each tenant missing from them
+  // (migration 0121). Every one of them may be tried.
+  q.pending_items_max = static_cast<int>(view.pending.size());
   return q;
 }
 

@@ -86,6 +86,11 @@ int main(int argc, char** argv) {
                  "Move instances whose tenants allow it (svctl movable) to free whole nodes "
                  "for a waiting instance of 8 GPUs or more")
       ->capture_default_str();
+  app.add_option("--queue-max", o.queue_max,
+                 "Waiting instances a queue pass reads in queue order (and the first 8 of "
+                 "each tenant missing from them)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   app.add_option("--move-running-min-s", o.move_running_min_s,
                  "An instance must have run this long since its last start before it may move")
       ->check(CLI::Range(0, 7 * 24 * 3600))

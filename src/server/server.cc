@@ -201,6 +201,7 @@ int RunServer(const ServerOptions& options) {
   control::LoopOptions loop_options;
   loop_options.scheduling.move_instances = options.move_instances;
   loop_options.scheduling.move_running_min = absl::Seconds(options.move_running_min_s);
+  loop_options.scheduling.queue_max = options.queue_max;
   control::ControlLoops loops(store, clock, loop_options);
   loops.SetLeaderGate(&leadership);
   api::AgentApiOptions agent_options;

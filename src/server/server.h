@@ -42,6 +42,8 @@ struct ServerOptions {
   // before it may move.
   bool move_instances = true;
   int move_running_min_s = 600;
+  // Waiting instances a queue pass reads (control/scheduling.h).
+  int queue_max = 1000;
   // Operator bootstrap key: read from this file, or generated into it.
   std::string admin_key_file;
   // Where svd --dev writes svctl's config; empty means ~/.config/svctl.

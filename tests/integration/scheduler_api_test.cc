@@ -247,6 +247,45 @@ TEST_F(SchedulerApiTest, QuotasLimitPendingAndGpusInUse) {
 
 // 8 -> 64 -> 128 -> 8 keeps the id and records each resize; growing stays
 // on the instance's leaf while it can; short capacity fails cleanly.
+// A tenant whose waiting instances fill the pass's head (--queue-max, 4
+// here) and cannot be placed (its GPU quota is spent) must not hide the
+// other tenants' requests: the pass also reads the first few of each tenant
+// missing from the head (migration 0121). Until 2026-12-07 a tenant at its
+// quota with 1,000 queued jobs stopped placement for everyone.
+TEST_F(SchedulerApiTest, ATenantAtItsQuotaDoesNotHideTheQueueFromOthers) {
+  StartSvd(2, 1, {"--queue-max", "4"});
+  v1::SetTenantQuotaRequest set;
+  set.mutable_quota()->set_tenant_id(TenantId(token_));
+  set.mutable_quota()->set_gpus_in_use_max(0);
+  set.mutable_quota()->set_pending_count_max(100);
+  v1::TenantQuota quota;
+  ASSERT_TRUE(admin_->SetTenantQuota(Context(svd_->admin_key()).get(), set, &quota).ok());
+  std::vector<std::string> blocked;
+  for (int i = 0; i < 6; ++i) {
+    Instance out;
+    ASSERT_TRUE(Create(1, &out).ok());
+    blocked.push_back(out.id());
+  }
+  const std::string other = CreateTenant(*svd_, "other");
+  v1::CreateInstanceRequest request;
+  request.mutable_instance()->set_gpu_count(8);
+  Instance theirs;
+  ASSERT_TRUE(stub_->CreateInstance(Context(other).get(), request, &theirs).ok());
+  v1::GetInstanceRequest get;
+  get.set_id(theirs.id());
+  for (int tries = 0; tries < 400 && theirs.state() != v1::RUNNING; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(stub_->GetInstance(Context(other).get(), get, &theirs).ok());
+  }
+  EXPECT_EQ(theirs.state(), v1::RUNNING) << theirs.state_reason();
+  for (const std::string& id : blocked) {
+    const Instance mine = Get(id);
+    EXPECT_EQ(mine.state(), v1::PENDING);
+  }
+  EXPECT_NE(Get(blocked.front()).state_reason().find("quota"), std::string::npos)
+      << Get(blocked.front()).state_reason();
+}
+
 TEST_F(SchedulerApiTest, ResizeGrowsAndShrinksInPlace) {
   StartSvd(16, 2);
   Instance gang = CreateRunning(8);
