@@ -264,9 +264,15 @@ QueuePassResult Scheduler::RunQueuePass(Snapshot& snapshot,
     if (result.held_for != kNoInstance) continue;
     // The oldest blocked request: hold the nodes it will need, so younger
     // requests backfill only elsewhere and cannot delay it without limit.
+    // One that no set of nodes could ever serve (a gang larger than any
+    // zone, or than its leaf limit allows) holds nothing and leaves the
+    // hold to the next: it used to take the one hold and hold nothing, and
+    // every younger gang could then be starved by backfill without limit.
+    const std::vector<NodeIndex> hold = ChooseHold(snapshot.state(), request);
+    if (hold.empty()) continue;
     result.held_for = request.instance;
     const size_t first_new = result.held_nodes.size();
-    for (NodeIndex node : ChooseHold(snapshot.state(), request)) {
+    for (NodeIndex node : hold) {
       if (!snapshot.state().nodes[node].held) result.held_nodes.push_back(node);
     }
     for (size_t i = first_new; i < result.held_nodes.size(); ++i) {

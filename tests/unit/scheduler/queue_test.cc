@@ -126,9 +126,29 @@ TEST(QueueTest, NoHoldThatTheRequestsLeafLimitCouldNeverUse) {
   std::vector<PendingRequest> pending = {
       PendingRequest{Request{1, 48, 2}, "t", 0, 1}, Pending(2, 1, 2)};
   QueuePassResult result = scheduler.RunQueuePass(snapshot, pending, {});
-  EXPECT_EQ(result.held_for, 1);
+  EXPECT_EQ(result.held_for, kNoInstance);
   EXPECT_TRUE(result.held_nodes.empty());
   EXPECT_TRUE(DecisionFor(result, 2).placed);
+}
+
+// A gang that no set of nodes could serve holds nothing and leaves the one
+// gang-sized hold to the next gang, which younger small requests then
+// cannot starve. (It used to take the hold and hold nothing.)
+TEST(QueueTest, AGangThatCanNeverFitLeavesTheHoldToTheNext) {
+  // One leaf of two nodes, each with a GPU in use: a 24-GPU gang can never
+  // fit, a 16-GPU gang can once the nodes empty.
+  std::vector<NodeSpec> nodes = MakeFleet(FleetShape{1, 1, 1, 2});
+  Occupy(nodes, 0, 1, 100);
+  Occupy(nodes, 1, 1, 101);
+  Snapshot snapshot = MustBuild(nodes);
+  Scheduler scheduler(SchedulerOptions{});
+  std::vector<PendingRequest> pending = {Pending(1, 24, 1), Pending(2, 16, 2),
+                                         Pending(3, 1, 3)};
+  QueuePassResult result = scheduler.RunQueuePass(snapshot, pending, {});
+  EXPECT_FALSE(DecisionFor(result, 1).placed);
+  EXPECT_EQ(result.held_for, 2);
+  EXPECT_EQ(result.held_nodes.size(), 2u);
+  EXPECT_FALSE(DecisionFor(result, 3).placed) << "backfill onto the 16-GPU gang's held nodes";
 }
 
 TEST(QueueTest, GpuQuotaKeepsATenantWaitingButNotOthers) {
