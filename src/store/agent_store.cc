@@ -13,6 +13,7 @@
 #include "common/ids.h"
 #include "common/status.h"
 #include "store/instance_events.h"
+#include "store/scheduling_store.h"
 #include "store/sql_arrays.h"
 
 namespace sv::store {
@@ -611,11 +612,23 @@ absl::StatusOr<std::vector<DownedNode>> AgentStore::MarkSilentNodesDown(
   std::vector<DownedNode> downed;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
     downed.clear();
+    const std::string silent_before = SqlTime(now - timeout);
+    if (txn.exec_params("SELECT 1 FROM nodes WHERE state <> 'down' "
+                        "AND last_heartbeat_at < $1::timestamptz LIMIT 1",
+                        silent_before)
+            .empty()) {
+      return absl::OkStatus();
+    }
+    // Under the placement lock: a pass that read the node as ready commits
+    // first, and its placements on the node are stopped below. Without it
+    // they landed after this sweep, on a node no longer asked for anything:
+    // SCHEDULED or STARTING for ever, holding GPUs and the tenant's quota.
+    TakePlacementLock(txn);
     auto nodes = txn.exec_params(
         "UPDATE nodes SET state = 'down' WHERE state <> 'down' "
         "AND last_heartbeat_at < $1::timestamptz RETURNING id, name, " +
             MicrosOf("last_heartbeat_at"),
-        SqlTime(now - timeout));
+        silent_before);
     for (const auto& node : nodes) {
       DownedNode d{node[0].as<std::string>(), node[1].as<std::string>(),
                    TimeFromMicros(node[2].as<int64_t>()), {}};

@@ -19,9 +19,13 @@ namespace {
 // state changes cluster-wide (the same key the foundation placer used).
 constexpr int64_t kPlacementLockKey = 0x5356'0002;
 
+}  // namespace
+
 void TakePlacementLock(pqxx::work& txn) {
   txn.exec(absl::StrCat("SELECT pg_advisory_xact_lock(", kPlacementLockKey, ")"));
 }
+
+namespace {
 
 void LoadPending(pqxx::work& txn, int queue_max, FleetView& view) {
   // The queue's head in queue order (migration 0093: read through the

@@ -151,6 +151,11 @@ struct AdmissionView {
   std::optional<TenantQuotaRow> quota;
 };
 
+// Takes the cluster-wide placement lock for the transaction: queue passes,
+// resizes, node state changes and a node's death hold it, so none of them
+// commits on a view of nodes another is changing.
+void TakePlacementLock(pqxx::work& txn);
+
 class SchedulingStore {
  public:
   explicit SchedulingStore(Database& db) : db_(db) {}

@@ -309,6 +309,40 @@ TEST_F(StartConfirmBatchTest, NodeDeathRereadsInstancesUnderTheirLocks) {
       << "the stop sorts before the resize: billing sees the grown instance run on";
 }
 
+// Goal: a node's death waits for a queue pass that read the node as ready,
+// and stops what that pass placed there. (Until 2026-12-07 the sweep did
+// not take the placement lock: the pass's placement committed after it, on
+// a node no longer asked for anything, and stayed SCHEDULED for ever,
+// holding GPUs and the tenant's quota.)
+TEST_F(StartConfirmBatchTest, NodeDeathStopsWhatAPassPlacedMeanwhile) {
+  Open(1);
+  AgentStore agents(*db_);
+  const std::string first = Create("first", 1);
+  PlaceAndTell(agents, 1);
+  const std::string x = NodesOf(first)[0];
+  const std::string late = Create("late", 1);
+  ASSERT_EQ(State(late), "PENDING");
+
+  // A pass: the placement lock, then the placement on x.
+  pqxx::connection c(url_);
+  pqxx::work pass(c);
+  pass.exec("SELECT pg_advisory_xact_lock(" + std::to_string(0x5356'0002) + ")");
+  pass.exec(absl::StrCat("INSERT INTO gpu_reservations (node_id, gpu_index, instance_id, "
+                         "reserved_at) VALUES ('", x, "', 7, '", late, "', now())"));
+  pass.exec(absl::StrCat("UPDATE instances SET state = 'SCHEDULED' WHERE id = '", late, "'"));
+
+  absl::StatusOr<std::vector<DownedNode>> downed;
+  std::thread sweep(
+      [&] { downed = agents.MarkSilentNodesDown(absl::Seconds(30), now_ + absl::Hours(1)); });
+  EXPECT_TRUE(sv::testing::WaitForLockWaiter(url_)) << "the sweep did not wait for the pass";
+  pass.commit();
+  sweep.join();
+  ASSERT_TRUE(downed.ok()) << downed.status();
+  ASSERT_EQ(downed->size(), 1u);
+  EXPECT_EQ(State(late), "STOPPED");
+  EXPECT_TRUE(NodesOf(late).empty()) << "the pass's placement survived the node's death";
+}
+
 // Goal: a stop or delete whose time was taken before it got the
 // instance's lock (it waited for its batch or the lock while the start was
 // confirmed) ends the RUNNING interval at its start, not before it, so the
