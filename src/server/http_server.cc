@@ -40,6 +40,20 @@ absl::Status HttpServer::Start() {
     return absl::InvalidArgumentError("cannot load the TLS certificate or key for HTTP");
   }
   server_->set_payload_max_length(kRequestBodyBytesMax);
+  // cpp-httplib 0.11 holds the payload limit to bodies sent with a
+  // Content-Length only: a chunked body was read whole, however long,
+  // before any handler or key check ran (a few endless ones took svd's
+  // memory). Bodies must state their length; this runs before any is read.
+  server_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!req.has_header("Transfer-Encoding")) return httplib::Server::HandlerResponse::Unhandled;
+    RestResponse error = RestError(411, "INVALID_ARGUMENT", "LENGTH_REQUIRED",
+                                   "send the body with a Content-Length; chunked (or otherwise "
+                                   "transfer-encoded) request bodies are not accepted");
+    res.status = error.status;
+    res.set_header("Connection", "close");
+    res.set_content(error.body, "application/json");
+    return httplib::Server::HandlerResponse::Handled;
+  });
   // An exception out of a handler is a bug: log it here, and answer with the
   // REST error model and nothing of the exception (cpp-httplib's default
   // would put its text in an EXCEPTION_WHAT header).
@@ -66,7 +80,16 @@ absl::Status HttpServer::Start() {
   server_->Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
     absl::Status status = ready_();
     res.status = status.ok() ? 200 : 503;
-    res.set_content(status.ok() ? "ready\n" : std::string(status.message()) + "\n",
+    if (status.ok()) {
+      res.set_content("ready\n", "text/plain");
+      return;
+    }
+    // Unauthenticated: the cause goes to the log, not to whoever asks (a
+    // database error names its host and port).
+    spdlog::warn("http: /readyz: not ready: {}", std::string(status.message()));
+    res.set_content(absl::IsUnavailable(status) && status.message() == "shutting down"
+                        ? "shutting down\n"
+                        : "not ready: the database does not answer\n",
                     "text/plain");
   });
   server_->Get("/statusz", [this](const httplib::Request&, httplib::Response& res) {

@@ -272,6 +272,18 @@ absl::StatusOr<nlohmann::json> QueryToJson(const pb::Descriptor* message,
       return absl::InvalidArgumentError(absl::StrCat("unknown query parameter '", key, "'"));
     }
     const pb::FieldDescriptor* field = field_path->back();
+    // A well-known type is one JSON string (a Timestamp's RFC 3339 text):
+    // `startTime.seconds` is no parameter, and with `startTime` beside it
+    // made the JSON below index into a string (a 500 before this check).
+    for (size_t i = 0; i + 1 < field_path->size(); ++i) {
+      const pb::FieldDescriptor* outer = (*field_path)[i];
+      if (outer->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE &&
+          IsWellKnownString(outer->message_type())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "query parameter '", key, "' reaches inside ", outer->json_name(),
+            ", which is given whole as a string"));
+      }
+    }
     const bool message_typed = field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE;
     if (message_typed && !IsWellKnownString(field->message_type())) {
       return absl::InvalidArgumentError(

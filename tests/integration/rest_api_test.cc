@@ -232,6 +232,31 @@ TEST_F(RestApiTest, RefusesBadCallsWithTheErrorModel) {
   EXPECT_EQ(r.status, 400) << r.raw;
   r = rest_->Call("GET", "/v1/instances", key);
   EXPECT_TRUE(r.body["instances"].empty());
+  // A chunked body has no length to hold to the limit: refused before any
+  // of it is read (cpp-httplib read it whole, however long).
+  {
+    httplib::Client chunked("127.0.0.1", svd_->http_port());
+    chunked.set_read_timeout(30, 0);
+    httplib::Result res = chunked.Post(
+        "/v1/instances", {{"Authorization", "Bearer " + key}},
+        [](size_t, httplib::DataSink& sink) {
+          const std::string part = R"({"instance": {"gpuCount": 1}})";
+          sink.write(part.data(), part.size());
+          sink.done();
+          return true;
+        },
+        "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 411) << res->body;
+    EXPECT_NE(res->body.find("LENGTH_REQUIRED"), std::string::npos) << res->body;
+  }
+  r = rest_->Call("GET", "/v1/instances", key);
+  EXPECT_TRUE(r.body["instances"].empty()) << r.raw;
+  // A Timestamp is one string in a query: a path inside it is refused, not
+  // a server error.
+  r = rest_->Call("GET", "/v1/usage?startTime=2026-01-01T00:00:00Z&startTime.seconds=1", key);
+  EXPECT_EQ(r.status, 400) << r.raw;
+  EXPECT_EQ(Reason(r), "INVALID_QUERY") << r.raw;
 
   // `curl -d '{...}'` without a Content-Type labels JSON as a form: it is
   // read as JSON all the same, and its text is no query parameter.
