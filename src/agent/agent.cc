@@ -38,6 +38,9 @@ google::protobuf::Timestamp ToProto(absl::Time t) {
 
 // One connection to svd: registers, then loops sending heartbeats, reports
 // and telemetry while a reader thread takes svd's desired instance sets.
+// The largest message the agent reads from svd (a desired set).
+constexpr int kDesiredSetBytesMax = 64 << 20;
+
 class Agent::Session {
  public:
   Session(Agent& agent) : a_(agent), o_(agent.options_) {}
@@ -552,6 +555,11 @@ bool Agent::SleepUnlessNudged(absl::Duration d, uint64_t seen) {
 void Agent::Run() {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  // A node's desired set carries each instance's SSH keys (up to 64 of up
+  // to 4 KiB per tenant), mounts and ports: with eight tenants on a node it
+  // can pass gRPC's default 4 MiB, and a set the agent cannot read ends the
+  // stream at every reconnect.
+  args.SetMaxReceiveMessageSize(kDesiredSetBytesMax);
   // The channel's own reconnect backoff must not outlast ours.
   const int backoff_min_ms =
       static_cast<int>(absl::ToInt64Milliseconds(options_.reconnect_backoff_min));

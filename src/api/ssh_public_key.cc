@@ -17,9 +17,14 @@
 namespace sv::api {
 namespace {
 
-constexpr size_t kLineMax = 16384;
+// The longest real key, RSA of 16,384 bits (OpenSSH's most) with a full
+// comment, is about 3,050 bytes. Every key of a tenant goes to every node
+// that runs one of its instances, in each desired set: 16 KiB lines (64 of
+// them per tenant) made a node's set outgrow the agent's message limit.
+constexpr size_t kLineMax = 4096;
 constexpr size_t kCommentMax = 255;
 constexpr int kRsaBitsMin = 2048;
+constexpr int kRsaBitsMax = 16384;
 
 constexpr std::array<std::string_view, 7> kTypes = {
     "ssh-ed25519",
@@ -125,6 +130,9 @@ absl::StatusOr<SshPublicKey> ParseSshPublicKey(std::string_view input) {
     if (const int bits = MpintBits(*n); bits < kRsaBitsMin) {
       return Invalid(absl::StrCat("RSA keys must have at least ", kRsaBitsMin, " bits; this one has ",
                                   bits, " (use ed25519)"));
+    } else if (bits > kRsaBitsMax) {
+      return Invalid(absl::StrCat("RSA keys have at most ", kRsaBitsMax, " bits; this one has ",
+                                  bits));
     }
   } else if (key.type == "ssh-ed25519" || key.type == "sk-ssh-ed25519@openssh.com") {
     auto pk = ReadString(reader);
@@ -133,6 +141,14 @@ absl::StatusOr<SshPublicKey> ParseSshPublicKey(std::string_view input) {
     auto curve = ReadString(reader);
     auto point = curve ? ReadString(reader) : std::nullopt;
     if (!point || point->empty()) return Invalid("the key data is not a complete ECDSA key");
+  }
+  // A security key's blob ends with its application ("ssh:" and the like).
+  if (absl::StartsWith(key.type, "sk-") && !ReadString(reader)) {
+    return Invalid("the key data lacks the security key's application");
+  }
+  if (!reader.empty()) {
+    return Invalid(absl::StrCat("the key data has ", reader.size(),
+                                " bytes after the key; paste the .pub line as it is"));
   }
   std::array<unsigned char, SHA256_DIGEST_LENGTH> digest;
   SHA256(reinterpret_cast<const unsigned char*>(blob.data()), blob.size(), digest.data());

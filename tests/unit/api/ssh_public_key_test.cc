@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/escaping.h"
 #include "common/status.h"
 
 namespace sv::api {
@@ -84,7 +85,14 @@ TEST(SshPublicKeyTest, RefusedKeysSayWhy) {
   ExpectRefused(ed_b64, "<type> <base64 key>");
   ExpectRefused(ed + " bell\a", "control characters");
   ExpectRefused(ed + " " + std::string(300, 'c'), "comment is longer");
-  ExpectRefused("ssh-ed25519 " + std::string(20000, 'A'), "longer than 16384");
+  ExpectRefused("ssh-ed25519 " + std::string(5000, 'A'), "longer than 4096");
+  // Bytes after the key's own fields: they would ride along to every node.
+  {
+    std::string blob;
+    ASSERT_TRUE(absl::Base64Unescape(ed_b64, &blob));
+    ExpectRefused("ssh-ed25519 " + absl::Base64Escape(blob + std::string(64, 'x')),
+                  "64 bytes after the key");
+  }
 }
 
 TEST(SshPublicKeyTest, DefaultNamesComeFromTheComment) {
