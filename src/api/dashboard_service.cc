@@ -90,10 +90,15 @@ class DashboardAdminServiceImpl final : public v1::DashboardAdminService::Servic
         p->set_app_fee_shortfall_micros(r.app_fee_shortfall_micros);
         p->set_topup_refunds_micros(r.topup_refunds_micros);
         p->set_credits_micros(r.credits_micros);
+        // Operator credits are an expense when given: the tenant spends
+        // them as paid credit, so its charges count them as money earned
+        // (until 2026-12-07 a credit of 10,000 CNY, spent, showed as
+        // 10,000 CNY of revenue with no cash behind it).
         p->set_net_revenue_micros(r.charged_micros - r.trial_charged_micros +
                                   r.app_fees_micros - r.app_fees_trial_micros +
                                   r.storage_micros - r.storage_trial_micros -
-                                  (r.sla_refunds_micros - r.sla_refunds_trial_micros));
+                                  (r.sla_refunds_micros - r.sla_refunds_trial_micros) -
+                                  r.credits_micros);
       }
       return absl::OkStatus();
     });

@@ -434,6 +434,8 @@ TEST_F(RestApiTest, MoneyAndDashboard) {
   EXPECT_EQ(revenue.body["points"].back()["topupsMicros"], "25000000");
   EXPECT_EQ(revenue.body["points"].back()["topupRefundsMicros"], "5000000");
   EXPECT_EQ(revenue.body["points"].back()["creditsMicros"], "3000000");
+  // Nothing was charged: the credit is the period's only expense.
+  EXPECT_EQ(revenue.body["points"].back()["netRevenueMicros"], "-3000000") << revenue.raw;
   Reply bad = rest_->Call("GET", "/v1/admin/dashboard/revenue?granularity=WEEKLY", admin);
   EXPECT_EQ(bad.status, 400);
 }
