@@ -193,8 +193,7 @@ document.addEventListener('DOMContentLoaded', () => {
       image: document.getElementById('create-image').value.trim(),
     };
     try {
-      const created = await api('POST', '/v1/instances',
-        { instance, requestId: 'web-' + crypto.randomUUID() });
+      const created = await createOnce('instance', '/v1/instances', { instance });
       setStatus(`Created ${created.name || created.id} (${created.state}).`);
       await refreshInstances();
     } catch (e) {

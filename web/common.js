@@ -31,6 +31,32 @@ async function api(method, path, body) {
   return data;
 }
 
+// A create that may be tried again without making a second one: its
+// request id is kept while an attempt ended without a definite answer (no
+// answer, a 5xx, 504 or COMMIT_IN_DOUBT: the server may have made it) and
+// the same request is sent again, so the retry is answered with what the
+// first made. A new id once an answer is definite or the request differs.
+// `slot` names the form. (Each click used to send a new id: a create that
+// timed out and was clicked again made and billed two instances.)
+const pendingCreates = new Map();
+async function createOnce(slot, path, request) {
+  const text = JSON.stringify(request);
+  let pending = pendingCreates.get(slot);
+  if (!pending || pending.text !== text) {
+    pending = { text, requestId: 'web-' + crypto.randomUUID() };
+    pendingCreates.set(slot, pending);
+  }
+  try {
+    const made = await api('POST', path, { ...request, requestId: pending.requestId });
+    pendingCreates.delete(slot);
+    return made;
+  } catch (e) {
+    const definite = e instanceof ApiError && e.status < 500 && e.reason !== 'COMMIT_IN_DOUBT';
+    if (definite) pendingCreates.delete(slot);
+    throw e;
+  }
+}
+
 // Every item of a paged list: follows nextPageToken until the last page or
 // `max` items, so a long list is never silently cut at the first page.
 // Returns { items, truncated }.

@@ -95,7 +95,7 @@ async function refreshCatalog() {
     formatMoney(img.pricePerHourMicros || 0),
     el('button', { type: 'button', onclick: async () => {
       try {
-        const inst = await api('POST', '/v1/apps:launch', { app: img.id, requestId: crypto.randomUUID() });
+        const inst = await createOnce('app', '/v1/apps:launch', { app: img.id });
         status('app-status', `Launched ${img.name} as ${inst.id}; its URLs appear under Ports.`);
         await refreshVolumes();
       } catch (e) { status('app-status', failText('Launch', e), true); }
@@ -140,14 +140,13 @@ document.addEventListener('DOMContentLoaded', () => {
   document.getElementById('volume-form').addEventListener('submit', async (event) => {
     event.preventDefault();
     try {
-      const v = await api('POST', '/v1/volumes', {
+      const v = await createOnce('volume', '/v1/volumes', {
         volume: {
           name: document.getElementById('volume-name').value.trim(),
           sizeGib: Number(document.getElementById('volume-size').value),
           kind: document.getElementById('volume-kind').value,
           readMany: document.getElementById('volume-read-many').checked,
         },
-        requestId: crypto.randomUUID(),
       });
       status('volume-status', `Created ${v.name || v.id}`);
       await refreshVolumes();

@@ -168,6 +168,26 @@ async function availableMicros(page) {
       await page.getByRole('button', { name: 'Allow moves of e2e-small' }).waitFor({ timeout: 10000 });
     });
 
+    await step('a create whose answer was lost is made once when clicked again', async () => {
+      let lost = 0;
+      await page.route('**/v1/instances', async (route) => {
+        if (route.request().method() !== 'POST' || lost > 0) return route.fallback();
+        lost += 1;
+        await route.fetch();          // svd makes the instance ...
+        await route.abort('failed');  // ... and its answer never arrives.
+      });
+      await page.getByLabel('Name').fill('e2e-lost');
+      await page.getByLabel('GPUs').selectOption('1');
+      await page.getByRole('button', { name: 'Create instance' }).click();
+      await page.locator('#create-status.error').waitFor({ timeout: 10000 });
+      await page.getByRole('button', { name: 'Create instance' }).click();
+      await page.getByRole('status').filter({ hasText: 'Created e2e-lost' }).waitFor({ timeout: 10000 });
+      await page.unroute('**/v1/instances');
+      const made = await page.evaluate(async () => (await apiAll('/v1/instances?pageSize=500', 'instances'))
+        .items.filter((i) => i.name === 'e2e-lost').length);
+      if (made !== 1) throw new Error(`the create clicked again made ${made} instances`);
+    });
+
     await step('add an SSH key, see the ssh command of port 22, delete the key; set and delete a webhook', async () => {
       await page.goto(opts.base + '/storage.html');
       await page.locator('#ssh-keys-table tbody').filter({ hasText: 'No SSH keys yet.' })
