@@ -488,7 +488,11 @@ std::vector<StartConfirmationResult> AgentStore::ConfirmStartedBatch(
         locked_at.push_back(SqlTime(at));
         auto [node_it, node_fresh] = alive.emplace(pair.second, at);
         if (!node_fresh) node_it->second = std::max(node_it->second, at);
-        if (state == "STARTING" || state == "SCHEDULED") {
+        // Not SCHEDULED: no node has been told of this run yet (the first
+        // desired set naming it makes it STARTING and forgets earlier
+        // confirmations), so what confirms it is an earlier run's process
+        // still running there, and it must not start the new run's rent.
+        if (state == "STARTING") {
           auto [it, fresh] = starting.emplace(pair.first, std::make_pair(state, at));
           if (!fresh) it->second.second = std::max(it->second.second, at);
         }

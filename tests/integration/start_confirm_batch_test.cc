@@ -197,8 +197,10 @@ TEST_F(StartConfirmBatchTest, OneNodeOfAGangLeavesItStartingUntilTheOther) {
 }
 
 // A stop keeps the start confirmations of the run it ended; placed again,
-// the gang must not count them: one node's confirmation leaves it
-// STARTING until the other node confirms this run too.
+// the gang must not count them, nor confirmations that come before any
+// node was told of the new run (an earlier run's process still running):
+// one node's confirmation leaves it STARTING until the other node confirms
+// this run too.
 TEST_F(StartConfirmBatchTest, ConfirmationsOfAnEarlierRunDoNotCompleteAGang) {
   Open(2);
   AgentStore agents(*db_);
@@ -223,12 +225,24 @@ TEST_F(StartConfirmBatchTest, ConfirmationsOfAnEarlierRunDoNotCompleteAGang) {
   ASSERT_EQ(State(gang), "SCHEDULED");
   nodes = NodesOf(gang);
   ASSERT_EQ(nodes.size(), 2u);
-  // Only the first node answers (before it even read its desired set).
+  // Both nodes answer before either read its desired set: the earlier
+  // run's processes, which count for nothing.
+  for (const std::string& node : nodes) {
+    auto early = agents.ConfirmStartedMany(node, {gang}, now_ + absl::Seconds(2));
+    ASSERT_TRUE(early.ok()) << early.status();
+    ASSERT_TRUE((*early)[0].ok()) << (*early)[0].status();
+    EXPECT_FALSE(*(*early)[0]);
+  }
+  EXPECT_EQ(State(gang), "SCHEDULED");
+  EXPECT_EQ(Events(gang, "RUNNING"), 1);
+  // Told, only the first node answers.
+  ASSERT_TRUE(agents.DesiredForNode(nodes[0], now_ + absl::Seconds(2)).ok());
+  ASSERT_TRUE(agents.DesiredForNode(nodes[1], now_ + absl::Seconds(2)).ok());
   auto first = agents.ConfirmStartedMany(nodes[0], {gang}, now_ + absl::Seconds(2));
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE((*first)[0].ok()) << (*first)[0].status();
   EXPECT_FALSE(*(*first)[0]);
-  EXPECT_NE(State(gang), "RUNNING");
+  EXPECT_EQ(State(gang), "STARTING");
   EXPECT_EQ(Events(gang, "RUNNING"), 1);
   auto second = agents.ConfirmStartedMany(nodes[1], {gang}, now_ + absl::Seconds(3));
   ASSERT_TRUE(second.ok()) << second.status();
@@ -307,6 +321,30 @@ TEST_F(StartConfirmBatchTest, NodeDeathRereadsInstancesUnderTheirLocks) {
                                  grow, "' AND reason = 'grown')"))[0][0]
                   .as<bool>())
       << "the stop sorts before the resize: billing sees the grown instance run on";
+}
+
+// Goal: a confirmation of an instance no node was told of yet (SCHEDULED:
+// an earlier run's process still listed by the node's heartbeat) does not
+// make it RUNNING; once the node is told, its confirmation does.
+TEST_F(StartConfirmBatchTest, ConfirmationsBeforeTheNodeIsToldDoNotStartIt) {
+  Open(1);
+  AgentStore agents(*db_);
+  const std::string id = Create("early", 1);
+  control::Scheduling scheduling(*db_, control::SchedulingOptions{});
+  ASSERT_TRUE(scheduling.RunPass(now_).ok());
+  ASSERT_EQ(State(id), "SCHEDULED");
+  const std::string node = NodesOf(id)[0];
+  auto early = agents.ConfirmStartedBatch({{node, {id}, now_ + absl::Seconds(1)}});
+  ASSERT_EQ(early.size(), 1u);
+  ASSERT_TRUE(early[0].ok()) << early[0].status();
+  ASSERT_TRUE((*early[0])[0].ok()) << (*early[0])[0].status();
+  EXPECT_FALSE(*(*early[0])[0]) << "confirmed as running";
+  EXPECT_EQ(State(id), "SCHEDULED");
+  ASSERT_TRUE(agents.DesiredForNode(node, now_ + absl::Seconds(2)).ok());
+  ASSERT_EQ(State(id), "STARTING");
+  auto told = agents.ConfirmStartedBatch({{node, {id}, now_ + absl::Seconds(3)}});
+  ASSERT_TRUE(told[0].ok()) << told[0].status();
+  EXPECT_EQ(State(id), "RUNNING");
 }
 
 // Goal: a node's death waits for a queue pass that read the node as ready,
