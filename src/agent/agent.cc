@@ -231,11 +231,18 @@ class Agent::Session {
   // Tells svd of a change of an instance. To an svd that takes batches the
   // report waits in `pending_` for the end of the pass (FlushReports), so a
   // pass that starts eight instances costs svd one transaction, not eight.
+  // The run an instance was started (or last confirmed) under; 0: unknown.
+  int64_t RunOf(const std::string& id) const {
+    auto it = runs_.find(id);
+    return it == runs_.end() ? 0 : it->second;
+  }
+
   bool Report(Stream& stream, const std::string& id, v1::AgentInstanceState state,
-              int exit_code, const std::string& reason) {
+              int exit_code, const std::string& reason, int64_t run) {
     v1::InstanceReport r;
     r.set_instance_id(id);
     r.set_state(state);
+    r.set_run(run);
     r.set_exit_code(exit_code);
     r.set_reason(reason);
     *r.mutable_observe_time() = ToProto(a_.clock_.Now());
@@ -388,14 +395,20 @@ class Agent::Session {
       const bool wanted = desired.count(s.instance_id) > 0;
       if (s.running && !wanted) {
         (void)a_.driver_->Stop(s.instance_id);
-        if (!Report(stream, s.instance_id, v1::AGENT_STOPPED, 0, "svd no longer wants it")) {
+        if (!Report(stream, s.instance_id, v1::AGENT_STOPPED, 0, "svd no longer wants it",
+                    RunOf(s.instance_id))) {
           return false;
         }
       } else if (!s.running) {
         (void)a_.driver_->Stop(s.instance_id);  // Forget it.
-        if (wanted) {
+        if (wanted && StartedUnderOtherRun(s.instance_id, desired)) {
+          // An earlier run's process ended; svd has started the instance
+          // again since: not news, and the loop below starts the new run.
+          known.erase(s.instance_id);
+        } else if (wanted) {
           ended_.insert(s.instance_id);
-          if (!Report(stream, s.instance_id, v1::AGENT_EXITED, s.exit_code, s.detail)) {
+          if (!Report(stream, s.instance_id, v1::AGENT_EXITED, s.exit_code, s.detail,
+                      RunOf(s.instance_id))) {
             return false;
           }
         }
@@ -413,7 +426,7 @@ class Agent::Session {
         const RuntimeInstance& want = desired.at(s.instance_id);
         runs_[s.instance_id] = want.run;
         if (!want.confirmed &&
-            !Report(stream, s.instance_id, v1::AGENT_STARTED, 0, "running")) {
+            !Report(stream, s.instance_id, v1::AGENT_STARTED, 0, "running", want.run)) {
           return false;
         }
       }
@@ -441,7 +454,7 @@ class Agent::Session {
         started_any = true;
       }
       if (!Report(stream, id, started.ok() ? v1::AGENT_STARTED : v1::AGENT_START_FAILED,
-                  0, started.ok() ? "started" : std::string(started.message()))) {
+                  0, started.ok() ? "started" : std::string(started.message()), instance.run)) {
         return false;
       }
     }

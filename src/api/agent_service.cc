@@ -435,7 +435,7 @@ class AgentSession {
             node_id_, r.instance_id(), r.exit_code() != 0,
             absl::StrCat("exited on node ", node_name_, " with code ", r.exit_code(), ": ",
                          r.reason().substr(0, 200)),
-            now);
+            now, r.run());
         api_.Kick();
         break;
       case v1::AGENT_START_FAILED:
@@ -443,7 +443,7 @@ class AgentSession {
             node_id_, r.instance_id(), true,
             absl::StrCat("failed to start on node ", node_name_, ": ",
                          r.reason().substr(0, 200)),
-            now);
+            now, r.run());
         api_.Kick();
         break;
       case v1::AGENT_STOPPED:

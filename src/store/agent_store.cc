@@ -600,10 +600,23 @@ std::vector<StartConfirmationResult> AgentStore::ConfirmStartedBatch(
 
 absl::Status AgentStore::ReportEnded(const std::string& node_id,
                                      const std::string& instance_id, bool failed,
-                                     const std::string& reason, absl::Time now) {
+                                     const std::string& reason, absl::Time now, int64_t run) {
   return db_.Transact([&](pqxx::work& txn) -> absl::Status {
     std::optional<std::string> held = LockHeldInstance(txn, node_id, instance_id);
     if (!held) return NotHeld(txn, node_id, instance_id);
+    if (run != 0) {
+      // Under the lock: the run is the instance's queue_seq, renewed by
+      // every start and placement.
+      const int64_t current =
+          txn.exec_params1("SELECT queue_seq FROM instances WHERE id = $1", instance_id)[0]
+              .as<int64_t>();
+      if (current != run) {
+        return Error(absl::StatusCode::kFailedPrecondition, "STALE_REPORT",
+                     absl::StrCat("the report is of run ", run, " of instance ", instance_id,
+                                  ", which has been started again since (run ", current,
+                                  ")"));
+      }
+    }
     EndInstance(txn, instance_id, *held, failed ? "FAILED" : "STOPPED",
                 reason.empty() ? std::string("the instance ended on its node") : reason, now,
                 now);

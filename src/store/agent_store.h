@@ -168,9 +168,11 @@ class AgentStore {
       const std::vector<StartConfirmation>& confirmations);
   // The instance ended on the node by itself, or failed to start: it leaves
   // its state as of `now` (STOPPED for a clean exit, else FAILED) and
-  // releases its GPUs. STALE_REPORT and UNKNOWN_INSTANCE as above.
+  // releases its GPUs. STALE_REPORT and UNKNOWN_INSTANCE as above, and
+  // STALE_REPORT when `run` (0: unknown) is not the instance's current run.
   absl::Status ReportEnded(const std::string& node_id, const std::string& instance_id,
-                           bool failed, const std::string& reason, absl::Time now);
+                           bool failed, const std::string& reason, absl::Time now,
+                           int64_t run = 0);
 
   // Declares down every node whose last heartbeat is older than `now -
   // timeout`; their instances stop AS OF THAT LAST HEARTBEAT, so time on a

@@ -727,6 +727,13 @@ TEST_F(AgentLifecycleTest, LateReportOfADeletedInstanceIsNotAnError) {
   auto& stream = agent.stream;
   v1::ServerMessage m;
   const Instance created = Create(8);
+  // Started once the node was told (a start reported before that is an
+  // earlier run's and counts for nothing).
+  bool told = false;
+  while (!told && stream->Read(&m)) {
+    if (m.has_desired()) told = m.desired().instances_size() == 1;
+  }
+  ASSERT_TRUE(told);
   v1::AgentMessage report;
   report.mutable_report()->set_instance_id(created.id());
   report.mutable_report()->set_state(v1::AGENT_STARTED);

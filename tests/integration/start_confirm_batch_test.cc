@@ -347,6 +347,39 @@ TEST_F(StartConfirmBatchTest, ConfirmationsBeforeTheNodeIsToldDoNotStartIt) {
   EXPECT_EQ(State(id), "RUNNING");
 }
 
+// Goal: an exit report of an earlier run (the agent says which) does not
+// end the instance's current run; one of the current run does.
+TEST_F(StartConfirmBatchTest, AnEarlierRunsExitDoesNotEndTheCurrentRun) {
+  Open(1);
+  AgentStore agents(*db_);
+  const std::string id = Create("rerun", 1);
+  PlaceAndTell(agents, 1);
+  const std::string node = NodesOf(id)[0];
+  auto run_of = [&] {
+    return Query(absl::StrCat("SELECT queue_seq FROM instances WHERE id = '", id, "'"))[0][0]
+        .as<int64_t>();
+  };
+  ASSERT_TRUE(agents.ConfirmStarted(node, id, now_ + absl::Seconds(1)).ok());
+  const int64_t first = run_of();
+  // Stopped and started again on the same node.
+  now_ += absl::Minutes(1);
+  ASSERT_TRUE(store_->StopInstance(tenant_, id, "stopped by the user", now_).ok());
+  ASSERT_TRUE(store_->StartInstance(tenant_, id, now_).ok());
+  PlaceAndTell(agents, 1);
+  ASSERT_EQ(NodesOf(id), std::vector<std::string>{node});
+  ASSERT_TRUE(agents.ConfirmStarted(node, id, now_ + absl::Seconds(1)).ok());
+  ASSERT_EQ(State(id), "RUNNING");
+  const int64_t second = run_of();
+  ASSERT_NE(first, second);
+  absl::Status stale =
+      agents.ReportEnded(node, id, true, "old process", now_ + absl::Seconds(2), first);
+  EXPECT_EQ(sv::ReasonOf(stale), "STALE_REPORT") << stale;
+  EXPECT_EQ(State(id), "RUNNING");
+  ASSERT_TRUE(
+      agents.ReportEnded(node, id, true, "this run", now_ + absl::Seconds(3), second).ok());
+  EXPECT_EQ(State(id), "FAILED");
+}
+
 // Goal: a node's death waits for a queue pass that read the node as ready,
 // and stops what that pass placed there. (Until 2026-12-07 the sweep did
 // not take the placement lock: the pass's placement committed after it, on

@@ -52,6 +52,7 @@ class VolumeStoreTest : public ::testing::Test {
       const std::string node = Query(absl::StrCat(
           "SELECT node_id FROM gpu_reservations WHERE instance_id = '", id, "' LIMIT 1"))[0][0]
                                    .as<std::string>();
+      EXPECT_TRUE(agents.DesiredForNode(node, now_).ok());  // Told, then confirmed.
       auto confirmed = agents.ConfirmStartedBatch({{node, {id}, now_}});
       EXPECT_TRUE(confirmed[0].ok()) << confirmed[0].status();
     }
