@@ -110,7 +110,8 @@ absl::StatusOr<WebhookUrl> ParseWebhookUrl(const std::string& url) {
   return out;
 }
 
-absl::Status CheckWebhookHost(const WebhookUrl& url, bool allow_private) {
+absl::Status CheckWebhookHost(const WebhookUrl& url, bool allow_private,
+                              std::string* address) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -121,17 +122,25 @@ absl::Status CheckWebhookHost(const WebhookUrl& url, bool allow_private) {
                  absl::StrCat("the webhook host ", url.host, " does not resolve"));
   }
   bool all_public = true;
+  std::string first_v4, first_any;
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    char text[INET6_ADDRSTRLEN] = {};
     if (a->ai_family == AF_INET) {
       const auto* v4 = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
       all_public = all_public && PublicV4(ntohl(v4->sin_addr.s_addr));
+      inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text));
+      if (first_v4.empty()) first_v4 = text;
     } else if (a->ai_family == AF_INET6) {
-      all_public = all_public && PublicV6(reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr);
+      const auto* v6 = reinterpret_cast<const sockaddr_in6*>(a->ai_addr);
+      all_public = all_public && PublicV6(v6->sin6_addr);
+      inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text));
     } else {
       all_public = false;
     }
+    if (first_any.empty()) first_any = text;
   }
   freeaddrinfo(found);
+  if (address != nullptr) *address = first_v4.empty() ? first_any : first_v4;
   if (!all_public && !allow_private) {
     return Error(absl::StatusCode::kInvalidArgument, "WEBHOOK_URL_NOT_PUBLIC",
                  absl::StrCat("the webhook host ", url.host,
@@ -168,8 +177,11 @@ WebhookAttempt PostWebhook(const std::string& url, const std::string& secret,
     attempt.error = std::string(parsed.status().message());
     return attempt;
   }
-  // Checked again at each send: the name may resolve elsewhere today.
-  absl::Status host = CheckWebhookHost(*parsed, options.allow_private_addresses);
+  // Checked again at each send: the name may resolve elsewhere today. The
+  // request goes to the address checked: resolved again by the client, a
+  // name could answer public to the check and private to the connection.
+  std::string address;
+  absl::Status host = CheckWebhookHost(*parsed, options.allow_private_addresses, &address);
   if (!host.ok()) {
     attempt.error = std::string(host.message());
     return attempt;
@@ -180,6 +192,8 @@ WebhookAttempt PostWebhook(const std::string& url, const std::string& secret,
                                               : parsed->host,
                                           ":", parsed->port);
   httplib::Client client(origin);
+  // The Host header and TLS's server name stay the URL's.
+  client.set_hostname_addr_map({{parsed->host, address}});
   const int64_t timeout_us = absl::ToInt64Microseconds(options.timeout);
   client.set_connection_timeout(timeout_us / 1000000, timeout_us % 1000000);
   client.set_read_timeout(timeout_us / 1000000, timeout_us % 1000000);

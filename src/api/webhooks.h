@@ -42,8 +42,12 @@ absl::StatusOr<WebhookUrl> ParseWebhookUrl(const std::string& url);
 // OK when every address the host resolves to is public (not loopback,
 // private, link-local, shared, multicast or unspecified), or when
 // `allow_private`; INVALID_ARGUMENT / WEBHOOK_URL_NOT_PUBLIC or
-// UNRESOLVABLE_WEBHOOK_HOST otherwise.
-absl::Status CheckWebhookHost(const WebhookUrl& url, bool allow_private);
+// UNRESOLVABLE_WEBHOOK_HOST otherwise. `address`, when given, gets the
+// checked address to connect to (the first IPv4 one, else the first), so
+// that the request goes where the check looked, not to whatever the name
+// resolves to a moment later (DNS rebinding).
+absl::Status CheckWebhookHost(const WebhookUrl& url, bool allow_private,
+                              std::string* address = nullptr);
 // "v1=" and the hex HMAC-SHA256 of "<timestamp>.<body>" under `secret`.
 std::string WebhookSignature(const std::string& secret, int64_t timestamp,
                              const std::string& body);

@@ -56,6 +56,19 @@ TEST(WebhookUrlTest, OnlyPublicAddressesUnlessAllowed) {
             "UNRESOLVABLE_WEBHOOK_HOST");
 }
 
+// The check hands back the address it vetted, and the request is pinned
+// to it (PostWebhook), so a name cannot answer public to the check and
+// private to the connection (DNS rebinding). IPv4 first.
+TEST(WebhookUrlTest, TheCheckedAddressIsTheOneToConnectTo) {
+  std::string address;
+  ASSERT_TRUE(CheckWebhookHost({true, "8.8.8.8", 443, "/"}, false, &address).ok());
+  EXPECT_EQ(address, "8.8.8.8");
+  ASSERT_TRUE(CheckWebhookHost({true, "2001:4860:4860::8888", 443, "/"}, false, &address).ok());
+  EXPECT_EQ(address, "2001:4860:4860::8888");
+  ASSERT_TRUE(CheckWebhookHost({false, "localhost", 80, "/"}, true, &address).ok());
+  EXPECT_TRUE(address == "127.0.0.1" || address == "::1") << address;
+}
+
 TEST(WebhookSignatureTest, IsHmacSha256OfTimestampAndBody) {
   // RFC 4231, test case 2: key "Jefe", data "what do ya want for nothing?".
   EXPECT_EQ(HmacSha256Hex("Jefe", "what do ya want for nothing?"),
