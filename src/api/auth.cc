@@ -8,6 +8,23 @@
 #include "common/status.h"
 
 namespace sv::api {
+
+std::string CallerPeer(const grpc::ServerContextBase& context) {
+  std::string peer = context.peer();
+  // REST calls come over svd's in-process channel (no network peer), which
+  // names the HTTP client's address; nobody else can reach that channel.
+  // Its peer is "unknown" in Debian 12's gRPC (1.51), "inproc" in others; a
+  // network peer is always ipv4:, ipv6: or unix:. (Checking "inproc" alone
+  // left every REST call audited, and failed keys limited, as "unknown".)
+  if (peer.rfind("inproc", 0) == 0 || peer == "unknown") {
+    auto client = context.client_metadata().find("x-sv-rest-client");
+    if (client != context.client_metadata().end()) {
+      return "rest:" + std::string(client->second.data(), client->second.size());
+    }
+  }
+  return peer;
+}
+
 namespace {
 absl::Status Unauthenticated(absl::string_view reason, absl::string_view message) {
   return Error(absl::StatusCode::kUnauthenticated, reason, message);
@@ -45,16 +62,8 @@ absl::StatusOr<store::Principal> Authenticator::Authenticate(
   if (!who.ok()) {
     if (who.status().code() != absl::StatusCode::kUnauthenticated) return who.status();
     // The peer is "ipv4:127.0.0.1:port"; limit by address, not by port.
-    std::string peer = context.peer();
-    peer = peer.substr(0, peer.rfind(':'));
-    // REST calls come over svd's in-process channel (no network peer), which
-    // names the HTTP client's address; nobody else can reach that channel.
-    if (context.peer().rfind("inproc", 0) == 0) {
-      auto client = context.client_metadata().find("x-sv-rest-client");
-      if (client != context.client_metadata().end()) {
-        peer = "rest:" + std::string(client->second.data(), client->second.size());
-      }
-    }
+    std::string peer = CallerPeer(context);
+    if (peer.rfind("rest:", 0) != 0) peer = peer.substr(0, peer.rfind(':'));
     absl::Duration wait = failures_per_peer_.Take(peer);
     if (wait > absl::ZeroDuration()) return RateLimited("failed authentications", wait);
     return who.status();

@@ -25,6 +25,11 @@ namespace sv::api {
 // buckets); over a limit the answer is RESOURCE_EXHAUSTED / RATE_LIMITED
 // with a RetryInfo. Failed authentications are limited per peer address,
 // so guessing keys is slow.
+// Who called, for rate limits and the audit log: the gRPC peer, or for a
+// REST call (svd's in-process channel, which only the gateway reaches)
+// "rest:" and the HTTP client's address.
+std::string CallerPeer(const grpc::ServerContextBase& context);
+
 struct AuthOptions {
   RateLimit per_key{100, 300};
   RateLimit per_tenant{300, 1000};

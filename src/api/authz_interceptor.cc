@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "absl/container/flat_hash_map.h"
+#include "api/auth.h"
 #include "api/errors.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -90,7 +91,7 @@ class AuthzInterceptor final : public grpc::experimental::Interceptor {
     event.request_id = request_id_;
     event.code = static_cast<int>(status.error_code());
     event.reason = status.ok() ? "" : ReasonOf(status);
-    event.peer = context_ != nullptr ? context_->peer() : "";
+    event.peer = context_ != nullptr ? CallerPeer(*context_) : "";
     audit_(event);
   }
 
@@ -158,7 +159,7 @@ std::optional<store::AuditRow> InTransactionAuditRow(const grpc::ServerContextBa
   event.method = info->method;
   event.request_id = RequestIdOf(request);
   event.code = static_cast<int>(grpc::StatusCode::OK);
-  event.peer = context->peer();
+  event.peer = CallerPeer(*context);
   return AuditRowOf(event, at);
 }
 

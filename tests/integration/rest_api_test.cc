@@ -4,6 +4,7 @@
 // another tenant's instance is NOT_FOUND, and rate limits are the gRPC ones.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <pqxx/pqxx>
 
 #include <thread>
 
@@ -80,12 +81,14 @@ class RestApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
     SvdOptions options{CreateTestDatabase(), 4, 2, {"--billing-interval-ms", "200"}};
+    database_url_ = options.database_url;
     svd_ = std::make_unique<SvdProcess>(options);
     ASSERT_TRUE(svd_->Start());
     ASSERT_GT(svd_->http_port(), 0);
     rest_ = std::make_unique<Rest>(svd_->http_port());
   }
 
+  std::string database_url_;
   std::unique_ptr<SvdProcess> svd_;
   std::unique_ptr<Rest> rest_;
 };
@@ -388,6 +391,14 @@ TEST_F(RestApiTest, MoneyAndDashboard) {
     }
   }
   EXPECT_TRUE(told) << balance.raw;
+  // The audit log names the HTTP client, not svd's in-process channel.
+  {
+    pqxx::connection c(database_url_);
+    pqxx::nontransaction n(c);
+    auto peers = n.exec("SELECT DISTINCT peer FROM audit_log WHERE method LIKE '%/TopUp'");
+    ASSERT_EQ(peers.size(), 1u);
+    EXPECT_EQ(peers[0][0].as<std::string>(), "rest:127.0.0.1");
+  }
   rest_->Call("POST", refund_path, admin, refund);  // A replay changes nothing.
   EXPECT_EQ(rest_->Call("GET", "/v1/balance", key).body["paidMicros"], "23000000");
   EXPECT_EQ(rest_->Call("GET", "/v1/usage?startTime=2026-01-01T00:00:00Z", key).status, 200);
