@@ -246,6 +246,22 @@ absl::StatusOr<TransferRecord> Billing::TopUp(const std::string& tenant_id,
     if (tenant.empty()) {
       return Error(absl::StatusCode::kNotFound, "TENANT_NOT_FOUND", "no such tenant");
     }
+    // A replay is the same payment: same tenant and amount. Told apart
+    // before the destination is chosen, which depends on the mode: the
+    // posting's hash names the account, so a retry after a switch between
+    // prepaid and postpaid clashed with its own first try
+    // (IDEMPOTENCY_KEY_REUSED), and a payment re-entered under a new id
+    // was then credited twice.
+    auto posted = txn.exec_params(
+        "SELECT tenant_id = $2 AND amount_micros = $3 AND kind = 'topup' "
+        "FROM ledger_transfers WHERE idempotency_key = $1 AND leg = 0",
+        key, tenant_id, amount_micros);
+    if (!posted.empty()) {
+      if (posted[0][0].as<bool>()) return absl::OkStatus();
+      return Error(absl::StatusCode::kAlreadyExists, "IDEMPOTENCY_KEY_REUSED",
+                   absl::StrCat("payment ", payment_id,
+                                " was already posted with another tenant or amount"));
+    }
     // A postpaid tenant's payment settles its receivable.
     const char* kind = tenant[0][0].as<std::string>() == "postpaid" ? "receivable"
                                                                      : "paid_wallet";

@@ -97,6 +97,15 @@ absl::StatusOr<std::vector<PostedRefund>> PostSlaRefunds(pqxx::work& txn,
       "SELECT 1 FROM tenants WHERE id = ANY ($1::text[]) ORDER BY id COLLATE \"C\" "
       "FOR KEY SHARE",
       store::TextArrayLiteral(tenants));
+  // The trial part goes to the trial wallet while the tenant's grant is
+  // unexpired. A share lock on the grants waits for an expiry in progress
+  // (ExpireTrials holds them FOR UPDATE while it empties the wallet), so
+  // the statement below sees it: read unlocked, the grant looked valid and
+  // the part landed in a wallet just emptied, where it never expired.
+  txn.exec_params(
+      "SELECT 1 FROM trial_grants WHERE tenant_id = ANY ($1::text[]) AND NOT expired "
+      "ORDER BY user_id FOR SHARE",
+      store::TextArrayLiteral(tenants));
   auto rows = txn.exec_params(kPostSql, store::TextArrayLiteral(keys), store::TextArrayLiteral(tenants),
                               store::TextArrayLiteral(instances), store::IntArrayLiteral(minutes),
                               store::IntArrayLiteral(amounts), store::IntArrayLiteral(trials),

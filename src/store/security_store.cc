@@ -733,6 +733,15 @@ absl::StatusOr<int> SecurityStore::RemoveOperator(const std::string& user_id,
     }
     txn.exec_params(
         "UPDATE users SET role = 'member', operator_read_only = false WHERE id = $1", user_id);
+    // A member without a trial grant is given one (Billing::GrantMissingTrials):
+    // the operators' tenant is no customer, and the first operator removed
+    // put 10 CNY of trial credit there. An empty, expired grant says it had
+    // its turn.
+    txn.exec_params(
+        "INSERT INTO trial_grants (user_id, tenant_id, amount_micros, granted_at, expires_at, "
+        "expired) SELECT id, tenant_id, 0, $2::timestamptz, $2::timestamptz, true FROM users "
+        "WHERE id = $1 ON CONFLICT DO NOTHING",
+        user_id, SqlTime(now));
     txn.exec_params("DELETE FROM memberships WHERE user_id = $1", user_id);
     revoked = static_cast<int>(
         txn.exec_params("UPDATE api_keys SET revoked_at = $2::timestamptz "

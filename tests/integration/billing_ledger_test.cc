@@ -1026,6 +1026,20 @@ TEST_F(BillingTest, TopUpIdempotency) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(billing.TopUp("ten-nope", "pay-9", 1, clock_.Now()).status().code(),
             absl::StatusCode::kNotFound);
+  // Another tenant's payment id is its own payment, not this one.
+  auto [other, other_user] = NewTenant("topup-other");
+  EXPECT_EQ(ReasonOf(billing.TopUp(other, "pay-7", 5 * kMicrosPerYuan, clock_.Now()).status()),
+            "IDEMPOTENCY_KEY_REUSED");
+  // A retry after the tenant went postpaid (its payment moved to the
+  // receivable) is the same payment: answered with it, posted once. It
+  // used to clash with itself, the destination being part of its hash.
+  auto first = billing.TopUp(tenant, "pay-10", 3 * kMicrosPerYuan, clock_.Now());
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(billing.SetBillingMode(tenant, BillingMode::kPostpaid, 0).ok());
+  auto retried = billing.TopUp(tenant, "pay-10", 3 * kMicrosPerYuan, clock_.Now());
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_EQ(retried->id, first->id);
+  EXPECT_EQ(billing.GetBalance(tenant, clock_.Now())->receivable_micros, 8 * kMicrosPerYuan);
 }
 
 // Operators give credit and refund top-ups through the ledger (until

@@ -2,6 +2,7 @@
 // real svd and PostgreSQL (docs/security.md, "Operators"; docs/billing.md,
 // "Credits above the approval limit").
 #include <future>
+#include <pqxx/pqxx>
 #include <vector>
 
 #include "api/api_keys.h"
@@ -295,6 +296,20 @@ TEST_F(OperatorsTest, OperatorsAddListAndRemoveOperators) {
   status = Remove(svd_->admin_key(), bootstrap_id);
   EXPECT_EQ(ReasonOf(status), "LAST_OPERATOR");
   ASSERT_EQ(Operators().size(), 1u);
+  // A removed operator is a member without a tenant's trial: it gets an
+  // empty grant, so billing's sweep of members without one does not put
+  // 10 CNY of trial credit in the operators' tenant (it did, once).
+  {
+    pqxx::connection c(url_);
+    pqxx::nontransaction n(c);
+    for (const std::string& id : {alice_id, bob_id}) {
+      auto grant = n.exec_params(
+          "SELECT amount_micros, expired FROM trial_grants WHERE user_id = $1", id);
+      ASSERT_EQ(grant.size(), 1u) << id;
+      EXPECT_EQ(grant[0][0].as<int64_t>(), 0);
+      EXPECT_TRUE(grant[0][1].as<bool>());
+    }
+  }
 
   // A former operator can be made one again, with a new key; the old key
   // stays revoked.
