@@ -188,7 +188,28 @@ absl::StatusOr<std::vector<std::string>> AgentStore::RevokedNodeCredentials(
 
 absl::StatusOr<std::string> AgentStore::RegisterNode(const NodeRecord& node, absl::Time now) {
   std::string node_id;
-  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    // The fleet is a tree (zone > pod > leaf): a leaf in two pods or a pod
+    // in two zones makes the scheduler's snapshot unusable, and every
+    // queue pass and resize then failed, fleet-wide, for one node's bad
+    // labels. Registrations check it one at a time.
+    txn.exec("SELECT pg_advisory_xact_lock(hashtextextended('node-topology', 0))");
+    auto clash = txn.exec_params(
+        "SELECT name, zone, pod, leaf_switch FROM nodes WHERE name <> $1 "
+        "AND ((leaf_switch = $4 AND pod <> $3) OR (pod = $3 AND zone <> $2)) "
+        "ORDER BY name LIMIT 1",
+        node.name, node.zone, node.pod, node.leaf_switch);
+    if (!clash.empty()) {
+      const auto& c = clash[0];
+      return Error(absl::StatusCode::kFailedPrecondition, "INVALID_TOPOLOGY",
+                   absl::StrCat("node ", node.name, " says leaf ", node.leaf_switch,
+                                " is in pod ", node.pod, " of zone ", node.zone, ", but node ",
+                                c[0].as<std::string>(), " has leaf ", c[3].as<std::string>(),
+                                " in pod ", c[2].as<std::string>(), " of zone ",
+                                c[1].as<std::string>(),
+                                "; a leaf belongs to one pod and a pod to one zone: fix the "
+                                "agent's --zone, --pod or --leaf-switch"));
+    }
     // A node coming back from 'down' is ready again; cordoned and draining
     // are operator decisions and survive a reconnect.
     auto row = txn.exec_params1(

@@ -645,6 +645,34 @@ TEST_F(AgentLifecycleTest, BadAgentMessagesAreRejected) {
     EXPECT_EQ(api::ReasonOf(status), "INVALID_PORT_RANGE");
   }
 
+  // The fleet is a tree: with node-a's leaf "l" in pod "p", node-b may not
+  // put "l" in another pod (one node's bad labels made every queue pass
+  // fail, fleet-wide), nor node-c pod "p" in another zone.
+  {
+    auto refused_as = [&](const std::string& node, const std::string& zone,
+                          const std::string& pod, const std::string& leaf) {
+      auto message = registration(node);
+      message.mutable_register_()->set_zone(zone);
+      message.mutable_register_()->set_pod(pod);
+      message.mutable_register_()->set_leaf_switch(leaf);
+      auto topology_context = Context(MintCredential(node));
+      auto topology_stream = stub->Connect(topology_context.get());
+      topology_stream->Write(message);
+      topology_stream->WritesDone();
+      v1::ServerMessage ignored;
+      while (topology_stream->Read(&ignored)) {
+      }
+      return topology_stream->Finish();
+    };
+    ASSERT_TRUE(refused_as("node-a", "z", "p", "l").ok());
+    status = refused_as("node-b", "z", "q", "l");
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_EQ(api::ReasonOf(status), "INVALID_TOPOLOGY") << status.error_message();
+    status = refused_as("node-c", "y", "p", "m");
+    EXPECT_EQ(api::ReasonOf(status), "INVALID_TOPOLOGY") << status.error_message();
+    EXPECT_TRUE(refused_as("node-d", "z", "q", "m").ok());  // A new leaf and pod.
+  }
+
   // A registered agent reporting an instance it does not hold.
   auto context = Context(credential);
   auto stream = stub->Connect(context.get());
