@@ -239,9 +239,14 @@ absl::Status WriteMoved(pqxx::work& txn, const FleetView& view,
                  "an instance to move holds other GPUs than the pass read");
   }
   reservations.Insert(txn, now);
+  // A move is a new run (queue_seq is the agents' run number): a chain of
+  // moves can end on the node it began on with other GPUs, and an agent
+  // that saw the same run kept the process on its old GPUs, which may now
+  // be another tenant's.
   txn.exec_params(
       "UPDATE instances i SET state = 'SCHEDULED', state_reason = v.reason, "
-      "updated_at = $3::timestamptz, running_since = NULL, idle_since = NULL "
+      "updated_at = $3::timestamptz, running_since = NULL, idle_since = NULL, "
+      "queue_seq = nextval('instances_queue_seq_seq') "
       "FROM unnest($1::text[], $2::text[]) AS v(id, reason) WHERE i.id = v.id",
       TextArrayLiteral(ids), TextArrayLiteral(reasons), SqlTime(now));
   InsertScheduledEvents(txn, ids, reasons, "RUNNING", now);
@@ -259,23 +264,34 @@ int WritePlaced(pqxx::work& txn, const FleetView& view,
                 const std::map<std::string, int>& gpu_counts, absl::Time now,
                 std::set<std::string>& written) {
   if (placed.empty()) return 0;
-  std::vector<std::string> ids, reasons;
+  std::vector<std::string> ids, reasons, nodes;
   std::map<std::string, const QueueVerdict*> by_id;
   for (const QueueVerdict* v : placed) {
     ids.push_back(v->instance_id);
     reasons.push_back(absl::StrCat("GPUs reserved on ", GrantText(view, v->grants)));
+    nodes.push_back(v->grants.empty() ? std::string() : v->grants.front().node_id);
     by_id[v->instance_id] = v;
   }
   // Prepared: PostgreSQL plans it once per connection, not on every pass.
+  // A node-local volume attached (or moving) to the instance after the pass
+  // read it pins it to the volume's node: read under the row's lock (an
+  // attach locks the instance first), an instance placed elsewhere stays
+  // PENDING for the next pass, which sees the pin. It used to be placed
+  // away from its data.
   auto updated = ExecPrepared(
       txn, "sv_pass_placed",
       "UPDATE instances i SET state = 'SCHEDULED', state_reason = v.reason, "
       "queue_position = 0, updated_at = $3::timestamptz "
-      "FROM unnest($1::text[], $2::text[]) AS v(id, reason) "
+      "FROM unnest($1::text[], $2::text[], $4::text[]) AS v(id, reason, node) "
       "WHERE i.id = v.id AND i.state = 'PENDING' AND i.id IN (SELECT x.id FROM instances x "
       "WHERE x.id = ANY($1::text[]) AND x.state = 'PENDING' FOR NO KEY UPDATE SKIP LOCKED) "
+      "AND NOT EXISTS (SELECT 1 FROM volume_attachments a JOIN volumes vol "
+      "ON vol.id = a.volume_id WHERE a.instance_id = i.id AND vol.kind = 'node_local' "
+      "AND vol.node_id <> v.node) "
+      "AND NOT EXISTS (SELECT 1 FROM volumes vol WHERE vol.move_to_instance_id = i.id "
+      "AND vol.kind = 'node_local' AND vol.node_id <> v.node) "
       "RETURNING i.id, v.reason",
-      TextArrayLiteral(ids), TextArrayLiteral(reasons), SqlTime(now));
+      TextArrayLiteral(ids), TextArrayLiteral(reasons), SqlTime(now), TextArrayLiteral(nodes));
   ReservationColumns reservations;
   std::vector<std::string> event_ids, event_reasons;
   for (const auto& row : updated) {

@@ -504,6 +504,16 @@ TEST_F(SchedulerApiTest, MovableInstancesMakeRoomForAWaitingWholeNode) {
   }
   ASSERT_EQ(kept.size(), 2u);
   ASSERT_EQ(kept["sim-node-001"].size(), 4u);
+  // The agents' run number of each instance (queue_seq): a move is a new
+  // run, so an agent never keeps a moved process on its old GPUs.
+  auto run_of = [&](const std::string& id) {
+    pqxx::connection c(database_url_);
+    pqxx::nontransaction n(c);
+    return n.exec_params1("SELECT queue_seq FROM instances WHERE id = $1", id)[0]
+        .as<int64_t>();
+  };
+  std::map<std::string, int64_t> runs;
+  for (const std::string& id : kept["sim-node-001"]) runs[id] = run_of(id);
 
   Instance big;
   ASSERT_TRUE(Create(8, &big).ok());
@@ -546,6 +556,7 @@ TEST_F(SchedulerApiTest, MovableInstancesMakeRoomForAWaitingWholeNode) {
     }
   }
   EXPECT_EQ(held.size(), 16u);
+  for (const auto& [id, run] : runs) EXPECT_NE(run_of(id), run) << id << " moved in its run";
 
   RunResult events = Svctl({"events", movers[1]});
   ASSERT_EQ(events.exit_code, 0) << events.err;

@@ -13,6 +13,7 @@
 #include "control/scheduling.h"
 #include "store/agent_store.h"
 #include "store/database.h"
+#include "store/scheduling_store.h"
 #include "store/store.h"
 #include "store/volume_store.h"
 #include "tests/integration/harness.h"
@@ -148,6 +149,41 @@ TEST_F(VolumeStoreTest, ADetachRacingAStopSeesTheStop) {
   ASSERT_TRUE(detached.ok()) << detached.status();
   EXPECT_TRUE(detached->attachments.empty());
   EXPECT_EQ(AttachmentOf(work, a), "");
+}
+
+// Goal: a node-local volume attached to a waiting instance while a queue
+// pass is deciding (after the pass read the queue, so without its pin)
+// keeps the instance off the other nodes: the pass's write reads the
+// attachment under the row's lock and leaves it PENDING for the next pass.
+// It used to be placed away from its data.
+TEST_F(VolumeStoreTest, AnAttachDuringAPassKeepsTheInstanceOnTheVolumesNode) {
+  const std::string full = Run({"full"})[0];
+  const std::string node = Query(absl::StrCat(
+      "SELECT node_id FROM gpu_reservations WHERE instance_id = '", full, "' LIMIT 1"))[0][0]
+                               .as<std::string>();
+  VolumeSpec spec{"local", 10, VolumeKind::kNodeLocal, false, node};
+  auto local = volumes_->Create(tenant_, spec, "v-local", "f-local", now_);
+  ASSERT_TRUE(local.ok()) << local.status();
+  auto waiting = store_->CreateInstance(tenant_, {"waiting", 1, "RTX 4090", "ubuntu"},
+                                        "r-waiting", "f-waiting", now_);
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+
+  SchedulingStore scheduling(*db_);
+  auto pass = scheduling.RunQueuePass(
+      [&](const FleetView& view) {
+        // The volume's node is full, so the pass places the instance on the
+        // other one; the attach commits meanwhile.
+        auto attached = volumes_->Attach(tenant_, local->record.id, waiting->id, false,
+                                         "/mnt/local", now_);
+        EXPECT_TRUE(attached.ok()) << attached.status();
+        return control::DecideQueue(view, control::SchedulingOptions{});
+      },
+      100, now_);
+  ASSERT_TRUE(pass.ok()) << pass.status();
+  EXPECT_EQ(State(waiting->id), "PENDING");
+  EXPECT_TRUE(Query(absl::StrCat("SELECT 1 FROM gpu_reservations WHERE instance_id = '",
+                                 waiting->id, "'"))
+                  .empty());
 }
 
 }  // namespace
