@@ -36,11 +36,11 @@ google::protobuf::Timestamp ToProto(absl::Time t) {
 
 }  // namespace
 
-// One connection to svd: registers, then loops sending heartbeats, reports
-// and telemetry while a reader thread takes svd's desired instance sets.
 // The largest message the agent reads from svd (a desired set).
 constexpr int kDesiredSetBytesMax = 64 << 20;
 
+// One connection to svd: registers, then loops sending heartbeats, reports
+// and telemetry while a reader thread takes svd's desired instance sets.
 class Agent::Session {
  public:
   Session(Agent& agent) : a_(agent), o_(agent.options_) {}
@@ -228,15 +228,15 @@ class Agent::Session {
     return s;
   }
 
-  // Tells svd of a change of an instance. To an svd that takes batches the
-  // report waits in `pending_` for the end of the pass (FlushReports), so a
-  // pass that starts eight instances costs svd one transaction, not eight.
   // The run an instance was started (or last confirmed) under; 0: unknown.
   int64_t RunOf(const std::string& id) const {
     auto it = runs_.find(id);
     return it == runs_.end() ? 0 : it->second;
   }
 
+  // Tells svd of a change of an instance. To an svd that takes batches the
+  // report waits in `pending_` for the end of the pass (FlushReports), so a
+  // pass that starts eight instances costs svd one transaction, not eight.
   bool Report(Stream& stream, const std::string& id, v1::AgentInstanceState state,
               int exit_code, const std::string& reason, int64_t run) {
     v1::InstanceReport r;

@@ -50,7 +50,10 @@ absl::Status HttpServer::Start() {
                                    "send the body with a Content-Length; chunked (or otherwise "
                                    "transfer-encoded) request bodies are not accepted");
     res.status = error.status;
-    res.set_header("Connection", "close");
+    // The connection is not closed at once: a client still sending its
+    // body would be reset before it read this answer. What follows is read
+    // as the next request, which is not one, so httplib answers 400 and
+    // closes; the body is never held.
     res.set_content(error.body, "application/json");
     return httplib::Server::HandlerResponse::Handled;
   });

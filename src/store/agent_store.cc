@@ -627,7 +627,7 @@ absl::Status AgentStore::ReportEnded(const std::string& node_id,
     if (!held) return NotHeld(txn, node_id, instance_id);
     if (run != 0) {
       // Under the lock: the run is the instance's queue_seq, renewed by
-      // every start and placement.
+      // every start and every move.
       const int64_t current =
           txn.exec_params1("SELECT queue_seq FROM instances WHERE id = $1", instance_id)[0]
               .as<int64_t>();
