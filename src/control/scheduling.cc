@@ -334,7 +334,7 @@ absl::StatusOr<std::vector<store::QueueVerdict>> DecideQueue(const store::FleetV
 absl::StatusOr<store::ResizeVerdict> DecideResize(const store::FleetView& view,
                                                   const std::string& instance_id,
                                                   const std::string& tenant_id,
-                                                  int new_gpu_count,
+                                                  int new_gpu_count, int max_leaves,
                                                   const SchedulingOptions& options) {
   IdMap ids;
   SV_ASSIGN_OR_RETURN(scheduler::Snapshot snapshot, BuildSnapshot(view, ids));
@@ -358,7 +358,7 @@ absl::StatusOr<store::ResizeVerdict> DecideResize(const store::FleetView& view,
   if (new_gpu_count > old_gpu_count) {
     SV_RETURN_IF_ERROR(ServeQueueFirst(view, ids, scheduler, options, snapshot));
   }
-  auto result = scheduler.Resize(snapshot, *id, new_gpu_count);
+  auto result = scheduler.Resize(snapshot, *id, new_gpu_count, max_leaves);
   if (!result.ok()) return ResizeError(result.status(), instance_id, new_gpu_count);
   return store::ResizeVerdict{GrantsOf(view, result->added), GrantsOf(view, result->removed)};
 }
@@ -413,8 +413,8 @@ absl::StatusOr<int> Scheduling::Resize(const std::string& tenant_id, const std::
   return store_.ResizeInstance(
       tenant_id, id, new_gpu_count, options_.queue_max,
       [this](const store::FleetView& view, const std::string& instance,
-             const std::string& tenant, int gpus) {
-        return DecideResize(view, instance, tenant, gpus, options_);
+             const std::string& tenant, int gpus, int max_leaves) {
+        return DecideResize(view, instance, tenant, gpus, max_leaves, options_);
       },
       now, gate, refusal);
 }

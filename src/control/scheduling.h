@@ -52,12 +52,13 @@ absl::StatusOr<std::vector<store::QueueVerdict>> DecideQueue(
 // resize can reach: a multiple of 8 from 8 to 128.
 absl::Status CheckResizeGpuCount(int new_gpu_count);
 
-// Grows or shrinks a whole-node instance held in the view. Fails with
+// Grows or shrinks a whole-node instance held in the view; growth keeps it
+// within `max_leaves` leaf switches (0: no limit). Fails with
 // INVALID_ARGUMENT / FAILED_PRECONDITION / RESOURCE_EXHAUSTED and a reason.
 absl::StatusOr<store::ResizeVerdict> DecideResize(const store::FleetView& view,
                                                   const std::string& instance_id,
                                                   const std::string& tenant_id,
-                                                  int new_gpu_count,
+                                                  int new_gpu_count, int max_leaves,
                                                   const SchedulingOptions& options);
 
 // RESOURCE_EXHAUSTED / QUOTA_EXCEEDED when a new create would exceed the

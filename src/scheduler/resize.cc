@@ -1,6 +1,7 @@
 // Elastic resize of a whole-node instance, keeping its id.
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "scheduler/internal/snapshot_state.h"
@@ -35,9 +36,12 @@ int Tier(const SnapshotState& state, int32_t leaf,
 
 // Whole free nodes to add, nearest first: own leaves (most of the instance
 // first), then leaves of its pods, then its zone, each by most free nodes.
+// With `nearest` false, the leaves outside its own are taken by most free
+// nodes alone, whatever their pod: the fewest new leaves that can hold the
+// growth (for a gang with a limit on its leaves).
 std::vector<NodeIndex> GrowthNodes(const SnapshotState& state,
                                    const std::vector<NodeAssignment>& parts,
-                                   int need) {
+                                   int need, bool nearest) {
   std::map<int32_t, int> own_leaves;
   for (const NodeAssignment& part : parts) {
     own_leaves[state.nodes[part.node].leaf]++;
@@ -52,6 +56,7 @@ std::vector<NodeIndex> GrowthNodes(const SnapshotState& state,
        ++leaf) {
     int tier = Tier(state, leaf, own_leaves, zone);
     if (tier < 0 || state.LeafWholeFree(leaf) == 0) continue;
+    if (!nearest) tier = std::min(tier, 1);
     auto own = own_leaves.find(leaf);
     ranked.push_back({tier, own == own_leaves.end() ? 0 : own->second,
                       state.LeafWholeFree(leaf), leaf});
@@ -70,6 +75,15 @@ std::vector<NodeIndex> GrowthNodes(const SnapshotState& state,
     }
   }
   return nodes;
+}
+
+// Leaf switches under the instance's parts plus `added`.
+int LeafCount(const SnapshotState& state, const std::vector<NodeAssignment>& parts,
+              const std::vector<NodeIndex>& added) {
+  std::set<int32_t> leaves;
+  for (const NodeAssignment& part : parts) leaves.insert(state.nodes[part.node].leaf);
+  for (NodeIndex node : added) leaves.insert(state.nodes[node].leaf);
+  return static_cast<int>(leaves.size());
 }
 
 // Nodes to give back on shrink: those in the leaves where the instance has
@@ -93,7 +107,8 @@ std::vector<NodeAssignment> ShrinkNodes(const SnapshotState& state,
 
 absl::StatusOr<ResizeResult> Scheduler::Resize(Snapshot& snapshot,
                                                InstanceId instance,
-                                               int new_gpu_count) {
+                                               int new_gpu_count,
+                                               int max_leaves) {
   if (absl::Status status = ValidateResize(new_gpu_count); !status.ok()) {
     return status;
   }
@@ -117,12 +132,23 @@ absl::StatusOr<ResizeResult> Scheduler::Resize(Snapshot& snapshot,
     result.removed = ShrinkNodes(state, parts, have - want);
     snapshot.ReleasePart(instance, result.removed);
   } else if (want > have) {
-    std::vector<NodeIndex> nodes = GrowthNodes(state, parts, want - have);
+    std::vector<NodeIndex> nodes = GrowthNodes(state, parts, want - have, true);
     if (static_cast<int>(nodes.size()) < want - have) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "cannot grow instance ", instance, " from ", have * kGpusPerNode,
           " to ", new_gpu_count, " GPUs: needs ", want - have,
           " more whole free nodes in its zone, ", nodes.size(), " available"));
+    }
+    // The gang's limit on leaf switches holds after growth as it did at
+    // placement: the nearest nodes first, else the fewest new leaves.
+    if (max_leaves > 0 && LeafCount(state, parts, nodes) > max_leaves) {
+      nodes = GrowthNodes(state, parts, want - have, false);
+      if (const int leaves = LeafCount(state, parts, nodes); leaves > max_leaves) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "cannot grow instance ", instance, " from ", have * kGpusPerNode, " to ",
+            new_gpu_count, " GPUs: it may span at most ", max_leaves,
+            " leaf switches, and the whole free nodes in its zone would put it on ", leaves));
+      }
     }
     Placement added{instance, {}, 0};
     for (NodeIndex node : nodes) added.nodes.push_back({node, kAllGpus});

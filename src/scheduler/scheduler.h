@@ -261,8 +261,12 @@ class Scheduler {
 
   // Grows or shrinks a whole-node instance (8, 16, ... 128 GPUs) in place,
   // keeping its id; growth prefers the instance's own leaves, then pods.
+  // A gang placed with a limit on its leaf switches (max_leaves > 0) stays
+  // within it: when the nearest free nodes would pass it, the leaves with
+  // the most free nodes are taken instead, and if those pass it too the
+  // resize fails (ResourceExhausted) and nothing changes.
   absl::StatusOr<ResizeResult> Resize(Snapshot& snapshot, InstanceId instance,
-                                      int new_gpu_count);
+                                      int new_gpu_count, int max_leaves = 0);
   void Cordon(Snapshot& snapshot, NodeIndex node);
   // Empties ready nodes by moving movable small instances elsewhere, for a
   // waiting request that needs whole nodes. Nodes are tried least used

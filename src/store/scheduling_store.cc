@@ -430,7 +430,8 @@ absl::StatusOr<int> SchedulingStore::ResizeInstance(const std::string& tenant_id
     const bool gated = gate.credit_minutes >= 0 || gate.spend_cap_since_minute >= 0;
     if (gated) txn.exec_params("SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE", tenant_id);
     auto rows = txn.exec_params(
-        "SELECT state, gpu_count FROM instances WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
+        "SELECT state, gpu_count, max_leaves FROM instances "
+        "WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
         tenant_id, id);
     if (rows.empty()) {
       return Error(absl::StatusCode::kNotFound, "INSTANCE_NOT_FOUND",
@@ -438,6 +439,7 @@ absl::StatusOr<int> SchedulingStore::ResizeInstance(const std::string& tenant_id
     }
     const std::string state = rows[0][0].as<std::string>();
     old_gpu_count = rows[0][1].as<int>();
+    const int max_leaves = rows[0][2].as<int>();
     if (state != "RUNNING") {
       return Error(absl::StatusCode::kFailedPrecondition, "INSTANCE_NOT_RUNNING",
                    absl::StrCat("instance ", id, " is ", state,
@@ -470,7 +472,7 @@ absl::StatusOr<int> SchedulingStore::ResizeInstance(const std::string& tenant_id
     FleetView view;
     LoadPending(txn, queue_max, view);
     LoadFleet(txn, view);
-    SV_ASSIGN_OR_RETURN(ResizeVerdict verdict, decide(view, id, tenant_id, new_gpu_count));
+    SV_ASSIGN_OR_RETURN(ResizeVerdict verdict, decide(view, id, tenant_id, new_gpu_count, max_leaves));
     for (const auto& g : verdict.removed) {
       txn.exec_params(
           "DELETE FROM gpu_reservations WHERE node_id = $1 "

@@ -106,9 +106,10 @@ struct ResizeVerdict {
 
 using QueueDecider =
     std::function<absl::StatusOr<std::vector<QueueVerdict>>(const FleetView&)>;
-// Arguments: the fleet, the instance, its tenant, the new GPU count.
+// Arguments: the fleet, the instance, its tenant, the new GPU count, the
+// instance's limit on leaf switches (0: none).
 using ResizeDecider = std::function<absl::StatusOr<ResizeVerdict>(
-    const FleetView&, const std::string&, const std::string&, int)>;
+    const FleetView&, const std::string&, const std::string&, int, int)>;
 // Runs after every decision of a pass is written, right before the commit.
 // Tests use it to crash there; in production it is empty.
 using BeforeCommitHook = std::function<void()>;

@@ -341,6 +341,34 @@ TEST_F(SchedulerApiTest, ResizeGrowsAndShrinksInPlace) {
                              gang.id())[0].as<int>(), 16);
 }
 
+// A gang created to span at most one leaf switch stays on one: growing it
+// past its leaf is refused and changes nothing; within it, it grows.
+TEST_F(SchedulerApiTest, ResizeKeepsAGangWithinItsLeafLimit) {
+  StartSvd(16, 2);
+  v1::CreateInstanceRequest request;
+  request.mutable_instance()->set_gpu_count(48);
+  request.mutable_instance()->set_max_leaves(1);
+  Instance gang;
+  grpc::Status created = stub_->CreateInstance(Context(token_).get(), request, &gang);
+  ASSERT_TRUE(created.ok()) << created.error_message();
+  gang = WaitFor(gang.id(), v1::RUNNING);
+  ASSERT_EQ(gang.state(), v1::RUNNING) << gang.state_reason();
+  const std::string leaf = gang.placement(0).leaf_switch();
+
+  v1::ResizeInstanceResponse resized;
+  ASSERT_TRUE(Resize(gang.id(), 64, &resized).ok());
+  for (const auto& p : resized.instance().placement()) EXPECT_EQ(p.leaf_switch(), leaf);
+  grpc::Status past = Resize(gang.id(), 72, &resized);
+  EXPECT_EQ(past.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(api::ReasonOf(past), "INSUFFICIENT_CAPACITY");
+  EXPECT_NE(past.error_message().find("at most 1 leaf switches"), std::string::npos)
+      << past.error_message();
+  const Instance after = Get(gang.id());
+  EXPECT_EQ(after.gpu_count(), 64);
+  EXPECT_EQ(after.max_leaves(), 1);
+  for (const auto& p : after.placement()) EXPECT_EQ(p.leaf_switch(), leaf);
+}
+
 // A cordoned node takes nothing new; drain names what must move; uncordon
 // lets the queue in; the operator lists every tenant's instances by node,
 // state and tenant. Only operators may do any of it.

@@ -388,7 +388,7 @@ TEST(DecideQueueTest, RandomFleetsNeverDoubleBookOrSplitGangs) {
 TEST(DecideResizeTest, GrowsNearTheInstanceAndShrinksBack) {
   FleetView view = Fleet(16, 8);
   ReserveWhole(view, 9, "ins-gang", "t1");  // leaf1
-  auto grow = DecideResize(view, "ins-gang", "t1", 64, {});
+  auto grow = DecideResize(view, "ins-gang", "t1", 64, 0, {});
   ASSERT_TRUE(grow.ok()) << grow.status();
   ASSERT_EQ(grow->added.size(), 7u);
   for (const auto& g : grow->added) {
@@ -400,7 +400,7 @@ TEST(DecideResizeTest, GrowsNearTheInstanceAndShrinksBack) {
 
   FleetView big = Fleet(16, 8);
   for (int node = 8; node < 16; ++node) ReserveWhole(big, node, "ins-gang", "t1");
-  auto shrink = DecideResize(big, "ins-gang", "t1", 16, {});
+  auto shrink = DecideResize(big, "ins-gang", "t1", 16, 0, {});
   ASSERT_TRUE(shrink.ok()) << shrink.status();
   EXPECT_EQ(shrink->removed.size(), 6u);
   EXPECT_TRUE(shrink->added.empty());
@@ -410,15 +410,15 @@ TEST(DecideResizeTest, ShortCapacityAndQuotaFailCleanly) {
   FleetView view = Fleet(4, 4);
   ReserveWhole(view, 0, "ins-gang", "t1");
   ReserveWhole(view, 1, "ins-other", "t2");
-  auto short_of = DecideResize(view, "ins-gang", "t1", 64, {});
+  auto short_of = DecideResize(view, "ins-gang", "t1", 64, 0, {});
   EXPECT_EQ(short_of.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(ReasonOf(short_of.status()), "INSUFFICIENT_CAPACITY");
 
   view.quotas["t1"] = {"t1", 16, 10};
-  auto over = DecideResize(view, "ins-gang", "t1", 24, {});
+  auto over = DecideResize(view, "ins-gang", "t1", 24, 0, {});
   EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(ReasonOf(over.status()), "QUOTA_EXCEEDED");
-  EXPECT_TRUE(DecideResize(view, "ins-gang", "t1", 16, {}).ok());
+  EXPECT_TRUE(DecideResize(view, "ins-gang", "t1", 16, 0, {}).ok());
 }
 
 TEST(DecideResizeTest, GrowthGoesBehindTheQueue) {
@@ -428,15 +428,15 @@ TEST(DecideResizeTest, GrowthGoesBehindTheQueue) {
     FleetView view = Fleet(4, 4);
     ReserveWhole(view, 0, "ins-gang", "t1");
     Queue(view, "ins-waiting", waiting_gpus, 1, "t2");
-    auto grow = DecideResize(view, "ins-gang", "t1", 16, {});
+    auto grow = DecideResize(view, "ins-gang", "t1", 16, 0, {});
     EXPECT_EQ(ReasonOf(grow.status()), "INSUFFICIENT_CAPACITY") << waiting_gpus;
-    auto shrink_or_same = DecideResize(view, "ins-gang", "t1", 8, {});
+    auto shrink_or_same = DecideResize(view, "ins-gang", "t1", 8, 0, {});
     EXPECT_TRUE(shrink_or_same.ok());
   }
   FleetView view = Fleet(4, 4);
   ReserveWhole(view, 0, "ins-gang", "t1");
   Queue(view, "ins-small", 8, 1, "t2");
-  auto grow = DecideResize(view, "ins-gang", "t1", 16, {});
+  auto grow = DecideResize(view, "ins-gang", "t1", 16, 0, {});
   ASSERT_TRUE(grow.ok()) << grow.status();  // the queue takes one node, growth another
   EXPECT_EQ(grow->added.size(), 1u);
 }
@@ -444,10 +444,10 @@ TEST(DecideResizeTest, GrowthGoesBehindTheQueue) {
 TEST(DecideResizeTest, PartialNodeInstancesCannotBeResized) {
   FleetView view = Fleet(2, 2);
   Reserve(view, 0, "ins-small", "t1", {0, 1, 2, 3});
-  auto result = DecideResize(view, "ins-small", "t1", 16, {});
+  auto result = DecideResize(view, "ins-small", "t1", 16, 0, {});
   EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(ReasonOf(result.status()), "NOT_WHOLE_NODES");
-  auto none = DecideResize(view, "ins-ghost", "t1", 16, {});
+  auto none = DecideResize(view, "ins-ghost", "t1", 16, 0, {});
   EXPECT_EQ(ReasonOf(none.status()), "INSTANCE_HOLDS_NO_GPUS");
 }
 

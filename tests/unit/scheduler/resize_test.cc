@@ -117,5 +117,43 @@ TEST(ResizeTest, GrowthSkipsCordonedNodes) {
             absl::StatusCode::kResourceExhausted);
 }
 
+TEST(ResizeTest, GrowthKeepsAGangWithinItsLeafLimit) {
+  // Instance 7: two nodes of z0-p0-l0, whose other nodes are busy. Free
+  // whole nodes: one in z0-p0-l1 (nearest, same pod), four in z0-p1-l0.
+  std::vector<NodeSpec> nodes = MakeFleet(FleetShape{1, 2, 2, 4});
+  Occupy(nodes, 0, 8, 7);
+  Occupy(nodes, 1, 8, 7);
+  for (int n : {2, 3, 4, 5, 6, 12, 13, 14, 15}) Occupy(nodes, n, 1, 100 + n);
+  const Snapshot fleet = MustBuild(nodes);
+  Scheduler scheduler(SchedulerOptions{});
+
+  // No limit: the nearest nodes, on three leaves.
+  Snapshot unlimited = fleet;
+  absl::StatusOr<ResizeResult> near = scheduler.Resize(unlimited, 7, 32);
+  ASSERT_TRUE(near.ok()) << near.status();
+  EXPECT_EQ(near->placement.leaf_count, 3);
+
+  // At most two leaves: both new nodes from the leaf with the most free.
+  Snapshot limited = fleet;
+  absl::StatusOr<ResizeResult> within = scheduler.Resize(limited, 7, 32, 2);
+  ASSERT_TRUE(within.ok()) << within.status();
+  EXPECT_EQ(within->placement.leaf_count, 2);
+  EXPECT_EQ(NodesPerLeaf(limited, 7),
+            (std::map<std::string, int>{{"z0-p0-l0", 2}, {"z0-p1-l0", 2}}));
+  ASSERT_TRUE(limited.CheckInvariants());
+
+  // One leaf cannot hold 32 GPUs here: refused, nothing held or freed.
+  Snapshot one_leaf = fleet;
+  absl::StatusOr<ResizeResult> refused = scheduler.Resize(one_leaf, 7, 32, 1);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused.status().message(),
+            "cannot grow instance 7 from 16 to 32 GPUs: it may span at most 1 leaf switches, "
+            "and the whole free nodes in its zone would put it on 2");
+  EXPECT_EQ(testing::HeldGpus(one_leaf, 7), 16);
+  EXPECT_EQ(one_leaf.free_gpu_count(), fleet.free_gpu_count());
+  // A shrink needs no room and honours the limit by itself.
+  EXPECT_TRUE(scheduler.Resize(one_leaf, 7, 8, 1).ok());
+}
+
 }  // namespace
 }  // namespace sv::scheduler
