@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,7 @@ namespace sv::server {
 namespace {
 // REST bodies (rest_gateway.h); larger ones get 413.
 constexpr size_t kRequestBodyBytesMax = kRestBodyBytesMax;
+constexpr int kListenBacklog = 1024;
 }  // namespace
 
 HttpServer::HttpServer(std::string listen_address, std::function<absl::Status()> ready,
@@ -40,6 +42,14 @@ absl::Status HttpServer::Start() {
     return absl::InvalidArgumentError("cannot load the TLS certificate or key for HTTP");
   }
   server_->set_payload_max_length(kRequestBodyBytesMax);
+  // cpp-httplib's default pool is 8 threads (on a small machine), and a
+  // connection holds its thread while it waits up to 5 s for its next
+  // request: two browsers' keep-alive connections held every thread, so the
+  // API, /healthz and /readyz waited seconds for any other client. Idle
+  // connections are also let go sooner.
+  const int threads = threads_;
+  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server_->set_keep_alive_timeout(2);
   // cpp-httplib 0.11 holds the payload limit to bodies sent with a
   // Content-Length only: a chunked body was read whole, however long,
   // before any handler or key check ran (a few endless ones took svd's
@@ -98,9 +108,22 @@ absl::Status HttpServer::Start() {
   server_->Get("/statusz", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(status_ ? status_() : std::string("{}"), "application/json");
   });
+  // The listening socket is the last one httplib set options on (it tries
+  // each address until one binds).
+  int listen_fd = -1;
+  server_->set_socket_options([&listen_fd](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd = sock;
+  });
   port_ = port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
   if (port_ <= 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", listen_address_));
+  }
+  // cpp-httplib 0.11 listens with a backlog of 5: a burst of connections
+  // (a browser opens six at once) overflowed it, and each dropped one waited
+  // a second or more for its SYN to be sent again. listen() again sets it.
+  if (listen_fd >= 0 && ::listen(listen_fd, kListenBacklog) != 0) {
+    spdlog::warn("http: cannot raise the listen backlog to {}", kListenBacklog);
   }
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   spdlog::info("svd: serving HTTP (REST, console, /metrics, /healthz, /readyz) on {}:{}", host, port_);

@@ -19,6 +19,8 @@ namespace sv::server {
 // shutting down). svd also mounts the REST API and the web console on it.
 class HttpServer {
  public:
+  static constexpr int kThreadsDefault = 64;
+
   // With `tls_cert_file` and `tls_key_file` (PEM) it serves HTTPS only.
   HttpServer(std::string listen_address, std::function<absl::Status()> ready,
              const std::string& tls_cert_file = "", const std::string& tls_key_file = "");
@@ -30,6 +32,9 @@ class HttpServer {
   // /statusz answers this JSON (leadership and shutdown; docs/reliability.md).
   // Set before Start().
   void SetStatus(std::function<std::string()> status) { status_ = std::move(status); }
+  // Worker threads. cpp-httplib gives each connection a thread for as long
+  // as it is open, idle keep-alive time included; set before Start().
+  void SetThreads(int threads) { threads_ = threads; }
   void Stop();
   // For mounting more routes (REST, the web console) before Start().
   httplib::Server& raw() { return *server_; }
@@ -42,6 +47,7 @@ class HttpServer {
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = 0;
+  int threads_ = kThreadsDefault;
 };
 
 }  // namespace sv::server

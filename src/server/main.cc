@@ -104,6 +104,10 @@ int main(int argc, char** argv) {
                  "HTTP address for /metrics, /healthz and /readyz (empty: off)")
       ->capture_default_str();
   app.add_option("--http-port-file", o.http_port_file, "Write the bound HTTP port here");
+  app.add_option("--http-threads", o.http_threads,
+                 "Threads serving HTTP; each open connection (idle keep-alive included) holds one")
+      ->check(CLI::Range(4, 4096))
+      ->capture_default_str();
   app.add_option("--rate-limit-key-rps", o.rate_limit_key_rps,
                  "Requests per second per API key (0: no limit)")
       ->check(CLI::NonNegativeNumber)

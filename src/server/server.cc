@@ -359,6 +359,7 @@ int RunServer(const ServerOptions& options) {
       },
       options.tls_cert_file, options.tls_key_file);
   http.SetStatus([&] { return LeadershipStatusJson(leadership, shutting_down.load()); });
+  http.SetThreads(options.http_threads);
   std::unique_ptr<RestGateway> rest;
   if (!options.http_listen_address.empty()) {
     // REST goes through this very gRPC server (rest_gateway.h).

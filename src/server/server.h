@@ -65,6 +65,8 @@ struct ServerOptions {
   // HTTP for /metrics, /healthz and /readyz; empty turns it off.
   std::string http_listen_address;
   std::string http_port_file;
+  // Threads serving HTTP connections (HttpServer::SetThreads).
+  int http_threads = 64;
   // Written with the bound port once the server listens (for tests).
   std::string port_file;
   // Billing (docs/billing.md): credit a create needs, loop period, metering

@@ -30,21 +30,34 @@ struct Reply {
   std::string retry_after;
 };
 
-// Sends `request` in one write to 127.0.0.1:port and reads until the
-// server closes (or 30 s pass); "" when the connection fails.
-std::string RawExchange(int port, const std::string& request) {
+// A connection to 127.0.0.1:port with a 30 s receive timeout; -1 on failure.
+int ConnectLocal(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
+  if (fd < 0) return -1;
   timeval timeout{30, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool SendAll(int fd, const std::string& data) {
+  return ::send(fd, data.data(), data.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(data.size());
+}
+
+// Sends `request` in one write to 127.0.0.1:port and reads until the
+// server closes (or 30 s pass); "" when the connection fails.
+std::string RawExchange(int port, const std::string& request) {
+  const int fd = ConnectLocal(port);
+  if (fd < 0) return "";
   std::string answer;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
-          static_cast<ssize_t>(request.size())) {
+  if (SendAll(fd, request)) {
     char buf[4096];
     for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) answer.append(buf, n);
   }
@@ -317,6 +330,38 @@ TEST_F(RestApiTest, RefusesBadCallsWithTheErrorModel) {
 // Every route of the table is served: without a key each answers 401 (or
 // 501 for a service this svd does not run), and with the operator key none
 // is ROUTE_NOT_FOUND or a server error.
+// Open connections do not lock others out. cpp-httplib gives each
+// connection a worker thread until it closes; with its default pool (8 on a
+// small machine) a few clients that opened connections and had not finished
+// their requests (browsers, slow links) held every thread, and the next
+// client waited until their read timeouts closed them (and its listen
+// backlog of 5 dropped bursts of new connections). Here 40 clients hold
+// half-sent requests while another is served; then each finishes its own
+// request and is answered, so none was given up on meanwhile.
+TEST_F(RestApiTest, HeldConnectionsDoNotLockOutOtherClients) {
+  constexpr int kHeld = 40;
+  std::vector<int> held;
+  for (int i = 0; i < kHeld; ++i) {
+    const int fd = ConnectLocal(svd_->http_port());
+    ASSERT_GE(fd, 0);
+    held.push_back(fd);
+    ASSERT_TRUE(SendAll(fd, "GET /healthz HTTP/1.1\r\n"));
+  }
+  const std::string answer = RawExchange(
+      svd_->http_port(), "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+  int answered = 0;
+  for (const int fd : held) {
+    if (SendAll(fd, "Host: x\r\nConnection: close\r\n\r\n")) {
+      char buf[256];
+      const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n > 0 && std::string(buf, n).rfind("HTTP/1.1 200", 0) == 0) ++answered;
+    }
+    ::close(fd);
+  }
+  EXPECT_EQ(answered, kHeld);
+}
+
 TEST_F(RestApiTest, EveryRouteIsServed) {
   const std::string admin = svd_->admin_key();
   int served = 0;
