@@ -237,15 +237,18 @@ class Agent::Session {
   // Tells svd of a change of an instance. To an svd that takes batches the
   // report waits in `pending_` for the end of the pass (FlushReports), so a
   // pass that starts eight instances costs svd one transaction, not eight.
+  // `observed`: when the change was seen (default: now).
   bool Report(Stream& stream, const std::string& id, v1::AgentInstanceState state,
-              int exit_code, const std::string& reason, int64_t run) {
+              int exit_code, const std::string& reason, int64_t run,
+              absl::Time observed = absl::InfinitePast()) {
     v1::InstanceReport r;
     r.set_instance_id(id);
     r.set_state(state);
     r.set_run(run);
     r.set_exit_code(exit_code);
     r.set_reason(reason);
-    *r.mutable_observe_time() = ToProto(a_.clock_.Now());
+    *r.mutable_observe_time() =
+        ToProto(observed == absl::InfinitePast() ? a_.clock_.Now() : observed);
     spdlog::info("agent: {}: instance {} {} {}", o_.node_name, id,
                  v1::AgentInstanceState_Name(state), reason);
     if (!batch_reports_) {
@@ -406,9 +409,15 @@ class Agent::Session {
           // again since: not news, and the loop below starts the new run.
           known.erase(s.instance_id);
         } else if (wanted) {
-          ended_.insert(s.instance_id);
-          if (!Report(stream, s.instance_id, v1::AGENT_EXITED, s.exit_code, s.detail,
-                      RunOf(s.instance_id))) {
+          // Kept past this connection: the runtime has forgotten the
+          // instance, and a later one must neither start it again nor
+          // leave svd unaware that it ended.
+          const Agent::Ended ended{RunOf(s.instance_id), s.exit_code, s.detail,
+                                   a_.clock_.Now()};
+          a_.ended_[s.instance_id] = ended;
+          ended_told_.insert(s.instance_id);
+          if (!Report(stream, s.instance_id, v1::AGENT_EXITED, ended.exit_code, ended.detail,
+                      ended.run, ended.observed)) {
             return false;
           }
         }
@@ -432,9 +441,24 @@ class Agent::Session {
       }
       if (!wanted) runs_.erase(s.instance_id);
     }
-    // An instance that ended is started again only under a new run.
-    for (auto it = ended_.begin(); it != ended_.end();) {
-      it = StartedUnderOtherRun(*it, desired) ? ended_.erase(it) : std::next(it);
+    // An instance that ended is started again only under a new run. One
+    // that ended during an earlier connection is told of again: that
+    // connection may have broken before svd read the report (svd still
+    // wants it under the run it ended in, so it does not know).
+    for (auto it = a_.ended_.begin(); it != a_.ended_.end();) {
+      auto want = desired.find(it->first);
+      const Agent::Ended& ended = it->second;
+      if (want != desired.end() && want->second.run != 0 && ended.run != 0 &&
+          want->second.run != ended.run) {
+        it = a_.ended_.erase(it);
+        continue;
+      }
+      if (want != desired.end() && ended_told_.insert(it->first).second &&
+          !Report(stream, it->first, v1::AGENT_EXITED, ended.exit_code, ended.detail, ended.run,
+                  ended.observed)) {
+        return false;
+      }
+      ++it;
     }
     std::set<std::string> running;  // Wanted and running after this pass.
     for (const RuntimeStatus& st : *list) {
@@ -444,7 +468,7 @@ class Agent::Session {
     }
     bool started_any = false;
     for (const auto& [id, instance] : desired) {
-      if (known.count(id) || ended_.count(id)) continue;
+      if (known.count(id) || a_.ended_.count(id)) continue;
       absl::Status started = a_.driver_->Start(instance);
       if (started.ok()) {
         runs_[id] = instance.run;
@@ -459,8 +483,8 @@ class Agent::Session {
       }
     }
     // An instance svd stopped wanting may be wanted again later (restart).
-    for (auto it = ended_.begin(); it != ended_.end();) {
-      it = desired.count(*it) ? std::next(it) : ended_.erase(it);
+    for (auto it = a_.ended_.begin(); it != a_.ended_.end();) {
+      it = desired.count(it->first) ? std::next(it) : a_.ended_.erase(it);
     }
     if (desired_changed) ReconcileKeys(desired, running);
     // Mount reports name instances the reports above started: those first.
@@ -470,7 +494,7 @@ class Agent::Session {
     }
     std::set<int> busy;
     for (const auto& [id, instance] : desired) {
-      if (!ended_.count(id)) busy.insert(instance.gpu_indices.begin(), instance.gpu_indices.end());
+      if (!a_.ended_.count(id)) busy.insert(instance.gpu_indices.begin(), instance.gpu_indices.end());
     }
     if (auto* sim = dynamic_cast<SimulatedTelemetry*>(a_.telemetry_.get())) sim->SetBusyGpus(busy);
     return true;
@@ -481,7 +505,7 @@ class Agent::Session {
     std::vector<std::string> running;
     std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& [id, instance] : desired_) {
-      if (!ended_.count(id)) running.push_back(id);
+      if (!a_.ended_.count(id)) running.push_back(id);
     }
     return running;
   }
@@ -507,7 +531,9 @@ class Agent::Session {
   // report: each gets one, whatever it has mounted.
   std::map<std::string, uint64_t> mounts_told_;  // Id -> the mark's number.
   uint64_t mounts_told_count_ = 0;
-  std::set<std::string> ended_;    // Reported ended while still desired.
+  // Of the agent's ended instances (Agent::ended_), those this connection
+  // has told svd of.
+  std::set<std::string> ended_told_;
   // The run each instance was started (or last confirmed) under. An agent
   // that restarted knows none, and adopts what it finds.
   std::map<std::string, int64_t> runs_;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -76,6 +77,18 @@ class Agent {
   bool stopping_ = false;
   uint64_t nudges_ = 0;  // Guarded by mutex_.
   std::atomic<int> sessions_{0};
+  // Instances that ended by themselves while svd still wanted them. They
+  // outlive a connection: the runtime forgets an ended instance, so one
+  // whose exit report a broken stream lost was started again by the next
+  // connection's first pass, and svd never heard it had ended. Touched
+  // only by the sessions' loop, one session at a time.
+  struct Ended {
+    int64_t run = 0;
+    int exit_code = 0;
+    std::string detail;
+    absl::Time observed;
+  };
+  std::map<std::string, Ended> ended_;
 };
 
 }  // namespace sv::agent

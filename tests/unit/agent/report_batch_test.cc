@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -131,6 +132,27 @@ class PeerSvd final : public v1::AgentService::Service {
     return changed_.wait_for(lock, std::chrono::seconds(20), found);
   }
 
+  // Waits (bounded) for a report of `state` for `instance_id` among the
+  // messages after the first `after`; false if none came.
+  bool WaitForReport(const std::string& instance_id, v1::AgentInstanceState state, size_t after,
+                     v1::InstanceReport* out = nullptr) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    auto found = [&] {
+      for (size_t i = after; i < received_.size(); ++i) {
+        std::vector<v1::InstanceReport> reports(received_[i].reports().reports().begin(),
+                                                received_[i].reports().reports().end());
+        if (received_[i].has_report()) reports.push_back(received_[i].report());
+        for (const v1::InstanceReport& r : reports) {
+          if (r.instance_id() != instance_id || r.state() != state) continue;
+          if (out != nullptr) *out = r;
+          return true;
+        }
+      }
+      return false;
+    };
+    return changed_.wait_for(lock, std::chrono::seconds(20), found);
+  }
+
   // Ends the agent's stream; it connects again, and this peer waits
   // `delay` before the new connection's first desired set.
   void HangUp(std::chrono::milliseconds delay) {
@@ -201,7 +223,8 @@ class PeerTelemetry final : public v1::SlaTelemetryService::Service {
 
 // Runs a real svagent against `svd`; `then` runs once the starts are in.
 std::vector<v1::AgentMessage> RunAgainst(PeerSvd& svd,
-                                         const std::function<void()>& then = [] {}) {
+                                         const std::function<void()>& then = [] {},
+                                         std::unique_ptr<RuntimeDriver> driver = nullptr) {
   PeerTelemetry telemetry;
   int port = 0;
   grpc::ServerBuilder builder;
@@ -218,7 +241,8 @@ std::vector<v1::AgentMessage> RunAgainst(PeerSvd& svd,
   options.simulated = true;
   options.runtime_poll_interval = absl::Milliseconds(100);
   RealClock clock;
-  Agent agent(options, NewSimulatedDriver(), std::make_unique<SimulatedTelemetry>(8, 1), clock);
+  Agent agent(options, driver ? std::move(driver) : NewSimulatedDriver(),
+              std::make_unique<SimulatedTelemetry>(8, 1), clock);
   std::thread running([&] { agent.Run(); });
   std::vector<v1::AgentMessage> received = svd.WaitForStarts();
   then();
@@ -227,6 +251,54 @@ std::vector<v1::AgentMessage> RunAgainst(PeerSvd& svd,
   server->Shutdown();
   return received;
 }
+
+// The simulated runtime, whose instances end when the test says.
+class ExitingDriver final : public RuntimeDriver {
+ public:
+  std::string Name() const override { return inner_->Name(); }
+  absl::Status Start(const RuntimeInstance& instance) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    exited_.erase(instance.instance_id);
+    return inner_->Start(instance);
+  }
+  absl::Status Stop(const std::string& instance_id) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    exited_.erase(instance_id);
+    return inner_->Stop(instance_id);
+  }
+  absl::StatusOr<std::vector<RuntimeStatus>> List() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto list = inner_->List();
+    if (!list.ok()) return list;
+    for (RuntimeStatus& s : *list) {
+      auto it = exited_.find(s.instance_id);
+      if (it == exited_.end()) continue;
+      s.running = false;
+      s.exit_code = it->second;
+      s.detail = "exited with code " + std::to_string(it->second);
+    }
+    return list;
+  }
+  // The instance's process ends with `code`.
+  void Exit(const std::string& instance_id, int code) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    exited_[instance_id] = code;
+  }
+  bool Running(const std::string& instance_id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto list = inner_->List();
+    if (!list.ok()) return false;
+    for (const RuntimeStatus& s : *list) {
+      if (s.instance_id == instance_id) return s.running && !exited_.count(instance_id);
+    }
+    return false;
+  }
+
+ private:
+  std::unique_ptr<RuntimeDriver> inner_ = NewSimulatedDriver();
+  std::mutex mutex_;
+  std::map<std::string, int> exited_;
+};
 
 TEST(ReportBatchTest, OneMessageForAPassWhenSvdOffersBatches) {
   int batches = 0, singles = 0, started = 0;
@@ -298,6 +370,49 @@ TEST(ReconnectTest, InstancesRunOnUntilTheFirstDesiredSetComes) {
     }
   }
   EXPECT_EQ(stopped, 0) << "instances were stopped before svd said what it wants";
+}
+
+// An instance ended, and the connection broke before svd read the report:
+// svd, not knowing, still wants it under the same run. The runtime has
+// forgotten the ended process, so the next connection's first pass took the
+// instance for one to start, ran the tenant's finished job again, and svd
+// never heard it had ended. Now the exit is told again and nothing starts.
+TEST(ReconnectTest, AnExitWhoseReportWasLostIsToldAgainNotStarted) {
+  PeerSvd svd(true);
+  auto owned = std::make_unique<ExitingDriver>();
+  ExitingDriver* driver = owned.get();
+  bool told_again = false;
+  v1::InstanceReport retold;
+  size_t before = 0;
+  RunAgainst(
+      svd,
+      [&] {
+        driver->Exit("ins-0", 3);
+        ASSERT_TRUE(svd.WaitForReport("ins-0", v1::AGENT_EXITED, 0));
+        before = svd.ReceivedCount();
+        // This peer forgets the report: its next connection sends the set
+        // it sent before, as an svd that never read it would.
+        svd.HangUp(std::chrono::milliseconds(0));
+        ASSERT_TRUE(svd.WaitForConnections(2));
+        told_again = svd.WaitForReport("ins-0", v1::AGENT_EXITED, before, &retold);
+        // Past a few of the agent's passes (100 ms apart) after the set.
+        std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+        EXPECT_FALSE(driver->Running("ins-0")) << "the ended instance was started again";
+        EXPECT_TRUE(driver->Running("ins-1"));
+      },
+      std::move(owned));
+  ASSERT_TRUE(told_again) << "the new connection did not tell svd that ins-0 ended";
+  EXPECT_EQ(retold.exit_code(), 3);
+  EXPECT_EQ(retold.run(), 1);
+  EXPECT_EQ(retold.reason(), "exited with code 3");
+  int started_again = 0;
+  for (size_t i = before; i < svd.Received().size(); ++i) {
+    const v1::AgentMessage& m = svd.Received()[i];
+    for (const auto& r : m.reports().reports()) {
+      started_again += r.instance_id() == "ins-0" && r.state() == v1::AGENT_STARTED;
+    }
+  }
+  EXPECT_EQ(started_again, 0);
 }
 
 }  // namespace
