@@ -118,6 +118,7 @@ class Agent::Session {
     r->set_leaf_switch(o_.leaf_switch);
     r->set_agent_version(kAgentVersion);
     r->set_driver(a_.driver_->Name());
+    r->set_reports_mounts_on_connect(true);
     for (auto& id : RunningIds()) r->add_running_instance_ids(id);
     return m;
   }
@@ -132,9 +133,14 @@ class Agent::Session {
         for (const auto& a : m.desired().instances()) {
           RuntimeInstance& instance = desired_[a.instance_id()] = InstanceFromAssignment(a);
           auto before = previous.find(a.instance_id());
-          const bool mounts_changed = before == previous.end()
-                                          ? !instance.volumes.empty()
-                                          : before->second.volumes != instance.volumes;
+          // The connection's first set: every instance gets a report of
+          // what it has mounted. svd may have changed its mounts while no
+          // connection was up (a detach waits for the agent's word), and
+          // nothing this connection said would tell it otherwise.
+          const bool mounts_changed = !have_desired_ ||
+                                      (before == previous.end()
+                                           ? !instance.volumes.empty()
+                                           : before->second.volumes != instance.volumes);
           if (mounts_changed) mounts_told_[a.instance_id()] = ++mounts_told_count_;
         }
         desired_changed_ = true;
@@ -273,7 +279,7 @@ class Agent::Session {
     auto* r = m.mutable_mounts();
     r->set_instance_id(id);
     r->set_error(error);
-    for (const VolumeMap& v : mounted_[id]) {
+    for (const VolumeMap& v : a_.mounted_[id]) {
       auto* out = r->add_mounts();
       out->set_source(v.source);
       out->set_target(v.target);
@@ -284,8 +290,10 @@ class Agent::Session {
   }
 
   // Hot attach and detach: brings the mounts of running instances to what
-  // svd wants and confirms them. An instance found running after an agent
-  // restart is taken to have the mounts it was started with.
+  // svd wants and confirms them. What is mounted is the agent's, not the
+  // connection's (Agent::mounted_): a volume svd detached while the
+  // connection was down is unmounted on the next. An instance found
+  // running after an agent restart is taken to have the mounts svd wants.
   bool ReconcileMounts(Stream& stream, const std::map<std::string, RuntimeInstance>& desired,
                        const std::set<std::string>& running) {
     std::map<std::string, uint64_t> told;
@@ -297,9 +305,10 @@ class Agent::Session {
       auto want = desired.find(id);
       if (want == desired.end()) continue;
       std::string error;
-      auto have = mounted_.find(id);
-      if (have == mounted_.end()) {
-        mounted_[id] = want->second.volumes;
+      auto& mounted = a_.mounted_;
+      auto have = mounted.find(id);
+      if (have == mounted.end()) {
+        mounted[id] = want->second.volumes;
       } else if (have->second != want->second.volumes) {
         absl::Status changed = a_.driver_->SetVolumes(id, want->second.volumes);
         if (changed.ok()) {
@@ -316,11 +325,11 @@ class Agent::Session {
       // a volume attached and detached again within one pass was never
       // mounted, and svd waits for a report that says so to end the detach.
       auto last = reported_.find(id);
-      const bool changed = last == reported_.end() ? !mounted_[id].empty()
-                                                   : last->second != mounted_[id];
+      const bool changed = last == reported_.end() ? !a_.mounted_[id].empty()
+                                                   : last->second != a_.mounted_[id];
       if (!changed && error.empty() && !told.count(id)) continue;
       if (!ReportMounts(stream, id, error)) return false;
-      reported_[id] = mounted_[id];
+      reported_[id] = a_.mounted_[id];
       // Unless a newer set marked it again meanwhile.
       std::lock_guard<std::mutex> lock(mutex_);
       auto mark = mounts_told_.find(id);
@@ -336,8 +345,8 @@ class Agent::Session {
         it = desired_.count(it->first) ? std::next(it) : mounts_told_.erase(it);
       }
     }
-    for (auto it = mounted_.begin(); it != mounted_.end();) {
-      it = running.count(it->first) ? std::next(it) : mounted_.erase(it);
+    for (auto it = a_.mounted_.begin(); it != a_.mounted_.end();) {
+      it = running.count(it->first) ? std::next(it) : a_.mounted_.erase(it);
     }
     for (auto it = reported_.begin(); it != reported_.end();) {
       it = running.count(it->first) ? std::next(it) : reported_.erase(it);
@@ -472,7 +481,7 @@ class Agent::Session {
       absl::Status started = a_.driver_->Start(instance);
       if (started.ok()) {
         runs_[id] = instance.run;
-        mounted_[id] = instance.volumes;
+        a_.mounted_[id] = instance.volumes;
         keys_[id] = instance.authorized_keys;
         running.insert(id);
         started_any = true;
@@ -537,8 +546,6 @@ class Agent::Session {
   // The run each instance was started (or last confirmed) under. An agent
   // that restarted knows none, and adopts what it finds.
   std::map<std::string, int64_t> runs_;
-  // What each running instance has mounted (hot attach and detach).
-  std::map<std::string, std::vector<VolumeMap>> mounted_;
   // The SSH keys each running instance has (agent/authorized_keys.h).
   std::map<std::string, std::vector<std::string>> keys_;
   std::map<std::string, std::vector<VolumeMap>> reported_;  // As last told to svd.

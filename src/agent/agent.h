@@ -89,6 +89,9 @@ class Agent {
     absl::Time observed;
   };
   std::map<std::string, Ended> ended_;
+  // What each running instance has mounted (hot attach and detach); kept
+  // across connections like ended_, and touched by the same loop only.
+  std::map<std::string, std::vector<VolumeMap>> mounted_;
 };
 
 }  // namespace sv::agent

@@ -58,6 +58,19 @@ void RememberSentMounts(const std::vector<store::AgentAssignment>& sent,
   }
 }
 
+absl::Status RememberEarlierMounts(store::Database& db, const std::string& node_id,
+                                   std::set<std::pair<std::string, std::string>>& ever_sent) {
+  return db.Transact([&](pqxx::work& txn) -> absl::Status {
+    auto rows = store::ExecPrepared(
+        txn, "sv_agent_earlier_mounts",
+        "SELECT DISTINCT a.instance_id, a.volume_id FROM volume_attachments a "
+        "JOIN gpu_reservations r ON r.instance_id = a.instance_id AND r.node_id = $1",
+        node_id);
+    for (const auto& r : rows) ever_sent.insert({r[0].as<std::string>(), r[1].as<std::string>()});
+    return absl::OkStatus();
+  });
+}
+
 absl::Status SettleUnsentDetaches(store::Database& db, const std::string& node_id,
                                   const std::set<std::pair<std::string, std::string>>& ever_sent,
                                   absl::Time now) {

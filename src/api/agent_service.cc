@@ -229,6 +229,13 @@ class AgentSession {
     absl::Status network =
         internal::RecordNodeNetwork(api_.store.database(), node_id_, registration, context_.peer());
     if (!network.ok()) return ToGrpcStatus(network);
+    // An agent that reports its mounts on each connection is asked, not
+    // assumed: a volume an earlier connection sent may still be mounted.
+    if (registration.reports_mounts_on_connect()) {
+      absl::Status earlier = internal::RememberEarlierMounts(api_.store.database(), node_id_,
+                                                             ever_sent_mounts_);
+      if (!earlier.ok()) return ToGrpcStatus(earlier);
+    }
     spdlog::info("agent: node {} ({}) registered, driver={} running={}", node_name_, node_id_,
                  registration.driver(), registration.running_instance_ids_size());
     v1::ServerMessage registered;

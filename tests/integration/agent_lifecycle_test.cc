@@ -21,6 +21,7 @@
 #include "sv/v1/instance.grpc.pb.h"
 #include "sv/v1/security.grpc.pb.h"
 #include "sv/v1/sla.grpc.pb.h"
+#include "sv/v1/volume.grpc.pb.h"
 #include "store/embedded_postgres.h"
 #include "tests/integration/harness.h"
 #include "tests/integration/janitor.h"
@@ -145,12 +146,15 @@ class AgentLifecycleTest : public ::testing::Test {
     v1::Registered registered;
   };
   void ConnectRegistered(const std::string& node, RawAgent* agent,
-                         std::chrono::seconds deadline = std::chrono::seconds(30)) {
+                         std::chrono::seconds deadline = std::chrono::seconds(30),
+                         bool reports_mounts_on_connect = false) {
     agent->stub = v1::AgentService::NewStub(svd_->channel());
     agent->context = Context(MintCredential(node));
     agent->context->set_deadline(std::chrono::system_clock::now() + deadline);
     agent->stream = agent->stub->Connect(agent->context.get());
-    ASSERT_TRUE(agent->stream->Write(AgentRegistration(node)));
+    v1::AgentMessage registration = AgentRegistration(node);
+    registration.mutable_register_()->set_reports_mounts_on_connect(reports_mounts_on_connect);
+    ASSERT_TRUE(agent->stream->Write(registration));
     v1::ServerMessage m;
     ASSERT_TRUE(agent->stream->Read(&m));
     ASSERT_TRUE(m.has_registered());
@@ -743,6 +747,93 @@ TEST_F(AgentLifecycleTest, DesiredSetSaysWhichStartsAreConfirmed) {
   EXPECT_TRUE(listed);
   agent.context->TryCancel();
   (void)stream->Finish();
+}
+
+// A volume detached while its node's agent was away may still be mounted
+// there: the earlier connection sent it. An agent that reports its mounts
+// on each connection is asked, and the detach ends on its word, not when
+// svd sends the new connection's first set (svd took every volume the new
+// connection had not sent as never mounted, and ended the detach at once).
+TEST_F(AgentLifecycleTest, ADetachWhileTheAgentWasAwayWaitsForItsWord) {
+  auto volumes = v1::VolumeService::NewStub(svd_->channel());
+  auto volume_state = [&](const std::string& id) {
+    v1::GetVolumeRequest request;
+    request.set_id(id);
+    v1::Volume out;
+    EXPECT_TRUE(volumes->GetVolume(Context(token_).get(), request, &out).ok());
+    return out.state();
+  };
+  // The next desired set's assignment of `id` (false when none comes).
+  auto next_assignment = [](RawAgent& agent, const std::string& id,
+                            v1::InstanceAssignment* out) {
+    v1::ServerMessage m;
+    while (agent.stream->Read(&m)) {
+      for (const auto& a : m.desired().instances()) {
+        if (a.instance_id() != id) continue;
+        *out = a;
+        return true;
+      }
+    }
+    return false;
+  };
+  RawAgent agent;
+  ASSERT_NO_FATAL_FAILURE(ConnectRegistered("node-a", &agent, std::chrono::seconds(30), true));
+  const Instance created = Create(4);
+  v1::InstanceAssignment assignment;
+  ASSERT_TRUE(next_assignment(agent, created.id(), &assignment));
+  v1::AgentMessage started;
+  started.mutable_report()->set_instance_id(created.id());
+  started.mutable_report()->set_state(v1::AGENT_STARTED);
+  ASSERT_TRUE(agent.stream->Write(started));
+  ASSERT_TRUE(WaitForState(created.id(), v1::RUNNING));
+
+  v1::CreateVolumeRequest create;
+  create.mutable_volume()->set_name("data");
+  create.mutable_volume()->set_size_gib(10);
+  create.mutable_volume()->set_kind(v1::NETWORK);
+  create.set_request_id("create-data");
+  v1::Volume volume;
+  ASSERT_TRUE(volumes->CreateVolume(Context(token_).get(), create, &volume).ok());
+  v1::AttachVolumeRequest attach;
+  attach.set_volume_id(volume.id());
+  attach.set_instance_id(created.id());
+  v1::Volume attached;
+  ASSERT_TRUE(volumes->AttachVolume(Context(token_).get(), attach, &attached).ok());
+  do {
+    ASSERT_TRUE(next_assignment(agent, created.id(), &assignment));
+  } while (assignment.volumes_size() == 0);
+  v1::AgentMessage mounted;
+  mounted.mutable_mounts()->set_instance_id(created.id());
+  *mounted.mutable_mounts()->add_mounts() = assignment.volumes(0);
+  ASSERT_TRUE(agent.stream->Write(mounted));
+  ASSERT_TRUE(WaitFor([&] { return volume_state(volume.id()) == v1::ATTACHED; }));
+
+  // The connection ends; the tenant detaches meanwhile.
+  agent.context->TryCancel();
+  (void)agent.stream->Finish();
+  v1::DetachVolumeRequest detach;
+  detach.set_volume_id(volume.id());
+  detach.set_instance_id(created.id());
+  v1::Volume detaching;
+  ASSERT_TRUE(volumes->DetachVolume(Context(token_).get(), detach, &detaching).ok());
+  EXPECT_EQ(detaching.state(), v1::DETACHING);
+
+  RawAgent again;
+  ASSERT_NO_FATAL_FAILURE(ConnectRegistered("node-a", &again, std::chrono::seconds(30), true));
+  ASSERT_TRUE(next_assignment(again, created.id(), &assignment));
+  EXPECT_EQ(assignment.volumes_size(), 0);
+  // svd settles unsent detaches right after it writes a set; give it far
+  // longer than that (a bound, not a timing measurement).
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  EXPECT_EQ(volume_state(volume.id()), v1::DETACHING)
+      << "the detach ended before the agent said the volume was off";
+  v1::AgentMessage unmounted;
+  unmounted.mutable_mounts()->set_instance_id(created.id());
+  ASSERT_TRUE(again.stream->Write(unmounted));
+  EXPECT_TRUE(WaitFor([&] { return volume_state(volume.id()) == v1::AVAILABLE; }));
+  EXPECT_EQ(Get(created.id()).state(), v1::RUNNING);
+  again.context->TryCancel();
+  (void)again.stream->Finish();
 }
 
 // A report that arrives after the instance changed (here: started, then

@@ -26,6 +26,12 @@ bool SameAssignmentResources(const store::AgentAssignment& a, const store::Agent
 void RememberSentMounts(const std::vector<store::AgentAssignment>& sent,
                         std::set<std::pair<std::string, std::string>>& ever_sent);
 
+// Adds the (instance, volume) pairs of every attachment of the instances
+// placed on this node: a connection's start counts them as sent, since an
+// earlier connection may have had them mounted (the agent's reports say).
+absl::Status RememberEarlierMounts(store::Database& db, const std::string& node_id,
+                                   std::set<std::pair<std::string, std::string>>& ever_sent);
+
 // Completes, for this node, detaches of volumes that were never in a
 // desired set sent to its agent in this session (attached and detached
 // between two polls): the agent cannot have mounted them.

@@ -415,5 +415,35 @@ TEST(ReconnectTest, AnExitWhoseReportWasLostIsToldAgainNotStarted) {
   EXPECT_EQ(started_again, 0);
 }
 
+// A volume was detached while the agent's connection was down: the next
+// connection's first set no longer lists it. The agent must take it off the
+// instance and say so, or svd's detach waits for ever (or, worse, is taken
+// as done while the volume is still mounted). What is mounted used to be
+// the connection's own knowledge: the new connection took the instance to
+// have exactly what the set listed, changed nothing and reported nothing.
+TEST(ReconnectTest, AVolumeDetachedWhileDisconnectedIsUnmountedAndReported) {
+  PeerSvd svd(true);
+  bool mounted = false;
+  bool reported = false;
+  v1::MountReport report;
+  RunAgainst(svd, [&] {
+    svd.Send({DesiredSet("vol-1", true)});
+    for (int i = 0; i < 200 && !mounted; ++i) {
+      for (const auto& m : svd.Received()) {
+        mounted |= m.has_mounts() && m.mounts().instance_id() == "ins-0" &&
+                   m.mounts().mounts_size() == 1 && m.mounts().mounts(0).volume_id() == "vol-1";
+      }
+      if (!mounted) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_TRUE(mounted) << "vol-1 was never reported mounted";
+    const size_t before = svd.ReceivedCount();
+    svd.HangUp(std::chrono::milliseconds(0));  // The next set has no volume.
+    ASSERT_TRUE(svd.WaitForConnections(2));
+    reported = svd.WaitForMountReport("ins-0", before, &report);
+  });
+  ASSERT_TRUE(reported) << "no report that ins-0 no longer has vol-1";
+  EXPECT_TRUE(report.error().empty()) << report.error();
+}
+
 }  // namespace
 }  // namespace sv::agent
