@@ -301,11 +301,11 @@ class Agent::Session {
       std::lock_guard<std::mutex> lock(mutex_);
       told = mounts_told_;
     }
+    auto& mounted = a_.mounted_;
     for (const std::string& id : running) {
       auto want = desired.find(id);
       if (want == desired.end()) continue;
       std::string error;
-      auto& mounted = a_.mounted_;
       auto have = mounted.find(id);
       if (have == mounted.end()) {
         mounted[id] = want->second.volumes;
@@ -325,11 +325,11 @@ class Agent::Session {
       // a volume attached and detached again within one pass was never
       // mounted, and svd waits for a report that says so to end the detach.
       auto last = reported_.find(id);
-      const bool changed = last == reported_.end() ? !a_.mounted_[id].empty()
-                                                   : last->second != a_.mounted_[id];
+      const bool changed = last == reported_.end() ? !mounted[id].empty()
+                                                   : last->second != mounted[id];
       if (!changed && error.empty() && !told.count(id)) continue;
       if (!ReportMounts(stream, id, error)) return false;
-      reported_[id] = a_.mounted_[id];
+      reported_[id] = mounted[id];
       // Unless a newer set marked it again meanwhile.
       std::lock_guard<std::mutex> lock(mutex_);
       auto mark = mounts_told_.find(id);
@@ -345,8 +345,8 @@ class Agent::Session {
         it = desired_.count(it->first) ? std::next(it) : mounts_told_.erase(it);
       }
     }
-    for (auto it = a_.mounted_.begin(); it != a_.mounted_.end();) {
-      it = running.count(it->first) ? std::next(it) : a_.mounted_.erase(it);
+    for (auto it = mounted.begin(); it != mounted.end();) {
+      it = running.count(it->first) ? std::next(it) : mounted.erase(it);
     }
     for (auto it = reported_.begin(); it != reported_.end();) {
       it = running.count(it->first) ? std::next(it) : reported_.erase(it);

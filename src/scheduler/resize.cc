@@ -159,15 +159,7 @@ absl::StatusOr<ResizeResult> Scheduler::Resize(Snapshot& snapshot,
   }
   result.placement.instance = instance;
   result.placement.nodes = snapshot.InstanceNodes(instance);
-  std::vector<NodeIndex> nodes;
-  for (const NodeAssignment& part : result.placement.nodes) {
-    nodes.push_back(part.node);
-  }
-  std::sort(nodes.begin(), nodes.end());
-  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
-  std::map<int32_t, int> leaves;
-  for (NodeIndex node : nodes) leaves[state.nodes[node].leaf]++;
-  result.placement.leaf_count = static_cast<int>(leaves.size());
+  result.placement.leaf_count = LeafCount(state, result.placement.nodes, {});
   return result;
 }
 
