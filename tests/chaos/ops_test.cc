@@ -36,8 +36,18 @@ TEST(OpsTest, StatusMetricsAndJsonLogs) {
   ASSERT_TRUE(stub->CreateInstance(Context(token).get(), request, &created).ok());
 
   httplib::Client http("127.0.0.1", svd.http_port());
-  auto status = http.Get("/statusz");
-  ASSERT_TRUE(status && status->status == 200);
+  // The replica takes the lease and places the instance on its loops' own
+  // time, which a loaded machine may put after the create returned: wait
+  // (bounded) for both before reading what they show.
+  httplib::Result status;
+  ASSERT_TRUE(WaitFor([&] {
+    status = http.Get("/statusz");
+    if (!status || status->status != 200) return false;
+    auto metrics = http.Get("/metrics");
+    return nlohmann::json::parse(status->body, nullptr, false).value("leader", false) &&
+           metrics && metrics->body.find("sv_scheduler_decisions_total{decision=\"placed\"} 1\n") !=
+                          std::string::npos;
+  })) << (status ? status->body : "no answer from /statusz");
   nlohmann::json s = nlohmann::json::parse(status->body);
   EXPECT_TRUE(s["leader"].get<bool>()) << status->body;
   EXPECT_GE(s["epoch"].get<int64_t>(), 1);
