@@ -39,17 +39,18 @@ TEST(OpsTest, StatusMetricsAndJsonLogs) {
   // The replica takes the lease and places the instance on its loops' own
   // time, which a loaded machine may put after the create returned: wait
   // (bounded) for both before reading what they show.
-  httplib::Result status;
+  std::string statusz;
   ASSERT_TRUE(WaitFor([&] {
-    status = http.Get("/statusz");
+    auto status = http.Get("/statusz");
     if (!status || status->status != 200) return false;
+    statusz = status->body;
     auto metrics = http.Get("/metrics");
-    return nlohmann::json::parse(status->body, nullptr, false).value("leader", false) &&
-           metrics && metrics->body.find("sv_scheduler_decisions_total{decision=\"placed\"} 1\n") !=
-                          std::string::npos;
-  })) << (status ? status->body : "no answer from /statusz");
-  nlohmann::json s = nlohmann::json::parse(status->body);
-  EXPECT_TRUE(s["leader"].get<bool>()) << status->body;
+    return nlohmann::json::parse(statusz, nullptr, false).value("leader", false) && metrics &&
+           metrics->body.find("sv_scheduler_decisions_total{decision=\"placed\"} 1\n") !=
+               std::string::npos;
+  })) << statusz;
+  nlohmann::json s = nlohmann::json::parse(statusz);
+  EXPECT_TRUE(s["leader"].get<bool>()) << statusz;
   EXPECT_GE(s["epoch"].get<int64_t>(), 1);
   EXPECT_EQ(s["holder"], s["replica"]);
 
