@@ -236,8 +236,31 @@ class Agent::Session {
 
   // The run an instance was started (or last confirmed) under; 0: unknown.
   int64_t RunOf(const std::string& id) const {
-    auto it = runs_.find(id);
-    return it == runs_.end() ? 0 : it->second;
+    auto it = a_.runs_.find(id);
+    return it == a_.runs_.end() ? 0 : it->second;
+  }
+
+  // Whether svd, which still wants an ended instance under the run it
+  // ended in, is to be told of the exit (again), and if so notes it told.
+  // Once per connection, and again every heartbeat interval while svd goes
+  // on wanting it: svd's write of the exit can fail (a database outage, a
+  // lock timeout) and svd only logs that. Told once per connection, the
+  // instance stayed RUNNING, billed and holding its GPUs for as long as the
+  // stream lived. A repeat svd has already recorded is STALE_REPORT to it.
+  bool EndedTellingDue(const std::string& id) {
+    const absl::Time now = a_.clock_.Now();
+    auto told = ended_told_.find(id);
+    if (told != ended_told_.end() && now - told->second < heartbeat_) return false;
+    ended_told_[id] = now;
+    return true;
+  }
+
+  // Records the run an instance runs under (0: none), and saves the
+  // record when that changes it.
+  void SetRun(const std::string& id, int64_t run) {
+    const bool changed = run == 0 ? a_.runs_.erase(id) > 0 : RunOf(id) != run;
+    if (run != 0) a_.runs_[id] = run;
+    if (changed) a_.SaveRecord();
   }
 
   // Tells svd of a change of an instance. To an svd that takes batches the
@@ -385,8 +408,8 @@ class Agent::Session {
   bool StartedUnderOtherRun(const std::string& id,
                             const std::map<std::string, RuntimeInstance>& desired) const {
     auto want = desired.find(id);
-    auto have = runs_.find(id);
-    return want != desired.end() && have != runs_.end() && want->second.run != 0 &&
+    auto have = a_.runs_.find(id);
+    return want != desired.end() && have != a_.runs_.end() && want->second.run != 0 &&
            have->second != want->second.run;
   }
 
@@ -412,19 +435,21 @@ class Agent::Session {
           return false;
         }
       } else if (!s.running) {
-        (void)a_.driver_->Stop(s.instance_id);  // Forget it.
         if (wanted && StartedUnderOtherRun(s.instance_id, desired)) {
           // An earlier run's process ended; svd has started the instance
           // again since: not news, and the loop below starts the new run.
+          (void)a_.driver_->Stop(s.instance_id);  // Forget it.
           known.erase(s.instance_id);
         } else if (wanted) {
-          // Kept past this connection: the runtime has forgotten the
-          // instance, and a later one must neither start it again nor
-          // leave svd unaware that it ended.
+          // Kept past this connection (and, saved before the runtime
+          // forgets it, past this process): a later one must neither start
+          // it again nor leave svd unaware that it ended.
           const Agent::Ended ended{RunOf(s.instance_id), s.exit_code, s.detail,
                                    a_.clock_.Now()};
           a_.ended_[s.instance_id] = ended;
-          ended_told_.insert(s.instance_id);
+          a_.SaveRecord();
+          (void)a_.driver_->Stop(s.instance_id);  // Forget it.
+          ended_told_[s.instance_id] = a_.clock_.Now();
           if (!Report(stream, s.instance_id, v1::AGENT_EXITED, ended.exit_code, ended.detail,
                       ended.run, ended.observed)) {
             return false;
@@ -442,13 +467,13 @@ class Agent::Session {
         // would otherwise confirm every instance on it again (36 for a node
         // filled one instance at a time with 8).
         const RuntimeInstance& want = desired.at(s.instance_id);
-        runs_[s.instance_id] = want.run;
+        SetRun(s.instance_id, want.run);
         if (!want.confirmed &&
             !Report(stream, s.instance_id, v1::AGENT_STARTED, 0, "running", want.run)) {
           return false;
         }
       }
-      if (!wanted) runs_.erase(s.instance_id);
+      if (!wanted && a_.runs_.erase(s.instance_id) > 0) a_.SaveRecord();
     }
     // An instance that ended is started again only under a new run. One
     // that ended during an earlier connection is told of again: that
@@ -460,9 +485,10 @@ class Agent::Session {
       if (want != desired.end() && want->second.run != 0 && ended.run != 0 &&
           want->second.run != ended.run) {
         it = a_.ended_.erase(it);
+        a_.SaveRecord();
         continue;
       }
-      if (want != desired.end() && ended_told_.insert(it->first).second &&
+      if (want != desired.end() && EndedTellingDue(it->first) &&
           !Report(stream, it->first, v1::AGENT_EXITED, ended.exit_code, ended.detail, ended.run,
                   ended.observed)) {
         return false;
@@ -478,9 +504,13 @@ class Agent::Session {
     bool started_any = false;
     for (const auto& [id, instance] : desired) {
       if (known.count(id) || a_.ended_.count(id)) continue;
+      // Recorded first: an agent that dies between the two finds the
+      // process under the run it was started for.
+      const int64_t had_run = RunOf(id);
+      SetRun(id, instance.run);
       absl::Status started = a_.driver_->Start(instance);
+      if (!started.ok()) SetRun(id, had_run);
       if (started.ok()) {
-        runs_[id] = instance.run;
         a_.mounted_[id] = instance.volumes;
         keys_[id] = instance.authorized_keys;
         running.insert(id);
@@ -492,9 +522,16 @@ class Agent::Session {
       }
     }
     // An instance svd stopped wanting may be wanted again later (restart).
+    // Nor is the run of one that ended or was forgotten kept past that.
+    const size_t record_before = a_.ended_.size() + a_.runs_.size();
     for (auto it = a_.ended_.begin(); it != a_.ended_.end();) {
       it = desired.count(it->first) ? std::next(it) : a_.ended_.erase(it);
     }
+    for (auto it = a_.runs_.begin(); it != a_.runs_.end();) {
+      const bool keep = desired.count(it->first) || known.count(it->first);
+      it = keep ? std::next(it) : a_.runs_.erase(it);
+    }
+    if (a_.ended_.size() + a_.runs_.size() != record_before) a_.SaveRecord();
     if (desired_changed) ReconcileKeys(desired, running);
     // Mount reports name instances the reports above started: those first.
     if (!FlushReports(stream)) return false;
@@ -541,11 +578,8 @@ class Agent::Session {
   std::map<std::string, uint64_t> mounts_told_;  // Id -> the mark's number.
   uint64_t mounts_told_count_ = 0;
   // Of the agent's ended instances (Agent::ended_), those this connection
-  // has told svd of.
-  std::set<std::string> ended_told_;
-  // The run each instance was started (or last confirmed) under. An agent
-  // that restarted knows none, and adopts what it finds.
-  std::map<std::string, int64_t> runs_;
+  // has told svd of, and when.
+  std::map<std::string, absl::Time> ended_told_;
   // The SSH keys each running instance has (agent/authorized_keys.h).
   std::map<std::string, std::vector<std::string>> keys_;
   std::map<std::string, std::vector<VolumeMap>> reported_;  // As last told to svd.
@@ -560,7 +594,27 @@ Agent::Agent(AgentOptions options, std::unique_ptr<RuntimeDriver> driver,
     : options_(std::move(options)),
       driver_(std::move(driver)),
       telemetry_(std::move(telemetry)),
-      clock_(clock) {}
+      clock_(clock) {
+  if (options_.record_file.empty()) return;
+  auto loaded = LoadInstanceRecord(options_.record_file);
+  if (!loaded.ok()) {
+    // Starting with nothing remembered is what an agent without the file
+    // did: it adopts what runs, and svd is told of exits from here on.
+    spdlog::error("agent: {}: instance record not restored: {}", options_.node_name,
+                  loaded.status().ToString());
+    return;
+  }
+  record_ = *std::move(loaded);
+  spdlog::info("agent: {}: instance record restored from {}: {} run(s), {} ended",
+               options_.node_name, options_.record_file, runs_.size(), ended_.size());
+}
+
+void Agent::SaveRecord() {
+  if (options_.record_file.empty()) return;
+  if (absl::Status s = SaveInstanceRecord(options_.record_file, record_); !s.ok()) {
+    spdlog::error("agent: {}: instance record not saved: {}", options_.node_name, s.ToString());
+  }
+}
 
 Agent::~Agent() { Stop(); }
 

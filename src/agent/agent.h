@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "agent/instance_record.h"
 #include "agent/fault_script.h"
 #include "agent/runtime_driver.h"
 #include "agent/telemetry.h"
@@ -42,6 +43,11 @@ struct AgentOptions : CollectorOptions {
   absl::Duration reconnect_backoff_min = absl::Milliseconds(200);
   absl::Duration reconnect_backoff_max = absl::Seconds(10);
   absl::Duration rpc_connect_timeout = absl::Seconds(5);
+  // Where the agent keeps its instances' runs and the instances that ended
+  // while svd still wanted them (agent/instance_record.h), so that a
+  // restarted svagent neither starts a finished job again nor adopts an old
+  // run's process as a new one; empty: in memory only (simulated agents).
+  std::string record_file;
 };
 
 class Agent {
@@ -77,18 +83,24 @@ class Agent {
   bool stopping_ = false;
   uint64_t nudges_ = 0;  // Guarded by mutex_.
   std::atomic<int> sessions_{0};
-  // Instances that ended by themselves while svd still wanted them. They
-  // outlive a connection: the runtime forgets an ended instance, so one
-  // whose exit report a broken stream lost was started again by the next
-  // connection's first pass, and svd never heard it had ended. Touched
-  // only by the sessions' loop, one session at a time.
-  struct Ended {
-    int64_t run = 0;
-    int exit_code = 0;
-    std::string detail;
-    absl::Time observed;
-  };
-  std::map<std::string, Ended> ended_;
+  // What the agent knows of its instances beyond the runtime, kept across
+  // connections, and with options_.record_file across processes
+  // (agent/instance_record.h). Touched only by the sessions' loop, one
+  // session at a time; SaveRecord() after each change.
+  // - The run each instance was started (or last confirmed) under. It was
+  //   the connection's own: after a reconnect the agent took an old run's
+  //   process for the run svd now wanted, even when svd had stopped the
+  //   instance and placed it again on other GPUs while the agent was away,
+  //   and the GPUs it still used were another tenant's.
+  // - Instances that ended by themselves while svd still wanted them: the
+  //   runtime forgets an ended instance, so one whose exit report a broken
+  //   stream lost was started again by the next connection's first pass,
+  //   and svd never heard it had ended.
+  using Ended = EndedInstance;
+  InstanceRecord record_;
+  std::map<std::string, int64_t>& runs_ = record_.runs;
+  std::map<std::string, Ended>& ended_ = record_.ended;
+  void SaveRecord();
   // What each running instance has mounted (hot attach and detach); kept
   // across connections like ended_, and touched by the same loop only.
   std::map<std::string, std::vector<VolumeMap>> mounted_;

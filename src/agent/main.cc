@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
                  "docker: per-instance authorized_keys files, bound read-only at "
                  "/root/.ssh/authorized_keys")
       ->capture_default_str();
-  app.add_option("--state-dir", state_dir, "Pid files and probe files")->capture_default_str();
+  app.add_option("--state-dir", state_dir, "Pid files, probe files and the instance record")->capture_default_str();
   app.add_option("--telemetry", telemetry, "nvml, simulated or none")
       ->check(CLI::IsMember({"nvml", "simulated", "none"}))
       ->capture_default_str();
@@ -170,6 +170,7 @@ int main(int argc, char** argv) {
   o.telemetry_interval = absl::Milliseconds(telemetry_ms);
   o.reconnect_backoff_max = absl::Milliseconds(backoff_max_ms);
   o.probe_dir = state_dir;
+  o.record_file = state_dir + "/instances.json";
   for (absl::string_view peer : absl::StrSplit(probe_peers, ',', absl::SkipEmpty())) {
     o.probe_peers.emplace_back(peer);
   }

@@ -7,12 +7,17 @@
 #include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,18 +69,22 @@ class PeerSvd final : public v1::AgentService::Service {
     if (!stream->Read(&in) || !in.has_register_()) return grpc::Status::OK;
     v1::ServerMessage registered;
     registered.mutable_registered()->set_node_id("node-test");
-    registered.mutable_registered()->set_heartbeat_interval_ms(60000);
+    registered.mutable_registered()->set_heartbeat_interval_ms(heartbeat_ms_);
     registered.mutable_registered()->set_accepts_report_batches(offers_batches_);
     if (!stream->Write(registered)) return grpc::Status::OK;
     std::chrono::milliseconds delay{0};
+    v1::ServerMessage first = DesiredSet("", false);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ended_ = false;
-      if (++connections_ > 1) delay = later_first_set_delay_;
+      if (++connections_ > 1) {
+        delay = later_first_set_delay_;
+        first = later_first_set_ ? *later_first_set_ : DesiredSet("", delay.count() > 0);
+      }
       changed_.notify_all();
     }
     std::this_thread::sleep_for(delay);
-    if (!stream->Write(DesiredSet("", delay.count() > 0))) return grpc::Status::OK;
+    if (!stream->Write(first)) return grpc::Status::OK;
     std::thread reader([&] {
       v1::AgentMessage message;
       while (stream->Read(&message)) {
@@ -154,10 +163,13 @@ class PeerSvd final : public v1::AgentService::Service {
   }
 
   // Ends the agent's stream; it connects again, and this peer waits
-  // `delay` before the new connection's first desired set.
-  void HangUp(std::chrono::milliseconds delay) {
+  // `delay` before the new connection's first desired set: `first`, or the
+  // one every connection gets.
+  void HangUp(std::chrono::milliseconds delay,
+              std::optional<v1::ServerMessage> first = std::nullopt) {
     std::lock_guard<std::mutex> lock(mutex_);
     later_first_set_delay_ = delay;
+    later_first_set_ = std::move(first);
     hang_up_ = true;
     changed_.notify_all();
   }
@@ -167,6 +179,11 @@ class PeerSvd final : public v1::AgentService::Service {
     std::unique_lock<std::mutex> lock(mutex_);
     return changed_.wait_for(lock, std::chrono::seconds(20),
                              [&] { return connections_ >= n && !ended_; });
+  }
+
+  int ConnectionCount() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return connections_;
   }
 
   std::vector<v1::AgentMessage> Received() {
@@ -180,11 +197,18 @@ class PeerSvd final : public v1::AgentService::Service {
   }
 
   // Waits (bounded: a failure, not a timing assertion) until the agent has
-  // reported kInstances starts, and returns what it sent.
+  // reported the starts the test expects (all kInstances unless told
+  // otherwise), and returns what it sent.
   std::vector<v1::AgentMessage> WaitForStarts() {
     std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait_for(lock, std::chrono::seconds(20), [this] { return Starts() >= kInstances; });
+    changed_.wait_for(lock, std::chrono::seconds(20), [this] { return Starts() >= starts_; });
     return received_;
+  }
+  // The heartbeat interval registration gives agents (default a minute).
+  void SetHeartbeatMs(int ms) { heartbeat_ms_ = ms; }
+  void ExpectStarts(int n) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    starts_ = n;
   }
 
  private:
@@ -205,7 +229,10 @@ class PeerSvd final : public v1::AgentService::Service {
   bool ended_ = false;
   bool hang_up_ = false;
   int connections_ = 0;
+  int starts_ = kInstances;
   std::chrono::milliseconds later_first_set_delay_{0};
+  std::optional<v1::ServerMessage> later_first_set_;
+  int heartbeat_ms_ = 60000;
 };
 
 
@@ -224,7 +251,8 @@ class PeerTelemetry final : public v1::SlaTelemetryService::Service {
 // Runs a real svagent against `svd`; `then` runs once the starts are in.
 std::vector<v1::AgentMessage> RunAgainst(PeerSvd& svd,
                                          const std::function<void()>& then = [] {},
-                                         std::unique_ptr<RuntimeDriver> driver = nullptr) {
+                                         std::unique_ptr<RuntimeDriver> driver = nullptr,
+                                         const std::string& record_file = "") {
   PeerTelemetry telemetry;
   int port = 0;
   grpc::ServerBuilder builder;
@@ -240,6 +268,7 @@ std::vector<v1::AgentMessage> RunAgainst(PeerSvd& svd,
   options.node_name = "node-test";
   options.simulated = true;
   options.runtime_poll_interval = absl::Milliseconds(100);
+  options.record_file = record_file;
   RealClock clock;
   Agent agent(options, driver ? std::move(driver) : NewSimulatedDriver(),
               std::make_unique<SimulatedTelemetry>(8, 1), clock);
@@ -259,12 +288,20 @@ class ExitingDriver final : public RuntimeDriver {
   absl::Status Start(const RuntimeInstance& instance) override {
     std::lock_guard<std::mutex> lock(mutex_);
     exited_.erase(instance.instance_id);
+    calls_.push_back("start " + instance.instance_id + " run " + std::to_string(instance.run) +
+                     " gpus " + Gpus(instance.gpu_indices));
     return inner_->Start(instance);
   }
   absl::Status Stop(const std::string& instance_id) override {
     std::lock_guard<std::mutex> lock(mutex_);
     exited_.erase(instance_id);
+    calls_.push_back("stop " + instance_id);
     return inner_->Stop(instance_id);
+  }
+  // Every Start ("start <id> run <run> gpus <i,j>") and Stop ("stop <id>").
+  std::vector<std::string> Calls() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return calls_;
   }
   absl::StatusOr<std::vector<RuntimeStatus>> List() override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -297,7 +334,13 @@ class ExitingDriver final : public RuntimeDriver {
  private:
   std::unique_ptr<RuntimeDriver> inner_ = NewSimulatedDriver();
   std::mutex mutex_;
+  static std::string Gpus(const std::vector<int>& gpus) {
+    std::string out;
+    for (int g : gpus) out += (out.empty() ? "" : ",") + std::to_string(g);
+    return out;
+  }
   std::map<std::string, int> exited_;
+  std::vector<std::string> calls_;
 };
 
 TEST(ReportBatchTest, OneMessageForAPassWhenSvdOffersBatches) {
@@ -413,6 +456,127 @@ TEST(ReconnectTest, AnExitWhoseReportWasLostIsToldAgainNotStarted) {
     }
   }
   EXPECT_EQ(started_again, 0);
+}
+
+// The same, across a restart of the svagent process: the exit was read
+// from the runtime (which then forgot the instance) and reported on a
+// stream that broke before svd read it, and the process was restarted.
+// What the agent knew of ended instances was the process's own, so the
+// restarted agent started the finished job again. It is now kept in the
+// state dir, told again, and the instance is not started.
+TEST(ReconnectTest, ARestartedAgentTellsAnExitAgainAndDoesNotStartIt) {
+  const std::string dir = ::testing::TempDir() + "/sv-ended-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const std::string record_file = dir + "/instances.json";
+  {
+    PeerSvd svd(true);
+    auto owned = std::make_unique<ExitingDriver>();
+    ExitingDriver* driver = owned.get();
+    RunAgainst(
+        svd,
+        [&] {
+          driver->Exit("ins-0", 3);
+          ASSERT_TRUE(svd.WaitForReport("ins-0", v1::AGENT_EXITED, 0));
+        },
+        std::move(owned), record_file);
+  }
+  // A new process with a new runtime that knows nothing of ins-0, against
+  // an svd that never read the report: it wants ins-0 under run 1 still.
+  PeerSvd svd(true);
+  svd.ExpectStarts(kInstances - 1);
+  auto owned = std::make_unique<ExitingDriver>();
+  ExitingDriver* driver = owned.get();
+  bool told = false;
+  v1::InstanceReport retold;
+  RunAgainst(
+      svd,
+      [&] {
+        told = svd.WaitForReport("ins-0", v1::AGENT_EXITED, 0, &retold);
+        // Past a few of the agent's passes (100 ms apart) after the set.
+        std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+        EXPECT_FALSE(driver->Running("ins-0")) << "the ended instance was started again";
+        EXPECT_TRUE(driver->Running("ins-1"));
+      },
+      std::move(owned), record_file);
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(told) << "the restarted agent did not tell svd that ins-0 ended";
+  EXPECT_EQ(retold.exit_code(), 3);
+  EXPECT_EQ(retold.run(), 1);
+  EXPECT_EQ(retold.reason(), "exited with code 3");
+  for (const v1::AgentMessage& m : svd.Received()) {
+    for (const auto& r : m.reports().reports()) {
+      EXPECT_FALSE(r.instance_id() == "ins-0" && r.state() == v1::AGENT_STARTED)
+          << "the restarted agent started ins-0";
+    }
+  }
+}
+
+// While the agent's connection was down, svd stopped ins-0, placed another
+// tenant's instance on its GPU, and started ins-0 again on another GPU of
+// the node: a new run. The old run's process still runs. The run each
+// instance runs under was the connection's own, so the new connection took
+// the old process for the new run, confirmed it, and it went on using GPU 0
+// (another tenant's) while the GPU svd gave it sat idle and billed.
+TEST(ReconnectTest, AnOldRunsProcessIsReplacedAfterAReconnect) {
+  PeerSvd svd(true);
+  auto owned = std::make_unique<ExitingDriver>();
+  ExitingDriver* driver = owned.get();
+  std::vector<std::string> calls;
+  RunAgainst(
+      svd,
+      [&] {
+        v1::ServerMessage moved = DesiredSet("", false);
+        moved.mutable_desired()->mutable_instances(0)->set_run(2);
+        moved.mutable_desired()->mutable_instances(0)->clear_gpu_indices();
+        moved.mutable_desired()->mutable_instances(0)->add_gpu_indices(3);
+        moved.mutable_desired()->mutable_instances(1)->set_image("another/tenant");
+        moved.mutable_desired()->mutable_instances(1)->set_instance_id("ins-other");
+        moved.mutable_desired()->mutable_instances(1)->clear_gpu_indices();
+        moved.mutable_desired()->mutable_instances(1)->add_gpu_indices(0);
+        const size_t before = svd.ReceivedCount();
+        svd.HangUp(std::chrono::milliseconds(0), moved);
+        ASSERT_TRUE(svd.WaitForConnections(2));
+        ASSERT_TRUE(svd.WaitForReport("ins-other", v1::AGENT_STARTED, before));
+        // Past a few of the agent's passes (100 ms apart) after the set.
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        calls = driver->Calls();
+      },
+      std::move(owned));
+  auto at = [&](const std::string& call) {
+    return std::find(calls.begin(), calls.end(), call) - calls.begin();
+  };
+  const auto stop = at("stop ins-0");
+  const auto restart = at("start ins-0 run 2 gpus 3");
+  EXPECT_LT(stop, static_cast<long>(calls.size())) << "run 1's process of ins-0 was kept";
+  EXPECT_LT(restart, static_cast<long>(calls.size())) << "ins-0 was not started under run 2";
+  EXPECT_LT(stop, restart);
+}
+
+// svd's write of an exit can fail (a database outage, a lock timeout); it
+// logs that and goes on wanting the instance. Told once per connection, the
+// instance stayed RUNNING, billed and holding its GPUs for as long as the
+// stream lived. The agent now tells it again every heartbeat interval
+// while svd still wants the instance under the run it ended in.
+TEST(ReconnectTest, AnExitSvdDidNotRecordIsToldAgainOnTheSameConnection) {
+  PeerSvd svd(true);
+  svd.SetHeartbeatMs(200);
+  auto owned = std::make_unique<ExitingDriver>();
+  ExitingDriver* driver = owned.get();
+  bool told_again = false;
+  RunAgainst(
+      svd,
+      [&] {
+        driver->Exit("ins-0", 3);
+        ASSERT_TRUE(svd.WaitForReport("ins-0", v1::AGENT_EXITED, 0));
+        // This peer never takes the instance out of its set, as an svd
+        // whose write failed would not.
+        const size_t before = svd.ReceivedCount();
+        told_again = svd.WaitForReport("ins-0", v1::AGENT_EXITED, before);
+        EXPECT_FALSE(driver->Running("ins-0")) << "the ended instance was started again";
+      },
+      std::move(owned));
+  EXPECT_TRUE(told_again) << "the exit was told once, and svd never recorded it";
+  EXPECT_EQ(svd.ConnectionCount(), 1) << "told again on a new connection, not the same one";
 }
 
 // A volume was detached while the agent's connection was down: the next
