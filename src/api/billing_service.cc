@@ -19,20 +19,6 @@ using internal::ToProto;  // The timestamp conversion, next to the ones below.
 
 constexpr int kTenantsPageMax = 500;
 
-absl::Time FromProto(const google::protobuf::Timestamp& t) {
-  return absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
-}
-
-absl::Status CheckTimestamp(const char* field, const google::protobuf::Timestamp& t) {
-  // 0001-01-01 to 9999-12-31, as google.protobuf.Timestamp defines.
-  if (t.seconds() < -62'135'596'800 || t.seconds() > 253'402'300'799 || t.nanos() < 0 ||
-      t.nanos() > 999'999'999) {
-    return Error(absl::StatusCode::kInvalidArgument, "INVALID_TIME",
-                 std::string(field) + " is not a valid timestamp");
-  }
-  return absl::OkStatus();
-}
-
 v1::BillingMode ModeToProto(billing::BillingMode mode) {
   return mode == billing::BillingMode::kPostpaid ? v1::POSTPAID : v1::PREPAID;
 }
@@ -230,12 +216,10 @@ class BillingServiceImpl final : public v1::BillingService::Service {
     }
     filter.after = std::string(token);
     if (request.has_start_time()) {
-      SV_RETURN_IF_ERROR(CheckTimestamp("start_time", request.start_time()));
-      filter.from = FromProto(request.start_time());
+      SV_ASSIGN_OR_RETURN(filter.from, TimeField("start_time", request.start_time()));
     }
     if (request.has_end_time()) {
-      SV_RETURN_IF_ERROR(CheckTimestamp("end_time", request.end_time()));
-      filter.to = FromProto(request.end_time());
+      SV_ASSIGN_OR_RETURN(filter.to, TimeField("end_time", request.end_time()));
     }
     if (request.kind().size() > 32 || request.instance_id().size() > 64) {
       return Error(absl::StatusCode::kInvalidArgument, "INVALID_FILTER",
@@ -267,12 +251,10 @@ class BillingServiceImpl final : public v1::BillingService::Service {
     const absl::Time now = deps_.clock->Now();
     absl::Time from = now - absl::Hours(24 * 30), to = now;
     if (request.has_start_time()) {
-      SV_RETURN_IF_ERROR(CheckTimestamp("start_time", request.start_time()));
-      from = FromProto(request.start_time());
+      SV_ASSIGN_OR_RETURN(from, TimeField("start_time", request.start_time()));
     }
     if (request.has_end_time()) {
-      SV_RETURN_IF_ERROR(CheckTimestamp("end_time", request.end_time()));
-      to = FromProto(request.end_time());
+      SV_ASSIGN_OR_RETURN(to, TimeField("end_time", request.end_time()));
     }
     if (to <= from || to - from > absl::Hours(24 * 366)) {
       return Error(absl::StatusCode::kInvalidArgument, "INVALID_TIME_RANGE",
@@ -330,12 +312,10 @@ class BillingAdminServiceImpl final : public v1::BillingAdminService::Service {
     return Run("GetRevenueSummary", *context, [&]() -> absl::Status {
       absl::Time from = absl::InfinitePast(), to = absl::InfiniteFuture();
       if (request->has_start_time()) {
-        SV_RETURN_IF_ERROR(CheckTimestamp("start_time", request->start_time()));
-        from = FromProto(request->start_time());
+        SV_ASSIGN_OR_RETURN(from, TimeField("start_time", request->start_time()));
       }
       if (request->has_end_time()) {
-        SV_RETURN_IF_ERROR(CheckTimestamp("end_time", request->end_time()));
-        to = FromProto(request->end_time());
+        SV_ASSIGN_OR_RETURN(to, TimeField("end_time", request->end_time()));
       }
       SV_ASSIGN_OR_RETURN(auto s, deps_.billing->GetRevenueSummary(from, to));
       response->set_charged_micros(s.charged_micros);
@@ -567,8 +547,7 @@ class BillingAdminServiceImpl final : public v1::BillingAdminService::Service {
   template <typename Request>
   static absl::StatusOr<absl::Time> EffectiveFrom(const Request& request, absl::Time now) {
     if (!request.has_effective_time()) return now;
-    SV_RETURN_IF_ERROR(CheckTimestamp("effective_time", request.effective_time()));
-    return FromProto(request.effective_time());
+    return TimeField("effective_time", request.effective_time());
   }
 
   // Who issued a credit or refund, for ledger_transfer_reasons.

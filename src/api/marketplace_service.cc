@@ -244,15 +244,16 @@ class MarketplaceServiceImpl final : public v1::MarketplaceService::Service {
     auto who = auth_.Authenticate(*context);
     if (!who.ok()) return Finish("GetPublisherEarnings", nullptr, "", who.status());
     auto run = [&]() -> absl::Status {
-      using google::protobuf::util::TimeUtil;
-      const absl::Time from =
-          request->has_start_time()
-              ? absl::FromUnixMicros(TimeUtil::TimestampToMicroseconds(request->start_time()))
-              : absl::UnixEpoch();
-      const absl::Time to =
-          request->has_end_time()
-              ? absl::FromUnixMicros(TimeUtil::TimestampToMicroseconds(request->end_time()))
-              : deps_.clock->Now() + absl::Hours(1);
+      // Checked as every other service checks a time: unchecked, a time
+      // PostgreSQL cannot take was INTERNAL (REST refused it, gRPC did not).
+      absl::Time from = absl::UnixEpoch();
+      absl::Time to = deps_.clock->Now() + absl::Hours(1);
+      if (request->has_start_time()) {
+        SV_ASSIGN_OR_RETURN(from, TimeField("start_time", request->start_time()));
+      }
+      if (request->has_end_time()) {
+        SV_ASSIGN_OR_RETURN(to, TimeField("end_time", request->end_time()));
+      }
       if (to < from) return Invalid("INVALID_TIME_RANGE", "end_time is before start_time");
       SV_ASSIGN_OR_RETURN(auto report, market_.Earnings(who->tenant_id, from, to));
       response->set_publisher_tenant_id(report.publisher_tenant_id);

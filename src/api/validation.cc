@@ -13,6 +13,10 @@
 namespace sv::api {
 namespace {
 
+// 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z.
+constexpr int64_t kTimestampSecondsMin = -62'135'596'800;
+constexpr int64_t kTimestampSecondsMax = 253'402'300'799;
+
 absl::Status Invalid(absl::string_view reason, absl::string_view message) {
   return Error(absl::StatusCode::kInvalidArgument, reason, message);
 }
@@ -207,6 +211,14 @@ std::string InstanceFingerprint(const store::InstanceSpec& spec) {
                                                     : std::string()));
 }
 
+absl::StatusOr<absl::Time> TimeField(const char* field, const google::protobuf::Timestamp& t) {
+  if (t.seconds() < kTimestampSecondsMin || t.seconds() > kTimestampSecondsMax || t.nanos() < 0 ||
+      t.nanos() > 999'999'999) {
+    return Invalid("INVALID_TIME", std::string(field) + " is not a valid timestamp");
+  }
+  return absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
+}
+
 absl::StatusOr<int> NormalizePageSize(int page_size, int default_size) {
   if (page_size < 0) return Invalid("INVALID_PAGE_SIZE", "page_size must not be negative");
   if (page_size == 0) return default_size;
@@ -230,6 +242,9 @@ absl::StatusOr<std::optional<store::ListCursor>> DecodePageToken(
   if (parts.size() != 4 || parts[0] != "v1" ||
       parts[1] != (show_deleted ? "1" : "0") ||
       !absl::SimpleAtoi(parts[2], &cursor.created_at_micros) ||
+      // A time PostgreSQL cannot take was a DATABASE_ERROR (22009).
+      cursor.created_at_micros < kTimestampSecondsMin * 1'000'000 ||
+      cursor.created_at_micros > kTimestampSecondsMax * 1'000'000 ||
       !LooksLikeId(parts[3], "ins")) {
     return bad;
   }

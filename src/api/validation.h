@@ -6,6 +6,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "google/protobuf/timestamp.pb.h"
 #include "store/store.h"
 
 namespace sv::api {
@@ -20,6 +22,11 @@ inline constexpr int kPageSizeDefault = 50;
 inline constexpr int kPageSizeMax = 500;
 inline constexpr char kDefaultGpuModel[] = "RTX 4090";
 inline constexpr char kDefaultImage[] = "sv/ubuntu-22.04-cuda-12.4";
+
+// A request's timestamp field as a time: INVALID_ARGUMENT / INVALID_TIME
+// outside 0001-01-01..9999-12-31 or with nanos outside 0..999,999,999, the
+// range google.protobuf.Timestamp defines (and PostgreSQL can store).
+absl::StatusOr<absl::Time> TimeField(const char* field, const google::protobuf::Timestamp& t);
 
 // Checks a GPU count: 1-8, or a multiple of 8 up to 128.
 absl::Status ValidateGpuCount(int gpu_count);

@@ -275,9 +275,16 @@ absl::StatusOr<TransferRecord> Billing::TopUp(const std::string& tenant_id,
 
 absl::Status Billing::SetBillingMode(const std::string& tenant_id, BillingMode mode,
                                      int64_t credit_limit_micros) {
-  if (credit_limit_micros < 0 || (mode == BillingMode::kPrepaid && credit_limit_micros != 0)) {
+  // Bounded so that what a tenant may spend (its receivable plus the
+  // limit) stays far inside int64 in every statement that adds them: a
+  // limit of INT64_MAX, the usual "no limit", overflowed the metering
+  // statement, which covers every tenant, and stopped billing for all.
+  constexpr int64_t kCreditLimitMax = 1'000'000'000 * kMicrosPerYuan;
+  if (credit_limit_micros < 0 || credit_limit_micros > kCreditLimitMax ||
+      (mode == BillingMode::kPrepaid && credit_limit_micros != 0)) {
     return Error(absl::StatusCode::kInvalidArgument, "INVALID_CREDIT_LIMIT",
-                 "credit_limit_micros must be >= 0, and 0 for prepaid tenants");
+                 "credit_limit_micros must be 0 to 1,000,000,000 CNY, and 0 for prepaid "
+                 "tenants");
   }
   const bool postpaid = mode == BillingMode::kPostpaid;
   const absl::Time now = clock_.Now();

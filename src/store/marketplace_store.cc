@@ -205,7 +205,8 @@ absl::StatusOr<ImageRecord> MarketplaceStore::RegisterImage(
       ImageRecord e = ImageFromRow(retry[0]);
       if (e.name != image.name || e.version != image.version || e.image != image.image ||
           e.ports != image.ports || e.gpu_count != image.gpu_count ||
-          e.price_per_hour_micros != image.price_per_hour_micros) {
+          e.price_per_hour_micros != image.price_per_hour_micros ||
+          e.description != image.description) {
         return Error(absl::StatusCode::kAlreadyExists, "REQUEST_ID_REUSED",
                      absl::StrCat("request_id '", request_id, "' was already used for image ",
                                   e.id, " with different parameters"));

@@ -1203,6 +1203,19 @@ TEST_F(BillingTest, BillingModeSwitchMovesTheBalance) {
   EXPECT_EQ(postpaid->paid_micros, 0);
   EXPECT_EQ(postpaid->receivable_micros, prepaid->paid_micros);
   EXPECT_EQ(postpaid->available_micros, prepaid->paid_micros + 50 * kMicrosPerYuan);
+  // A limit past 1,000,000,000 CNY is refused and changes nothing. INT64_MAX
+  // used to be taken, and the metering statement, which covers every
+  // tenant, overflowed (22003) on every run: nobody was billed.
+  auto unbounded = billing.SetBillingMode(tenant, BillingMode::kPostpaid,
+                                          std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(unbounded.code(), absl::StatusCode::kInvalidArgument) << unbounded;
+  EXPECT_EQ(ReasonOf(unbounded), "INVALID_CREDIT_LIMIT");
+  EXPECT_EQ(billing.GetBalance(tenant, clock_.Now())->credit_limit_micros, 50 * kMicrosPerYuan);
+  ASSERT_TRUE(billing
+                  .SetBillingMode(tenant, BillingMode::kPostpaid,
+                                  1'000'000'000 * kMicrosPerYuan)
+                  .ok());
+  EXPECT_TRUE(billing.RunOnce(clock_.Now()).ok());
   // Setting the mode it has (a new limit) moves nothing.
   ASSERT_TRUE(billing.SetBillingMode(tenant, BillingMode::kPostpaid, 60 * kMicrosPerYuan).ok());
   EXPECT_EQ(billing.GetBalance(tenant, clock_.Now())->receivable_micros, prepaid->paid_micros);

@@ -7,6 +7,8 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "api/errors.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "sv/v1/account.grpc.pb.h"
@@ -147,6 +149,15 @@ TEST_F(InstanceApiTest, ListPagesThroughEveryInstanceOnce) {
   grpc::Status bad = stub_->ListInstances(Context(token_).get(), request, &response);
   EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(api::ReasonOf(bad), "INVALID_PAGE_TOKEN");
+  // A token of the right shape whose time PostgreSQL cannot take (a forged
+  // one) was INTERNAL / DATABASE_ERROR (22009), an error log on demand.
+  for (const char* micros : {"-70000000000000000", "-9223372036854775807", "300000000000000000"}) {
+    request.set_page_token(
+        absl::WebSafeBase64Escape(absl::StrCat("v1|0|", micros, "|ins-aaaaaaaaaaaaaa")));
+    bad = stub_->ListInstances(Context(token_).get(), request, &response);
+    EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << micros;
+    EXPECT_EQ(api::ReasonOf(bad), "INVALID_PAGE_TOKEN") << bad.error_message();
+  }
   request.set_page_token("");
   request.set_page_size(-1);
   EXPECT_EQ(stub_->ListInstances(Context(token_).get(), request, &response).error_code(),

@@ -146,6 +146,23 @@ TEST_F(MarketplaceBillingTest, LaunchChargesRentAndSplitAppFeeEveryMinute) {
   v1::MarketplaceImage dup;
   EXPECT_EQ(market->RegisterImage(Context(publisher).get(), reg, &dup).error_code(),
             grpc::StatusCode::ALREADY_EXISTS);
+  // The first registration's request_id with another description is not a
+  // retry of it: it used to return the first image, the new text dropped.
+  v1::RegisterImageRequest retold;
+  retold.mutable_image()->set_name("sd-webui");
+  retold.mutable_image()->set_version("1.0");
+  retold.mutable_image()->set_image(PrivateImage(publisher_id_, "sd-webui"));
+  retold.mutable_image()->add_ports(7860);
+  retold.mutable_image()->set_gpu_count(8);
+  retold.mutable_image()->set_price_per_hour_micros(kAppPerHourMicros);
+  retold.set_request_id("reg-sd-webui");
+  ASSERT_TRUE(market->RegisterImage(Context(publisher).get(), retold, &dup).ok())
+      << "the same body again is a retry";
+  EXPECT_EQ(dup.id(), image.id());
+  retold.mutable_image()->set_description("another text");
+  grpc::Status reused = market->RegisterImage(Context(publisher).get(), retold, &dup);
+  EXPECT_EQ(reused.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(api::ReasonOf(reused), "REQUEST_ID_REUSED") << reused.error_message();
 
   // App fees are paid from paid credit only, so the launch needs some.
   TopUpBuyer("pay-1", 100 * billing::kMicrosPerYuan);
@@ -296,6 +313,16 @@ TEST_F(MarketplaceBillingTest, LaunchChargesRentAndSplitAppFeeEveryMinute) {
   window.mutable_end_time()->set_seconds(absl::ToUnixSeconds(end) + 3600);
   ASSERT_TRUE(market->GetPublisherEarnings(Context(publisher).get(), window, &earnings).ok());
   EXPECT_EQ(earnings.fees_micros(), fees_total);
+  // A time PostgreSQL cannot take is the caller's error, as in every other
+  // service (it was INTERNAL / DATABASE_ERROR over gRPC).
+  for (int64_t seconds : {int64_t{-100'000'000'000}, int64_t{300'000'000'000}}) {
+    v1::PublisherEarningsRequest bad = window;
+    bad.mutable_start_time()->set_seconds(seconds);
+    v1::PublisherEarnings none;
+    grpc::Status refused = market->GetPublisherEarnings(Context(publisher).get(), bad, &none);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << seconds;
+    EXPECT_EQ(api::ReasonOf(refused), "INVALID_TIME") << refused.error_message();
+  }
   EXPECT_EQ(earnings.publisher_share_micros(), publisher_total);
   EXPECT_EQ(earnings.platform_share_micros(), fees_total - publisher_total);
   EXPECT_EQ(earnings.payable_balance_micros(), publisher_total);
