@@ -11,6 +11,20 @@ const COLORS = { paid: '#2f7d4f', trial: '#a7c957', refund: '#c0392b' };
 function showError(e) {
   document.getElementById('admin-error').textContent =
     e ? (e.status === 403 ? 'This key is not an operator key.' : `Could not load: ${e.message}`) : '';
+  if (e && (e.status === 401 || e.status === 403)) clearDashboard();
+}
+
+// Empties every figure the dashboard shows: a key that may not read them
+// (revoked, or not an operator's) must not go on seeing the last answers.
+function clearDashboard() {
+  const main = document.getElementById('main');
+  main.querySelectorAll('table.data tbody').forEach((tbody) => tbody.replaceChildren());
+  main.querySelectorAll('.kpi-value').forEach((kpi) => { kpi.textContent = '—'; delete kpi.dataset.micros; });
+  main.querySelectorAll('.chart-box, .heatmap').forEach((box) => box.replaceChildren());
+  for (const id of ['trial-totals', 'topup-totals', 'invoice-totals', 'credit-limit']) {
+    document.getElementById(id).textContent = '';
+  }
+  document.getElementById('standing-tenant').replaceChildren();
 }
 
 // What ran but was not paid in a period: GPU rent, storage and app fees.
@@ -24,12 +38,14 @@ async function refreshRevenue() {
     api('GET', '/v1/admin/dashboard/revenue?granularity=REVENUE_GRANULARITY_DAY'),
     api('GET', '/v1/admin/dashboard/revenue?granularity=REVENUE_GRANULARITY_MONTH'),
   ]);
+  // BigInt micros, written exactly by the chart (barChart `money`).
+  const trial = (p) => BigInt(p.trialChargedMicros || 0);
   const draw = (id, points) => barChart(document.getElementById(id), {
-    title: 'Revenue', unit: 'CNY', labels: points.map((p) => p.period),
+    title: 'Revenue', unit: 'CNY', money: true, labels: points.map((p) => p.period),
     series: [
       { label: 'Paid charges', color: COLORS.paid,
-        values: points.map((p) => microsToNumber(BigInt(p.chargedMicros) - BigInt(p.trialChargedMicros))) },
-      { label: 'Trial credit used', color: COLORS.trial, values: points.map((p) => microsToNumber(p.trialChargedMicros)) },
+        values: points.map((p) => BigInt(p.chargedMicros || 0) - trial(p)) },
+      { label: 'Trial credit used', color: COLORS.trial, values: points.map(trial) },
     ],
   });
   const dayPoints = days.points || [];
@@ -65,8 +81,9 @@ async function refreshRefunds() {
     return;
   }
   barChart(box, {
-    title: 'SLA refunds by metric', unit: 'CNY', labels: metrics.map((m) => `${m.metric} (${m.refundCount})`),
-    series: [{ label: 'Refunded', color: COLORS.refund, values: metrics.map((m) => microsToNumber(m.amountMicros)) }],
+    title: 'SLA refunds by metric', unit: 'CNY', money: true,
+    labels: metrics.map((m) => `${m.metric} (${m.refundCount})`),
+    series: [{ label: 'Refunded', color: COLORS.refund, values: metrics.map((m) => BigInt(m.amountMicros || 0)) }],
   });
 }
 
@@ -247,13 +264,13 @@ async function refreshCredits() {
   'No credit awaits approval.');
 }
 
+// Waits for every part, so that a refused key's clearing (showError) comes
+// after any part that still drew; an auth refusal is the error shown.
 async function refreshAll() {
-  try {
-    await Promise.all([refreshRevenue(), refreshRefunds(), refreshFleet(), refreshTenants(), refreshCredits()]);
-    showError(null);
-  } catch (e) {
-    showError(e);
-  }
+  const results = await Promise.allSettled([refreshRevenue(), refreshRefunds(), refreshFleet(),
+    refreshTenants(), refreshCredits()]);
+  const errors = results.filter((r) => r.status === 'rejected').map((r) => r.reason);
+  showError(errors.find((e) => e && (e.status === 401 || e.status === 403)) || errors[0] || null);
 }
 
 document.addEventListener('DOMContentLoaded', () => {

@@ -102,11 +102,12 @@ async function refreshMoneyTables() {
     api('GET', '/v1/usage'), api('GET', '/v1/transfers?pageSize=50&newestFirst=true'), api('GET', '/v1/invoices'),
     api('GET', '/v1/prices')]);
   const rows = usage.rows || [];
+  // Summed in BigInt micros: the chart writes them exactly (barChart `money`).
   const byDay = new Map();
-  for (const r of rows) byDay.set(r.day, (byDay.get(r.day) || 0) + microsToNumber(r.amountMicros));
+  for (const r of rows) byDay.set(r.day, (byDay.get(r.day) || 0n) + BigInt(r.amountMicros || 0));
   const days = [...byDay.keys()].sort();
   barChart(document.getElementById('usage-chart'), {
-    title: 'Usage per day', unit: 'CNY', labels: days,
+    title: 'Usage per day', unit: 'CNY', money: true, labels: days,
     series: [{ label: 'Usage', color: '#3b6fd8', values: days.map((d) => byDay.get(d)) }],
   });
   fillTable(document.querySelector('#usage-table tbody'), rows, (r) => [

@@ -139,16 +139,30 @@ function fillTable(tbody, items, cells, emptyText) {
   }
 }
 
-// A bar chart in SVG. series: [{label, values: [numbers], color}] stacked;
-// labels: x labels. The figure also gets a text summary for screen readers.
-function barChart(container, { labels, series, unit, title }) {
+// How a chart reads its values: plain numbers, or (`money`) BigInt
+// micro-yuan, summed exactly and written with formatMoney, so the chart says
+// what the tables say (a float sum of 1,005,000 µ¥ printed 1.00 where
+// formatMoney gives ¥1.01). Only the bars' heights use Numbers.
+function chartScale(money, unit) {
+  return money
+    ? { zero: 0n, of: (v) => { const m = BigInt(v || 0); return m > 0n ? m : 0n; },
+      toNumber: microsToNumber, text: formatMoney }
+    : { zero: 0, of: (v) => Math.max(0, Number(v || 0)),
+      toNumber: (v) => v, text: (v) => `${v.toFixed(2)} ${unit}` };
+}
+
+// A bar chart in SVG. series: [{label, values, color}] stacked, values as
+// chartScale reads them; labels: x labels. The figure also gets a text
+// summary for screen readers.
+function barChart(container, { labels, series, unit, title, money }) {
   const width = 640, height = 220, left = 64, bottom = 36, top = 12;
-  const totals = labels.map((_, i) => series.reduce((s, x) => s + Math.max(0, x.values[i] || 0), 0));
-  const max = Math.max(1e-9, ...totals);
+  const scale = chartScale(money, unit);
+  const totals = labels.map((_, i) => series.reduce((sum, s) => sum + scale.of(s.values[i]), scale.zero));
+  const max = Math.max(1e-9, ...totals.map(scale.toNumber));
   const plotW = width - left - 8, plotH = height - top - bottom;
   const band = plotW / Math.max(1, labels.length);
   const svg = svgEl('svg', { viewBox: `0 0 ${width} ${height}`, role: 'img', class: 'chart',
-    'aria-label': `${title}: ` + labels.map((l, i) => `${l} ${totals[i].toFixed(2)} ${unit}`).join(', ') });
+    'aria-label': `${title}: ` + labels.map((l, i) => `${l} ${scale.text(totals[i])}`).join(', ') });
   for (let g = 0; g <= 4; g++) {
     const y = top + plotH - (plotH * g) / 4;
     svg.append(svgEl('line', { x1: left, x2: width - 8, y1: y, y2: y, class: 'grid' }));
@@ -159,11 +173,11 @@ function barChart(container, { labels, series, unit, title }) {
     let y = top + plotH;
     const w = Math.max(1, Math.min(56, band * 0.7)), x = left + i * band + (band - w) / 2;
     for (const s of series) {
-      const v = Math.max(0, s.values[i] || 0);
-      const h = (plotH * v) / max;
+      const v = scale.of(s.values[i]);
+      const h = (plotH * scale.toNumber(v)) / max;
       y -= h;
       const rect = svgEl('rect', { x, y, width: w, height: Math.max(0, h), fill: s.color, class: 'bar' });
-      rect.append(svgEl('title', {}, document.createTextNode(`${label} · ${s.label}: ${v.toFixed(2)} ${unit}`)));
+      rect.append(svgEl('title', {}, document.createTextNode(`${label} · ${s.label}: ${scale.text(v)}`)));
       svg.append(rect);
     }
     if (labels.length <= 16 || i % Math.ceil(labels.length / 12) === 0) {
@@ -184,7 +198,12 @@ function barChart(container, { labels, series, unit, title }) {
 }
 
 // Sign-in flow shared by both pages: a form with #api-key, a status line,
-// and the callback run with the account once the key works.
+// and the callback run with the account once the key works. A key stored
+// in this tab signs in when the page loads (tryKey below), so signing in
+// and out store or remove the key and reload: the next key starts on a
+// fresh page. (They used to keep the page: the last user's tables, webhook
+// secret, pending creates and in-flight polls stayed, and a next key
+// refused those calls, e.g. a tenant key on /admin, saw them.)
 function setupSignIn({ onSignedIn, onSignedOut }) {
   const form = document.getElementById('signin-form');
   const errorLine = document.getElementById('signin-error');
@@ -210,6 +229,7 @@ function setupSignIn({ onSignedIn, onSignedOut }) {
       sessionStorage.removeItem(KEY_STORAGE);
       document.body.classList.remove('signed-in');
       errorLine.textContent = e.status === 401 ? 'That API key was not accepted.' : `Sign-in failed: ${e.message}`;
+      document.getElementById('api-key').focus();
     }
   }
   form.addEventListener('submit', (event) => {
@@ -217,15 +237,17 @@ function setupSignIn({ onSignedIn, onSignedOut }) {
     const input = document.getElementById('api-key');
     sessionStorage.setItem(KEY_STORAGE, input.value.trim());
     input.value = '';
-    tryKey();
+    onSignedOut();  // no poll of this page runs with the new key
+    location.reload();
   });
   signOut.addEventListener('click', () => {
     sessionStorage.removeItem(KEY_STORAGE);
     document.body.classList.remove('signed-in');
     onSignedOut();
-    document.getElementById('api-key').focus();
+    location.reload();
   });
   if (sessionStorage.getItem(KEY_STORAGE)) tryKey();
+  else document.getElementById('api-key').focus();  // e.g. after a sign-out
 }
 
 // Runs fn now and every `ms` while the page is visible; returns a stopper.

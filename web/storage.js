@@ -5,6 +5,10 @@
 
 let stoppers = [];
 let instanceCache = [];
+// Volume id -> the instance id chosen in its row. The rows are rebuilt
+// every 2 s; without this each rebuild reset the chooser to the first
+// instance, and Attach or Move clicked just after acted on that one.
+const chosenInstances = new Map();
 
 async function loadInstances() {
   const all = await apiAll('/v1/instances?pageSize=500', 'instances');
@@ -12,12 +16,29 @@ async function loadInstances() {
   return instanceCache;
 }
 
-function instanceChooser(label) {
-  const select = el('select', { 'aria-label': label });
+// The instance chooser of a volume's row, showing the instance last chosen
+// there while it is still listed.
+function instanceChooser(volumeId, label) {
+  const select = el('select', { 'aria-label': label, 'data-focus-key': `${volumeId}/instance`,
+    onchange: () => chosenInstances.set(volumeId, select.value) });
   for (const i of instanceCache) {
     select.append(el('option', { value: i.id, text: `${i.name || i.id} (${i.state})` }));
   }
+  const chosen = chosenInstances.get(volumeId);
+  if (instanceCache.some((i) => i.id === chosen)) select.value = chosen;
   return select;
+}
+
+// Rebuilds `container`'s content with `rebuild` and gives keyboard focus
+// back to the control that had it (same data-focus-key), so a refresh does
+// not throw a keyboard user out of the row.
+function keepingFocus(container, rebuild) {
+  const active = document.activeElement;
+  const key = active && container.contains(active) ? active.dataset.focusKey : undefined;
+  rebuild();
+  if (!key) return;
+  const again = [...container.querySelectorAll('[data-focus-key]')].find((n) => n.dataset.focusKey === key);
+  if (again) again.focus();
 }
 
 function volumeActions(v) {
@@ -26,18 +47,19 @@ function volumeActions(v) {
     try { await fn(); status('volume-status', `${label}: ${v.name || v.id}`); await refreshVolumes(); }
     catch (e) { status('volume-status', failText(label, e), true); }
   };
-  const chooser = instanceChooser(`Instance for ${v.name || v.id}`);
+  const chooser = instanceChooser(v.id, `Instance for ${v.name || v.id}`);
   box.append(chooser);
-  box.append(el('button', { type: 'button', onclick: () => run('Attach', () =>
+  box.append(el('button', { type: 'button', 'data-focus-key': `${v.id}/attach`, onclick: () => run('Attach', () =>
     api('POST', `/v1/volumes/${encodeURIComponent(v.id)}:attach`, { instanceId: chooser.value })) }, 'Attach'));
-  box.append(el('button', { type: 'button', onclick: () => run('Move', () =>
+  box.append(el('button', { type: 'button', 'data-focus-key': `${v.id}/move`, onclick: () => run('Move', () =>
     api('POST', `/v1/volumes/${encodeURIComponent(v.id)}:move`, { toInstanceId: chooser.value })) }, 'Move'));
   for (const a of v.attachments || []) {
-    box.append(el('button', { type: 'button', onclick: () => run('Detach', () =>
-      api('POST', `/v1/volumes/${encodeURIComponent(v.id)}:detach`, { instanceId: a.instanceId })) },
+    box.append(el('button', { type: 'button', 'data-focus-key': `${v.id}/detach/${a.instanceId}`,
+      onclick: () => run('Detach', () =>
+        api('POST', `/v1/volumes/${encodeURIComponent(v.id)}:detach`, { instanceId: a.instanceId })) },
       `Detach from ${a.instanceId}`));
   }
-  box.append(el('button', { type: 'button', class: 'danger', onclick: () => {
+  box.append(el('button', { type: 'button', class: 'danger', 'data-focus-key': `${v.id}/delete`, onclick: () => {
     if (confirm(`Delete volume ${v.name || v.id}?`)) run('Delete', () => api('DELETE', `/v1/volumes/${encodeURIComponent(v.id)}`));
   } }, 'Delete'));
   return box;
@@ -46,7 +68,9 @@ function volumeActions(v) {
 async function refreshVolumes() {
   await loadInstances();
   const volumes = (await apiAll('/v1/volumes?pageSize=200', 'volumes')).items;
-  fillTable(document.querySelector('#volumes-table tbody'), volumes, (v) => [
+  for (const id of chosenInstances.keys()) if (!volumes.some((v) => v.id === id)) chosenInstances.delete(id);
+  const tbody = document.querySelector('#volumes-table tbody');
+  keepingFocus(tbody, () => fillTable(tbody, volumes, (v) => [
     v.name || '—', el('code', { text: v.id }), `${v.sizeGib} GiB`,
     v.kind === 'NODE_LOCAL' ? `node-local${v.nodeId ? ' on ' + v.nodeId : ''}` : 'network',
     v.unpaidSinceTime
@@ -56,7 +80,7 @@ async function refreshVolumes() {
     (v.attachments || []).map((a) => `${a.instanceId} at ${a.mountPath} ${a.readOnly ? '(ro)' : '(rw)'} ` +
       `${(a.state || '').replace('ATTACHMENT_', '')}${a.reason ? ': ' + a.reason : ''}`).join('; ') || '—',
     volumeActions(v),
-  ], 'No volumes yet.');
+  ], 'No volumes yet.'));
   const rows = [];
   for (const i of instanceCache) for (const p of i.ports || []) rows.push({ i, p });
   fillTable(document.querySelector('#ports-table tbody'), rows, ({ i, p }) => [

@@ -2,7 +2,9 @@
 // sign in, create an 8-GPU instance and see it RUNNING, see the balance fall
 // after a (simulated) minute, stop the instance, see the revenue on the
 // admin dashboard, approve another operator's credit and suspend the tenant
-// there, and see the tenant's banner and refused create. Screenshots go to --out. Run by console_e2e_test (ctest
+// there, and see the tenant's banner and refused create; a volume row keeps
+// its chosen instance across refreshes, charts write exact amounts, and a
+// sign-out leaves nothing for the next key. Screenshots go to --out. Run by console_e2e_test (ctest
 // label e2e), which starts PostgreSQL and svd; see docs/web.md.
 'use strict';
 
@@ -51,10 +53,19 @@ async function shot(page, name) {
   await page.screenshot({ path: path.join(opts.out, name + '.png'), fullPage: true });
 }
 
+// Signing in stores the key and reloads the page, which signs in at load
+// (web/common.js setupSignIn).
 async function signIn(page, key) {
   await page.getByLabel(/API key/).fill(key);
   await page.getByRole('button', { name: 'Sign in' }).click();
   await page.locator('#whoami').filter({ hasText: '@' }).waitFor({ timeout: 10000 });
+}
+
+// Signing out reloads the page: waits for the fresh one, so that the next
+// sign-in is typed into it.
+async function signOut(page) {
+  await Promise.all([page.waitForEvent('load'), page.locator('#signout').click()]);
+  await page.locator('#signin-form').waitFor({ timeout: 10000 });
 }
 
 async function availableMicros(page) {
@@ -144,6 +155,20 @@ async function availableMicros(page) {
       console.log(`     ${counts.paged} transfers over ${counts.paged} pages`);
     });
 
+    await step('charts write amounts exactly (BigInt micros)', async () => {
+      // 1,005,000 µ¥ is ¥1.01 (half away from zero); floats printed 1.00.
+      const text = await page.evaluate(() => {
+        const box = document.createElement('div');
+        barChart(box, { title: 'Usage per day', unit: 'CNY', money: true, labels: ['2026-01-01'],
+          series: [{ label: 'Usage', color: '#3b6fd8', values: [1005000n] }] });
+        const svg = box.querySelector('svg');
+        return { aria: svg.getAttribute('aria-label'), bar: svg.querySelector('rect.bar title').textContent };
+      });
+      if (!text.aria.includes('1.01') || !text.bar.includes('1.01')) {
+        throw new Error('chart text not exact: ' + JSON.stringify(text));
+      }
+    });
+
     await step('stop the instance', async () => {
       await page.getByRole('button', { name: 'Stop e2e-train' }).click();
       const row = page.locator('#instances-table tbody tr', { hasText: 'e2e-train' });
@@ -228,6 +253,38 @@ async function availableMicros(page) {
       await page.locator('#instances-table tbody tr').first().waitFor({ timeout: 10000 });
     });
 
+    await step('a volume row keeps the chosen instance across its 2 s refreshes', async () => {
+      await page.goto(opts.base + '/storage.html');
+      const made = await rest('POST', '/v1/volumes', opts.key,
+        { volume: { name: 'e2e-vol', sizeGib: 10, kind: 'NETWORK' }, requestId: 'e2e-vol-1' });
+      if (made.status !== 200) throw new Error('create volume: ' + JSON.stringify(made));
+      const row = page.locator('#volumes-table tbody tr', { hasText: 'e2e-vol' });
+      const chooser = row.getByLabel('Instance for e2e-vol');
+      await chooser.waitFor({ timeout: 15000 });
+      const options = await chooser.locator('option').count();
+      if (options < 2) throw new Error(`the chooser lists ${options} instance(s), not 2 or more`);
+      // The second instance, not the one a rebuilt chooser would start on.
+      const second = await chooser.locator('option').nth(1).getAttribute('value');
+      await chooser.selectOption(second);
+      await chooser.focus();
+      const chosen = await chooser.elementHandle();
+      await page.waitForTimeout(2500);
+      await page.waitForFunction((n) => !n.isConnected, chosen, { timeout: 5000 });  // the row was rebuilt
+      const shown = await chooser.inputValue();
+      if (shown !== second) throw new Error(`the rebuilt chooser shows ${shown}, not ${second}`);
+      const focused = await page.evaluate(() => document.activeElement.getAttribute('aria-label'));
+      if (focused !== 'Instance for e2e-vol') throw new Error(`focus went to ${focused}`);
+      await row.getByRole('button', { name: 'Attach', exact: true }).click();
+      await page.locator('#volume-status').filter({ hasText: 'Attach: e2e-vol' }).waitFor({ timeout: 10000 });
+      const volume = await rest('GET', `/v1/volumes/${made.body.id}`, opts.key);
+      const attached = ((volume.body && volume.body.attachments) || []).map((a) => a.instanceId);
+      if (attached.length !== 1 || attached[0] !== second) {
+        throw new Error(`attached to ${JSON.stringify(attached)}, not ${second}`);
+      }
+      await page.goto(opts.base + '/');
+      await page.locator('#instances-table tbody tr').first().waitFor({ timeout: 10000 });
+    });
+
     let admin = null;
     await step('open the admin dashboard and see the revenue', async () => {
       admin = await context.newPage();
@@ -298,6 +355,37 @@ async function availableMicros(page) {
       await page.reload();
       await page.locator('#whoami').filter({ hasText: '@' }).waitFor({ timeout: 10000 });
       if (!(await page.locator('#suspended').isHidden())) throw new Error('banner still shown');
+    });
+
+    await step('sign out of the dashboard: a tenant key signed in next sees none of it', async () => {
+      await admin.locator('#balances-table tbody tr', { hasText: 'e2e' }).first().waitFor({ timeout: 10000 });
+      await signOut(admin);
+      await signIn(admin, opts.key);  // every dashboard call is refused (403)
+      await admin.locator('#admin-error').filter({ hasText: 'not an operator key' }).waitFor({ timeout: 15000 });
+      const rows = await admin.evaluate(() => ['#balances-table', '#credits-table']
+        .map((t) => document.querySelectorAll(`${t} tbody tr`).length));
+      if (rows[0] !== 0 || rows[1] !== 0) throw new Error(`balance and credit rows left: ${rows}`);
+      if ((await admin.locator('#kpi-charged').getAttribute('data-micros')) !== null) {
+        throw new Error('the operator\'s revenue is still shown');
+      }
+      await shot(admin, '07-admin-signed-out');
+    });
+
+    await step('sign out of /storage.html: the next key does not see the webhook secret', async () => {
+      await page.goto(opts.base + '/storage.html');
+      await page.locator('#whoami').filter({ hasText: '@' }).waitFor({ timeout: 10000 });
+      await page.getByLabel('URL').fill('http://203.0.113.10/sv-hook-2');
+      await page.getByRole('button', { name: 'Save webhook' }).click();
+      await page.locator('#webhook-status').filter({ hasText: 'whsec_' }).waitFor({ timeout: 10000 });
+      await signOut(page);
+      await signIn(page, opts['admin-key']);
+      const line = await page.locator('#webhook-status').textContent();
+      if (line.includes('whsec_')) throw new Error('the last tenant\'s secret is shown: ' + line);
+      // Back to the tenant, whose webhook goes.
+      await signOut(page);
+      await signIn(page, opts.key);
+      const deleted = await rest('DELETE', '/v1/webhook', opts.key);
+      if (deleted.status !== 200) throw new Error('delete webhook: ' + JSON.stringify(deleted));
     });
     if (consoleErrors.length) throw new Error('browser console errors: ' + consoleErrors.join(' | '));
   } catch (e) {
