@@ -627,21 +627,33 @@ absl::StatusOr<store::NodeCredentialRecord> AgentApi::Impl::AuthenticateNode(
 void AgentApi::Impl::MonitorLoop() {
   // Agents cannot heartbeat while no svd runs; after a start (or a restart
   // of the only svd) they get one timeout to reconnect before silence means
-  // death, so an svd outage never takes the fleet down with it.
-  const absl::Time judge_from = clock.Now() + options.heartbeat_timeout;
+  // death, so an svd outage never takes the fleet down with it. Nor can
+  // their heartbeats be written while the database is away, so they get one
+  // timeout again whenever this replica's leadership begins (a term ends
+  // when the database is away for a few seconds) and after a health check
+  // that failed. Judged at once, a database outage longer than the timeout
+  // (a Patroni failover takes 30 s and more) ended with every node whose
+  // agent had not heartbeated in the second since marked down and its
+  // instances stopped: the whole fleet.
+  absl::Time judge_from = clock.Now() + options.heartbeat_timeout;
+  bool leading = false;
   while (Sleep(options.monitor_interval)) {
     // Every replica, leader or not: its own streams.
     if (recheck_streams.exchange(false) && !EndRevokedStreams()) recheck_streams = true;
     // Node health is leader-only work, fenced with the leader's epoch.
     store::LeaderTurn turn(loops != nullptr ? loops->leader_gate() : nullptr);
+    const bool began = turn.ok() && !leading;
+    leading = turn.ok();
     if (!turn.ok()) continue;
     const absl::Time now = clock.Now();
+    if (began) judge_from = std::max(judge_from, now + options.heartbeat_timeout);
     auto downed = now < judge_from
                       ? absl::StatusOr<std::vector<store::DownedNode>>(
                             std::vector<store::DownedNode>())
                       : agents.MarkSilentNodesDown(options.heartbeat_timeout, now);
     if (!downed.ok()) {
       spdlog::warn("agent: node health check failed: {}", downed.status().ToString());
+      judge_from = std::max(judge_from, clock.Now() + options.heartbeat_timeout);
     } else {
       for (const auto& d : *downed) {
         spdlog::warn("agent: node {} is down (no heartbeat since {}); stopped {} instance(s)",

@@ -50,6 +50,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--sim-faults", o.sim_faults_file,
                  "Fault script for the simulated agents (see docs/agent.md)");
+  app.add_option("--sim-reconnect-backoff-max-ms", o.sim_reconnect_backoff_max_ms,
+                 "Longest wait of a simulated agent between reconnects (svagent: 10000)")
+      ->check(CLI::Range(100, 600000))
+      ->capture_default_str();
   app.add_option("--node-heartbeat-timeout-ms", o.node_heartbeat_timeout_ms,
                  "A node silent this long is declared down")
       ->check(CLI::Range(100, 3600000))

@@ -408,6 +408,7 @@ int RunServer(const ServerOptions& options) {
   fleet_options.nodes = sim::StandardFleet(options.sim_nodes, options.sim_leaves,
                                            options.sim_pods);
   fleet_options.faults = sim_faults;
+  fleet_options.reconnect_backoff_max = absl::Milliseconds(options.sim_reconnect_backoff_max_ms);
   sim::SimulatedFleet fleet(
       fleet_options,
       [&](const std::string& node) { return agent_api.CreateNodeCredential(node); }, clock);

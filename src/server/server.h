@@ -23,6 +23,9 @@ struct ServerOptions {
   int sim_leaves = 2;
   int sim_pods = 1;
   std::string sim_faults_file;  // Fault script for the simulated agents.
+  // The simulated agents' longest wait between reconnects (svagent's own
+  // default is 10 s, --backoff-max-ms).
+  int sim_reconnect_backoff_max_ms = 2000;
   // Node agents (docs/agent.md).
   int node_heartbeat_timeout_ms = 30000;
   int agent_heartbeat_interval_ms = 5000;

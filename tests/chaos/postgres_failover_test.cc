@@ -57,11 +57,11 @@ std::string MakeDir(const std::string& prefix) {
 // One create, retried with its request_id until an answer or `within`.
 grpc::Status CreateWithRetry(const std::string& endpoint, const std::string& token,
                              const std::string& request_id, absl::Duration within,
-                             v1::Instance* out) {
+                             v1::Instance* out, int gpus = 1) {
   auto stub = v1::InstanceService::NewStub(
       grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()));
   v1::CreateInstanceRequest request;
-  request.mutable_instance()->set_gpu_count(1);
+  request.mutable_instance()->set_gpu_count(gpus);
   request.set_request_id(request_id);
   const auto deadline = Clock::now() + absl::ToChronoNanoseconds(within);
   grpc::Status status;
@@ -143,6 +143,64 @@ TEST(PostgresFailoverTest, RestartUnderLoadRecoversWithinSecondsAndLosesNothing)
   const auto failures = chaos::CheckInvariants(pg.url(), acknowledged);
   EXPECT_TRUE(failures.empty()) << absl::StrJoin(failures, "\n");
   std::printf("postgres restart: %zu acknowledged creates, all present\n", acknowledged.size());
+  EXPECT_TRUE(pg.Stop().ok());
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  janitor::ForgetDir(dir);
+}
+
+// Agents cannot heartbeat into a database that is away. An outage longer
+// than the node heartbeat timeout (a Patroni failover takes 30 s and more)
+// used to end with the new term's first health check judging every node
+// whose agent had not heartbeated in the second since the server came
+// back: marked down, its instances stopped, the fleet emptied. The agents'
+// streams end in the outage, and each registers again at the end of its
+// reconnect wait, up to svagent's 10 s. Scaled down: heartbeats every 8 s,
+// a 10 s timeout, a 22 s outage; the new term comes about a second after
+// the server, when most agents have neither registered nor heartbeated
+// again (without the rule, 7 of the 8 instances were stopped).
+TEST(PostgresFailoverTest, AnOutageLongerThanTheHeartbeatTimeoutDownsNoNode) {
+  const std::string dir = MakeDir("sv-chaos-pg-");
+  store::EmbeddedPostgresOptions pg_options;
+  pg_options.data_dir = dir + "/data";
+  pg_options.port = store::PickFreePort();
+  pg_options.durable = true;
+  pg_options.database = "sv";
+  store::EmbeddedPostgres pg(pg_options);
+  ASSERT_TRUE(pg.Start().ok());
+
+  SvdOptions options{pg.url(), 8, 2,
+                     {"--node-heartbeat-timeout-ms", "10000", "--agent-heartbeat-interval-ms",
+                      "8000", "--sim-reconnect-backoff-max-ms", "10000"}};
+  SvdProcess svd(options);
+  ASSERT_TRUE(svd.Start());
+  const std::string token = CreateTenant(svd, "outage");
+  ASSERT_FALSE(token.empty());
+  for (int i = 0; i < 8; ++i) {
+    v1::Instance created;
+    // A whole node each: a node marked down stops one of them.
+    grpc::Status status = CreateWithRetry(svd.endpoint(), token, absl::StrCat("outage-", i),
+                                          absl::Seconds(10), &created, 8);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  ASSERT_TRUE(WaitFor([&] {
+    return chaos::QueryInt(pg.url(), "SELECT count(*) FROM instances WHERE state = 'RUNNING'") ==
+           8;
+  }));
+
+  ASSERT_EQ(RunAsOwner({BinDir() + "/pg_ctl", "-D", pg_options.data_dir, "-m", "immediate",
+                        "-w", "stop"}),
+            0);
+  std::this_thread::sleep_for(std::chrono::seconds(22));  // Over twice the timeout.
+  ASSERT_TRUE(pg.Start().ok());
+  // Past a new term's first health checks and a full timeout after them.
+  std::this_thread::sleep_for(std::chrono::seconds(13));
+
+  EXPECT_EQ(chaos::QueryInt(pg.url(), "SELECT count(*) FROM nodes WHERE state = 'down'"), 0)
+      << "nodes were marked down for heartbeats the database could not take";
+  EXPECT_EQ(chaos::QueryInt(pg.url(), "SELECT count(*) FROM instances WHERE state = 'RUNNING'"),
+            8);
+  EXPECT_EQ(svd.Stop(), 0);
   EXPECT_TRUE(pg.Stop().ok());
   std::error_code ec;
   fs::remove_all(dir, ec);
