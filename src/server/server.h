@@ -24,7 +24,7 @@ struct ServerOptions {
   int sim_pods = 1;
   std::string sim_faults_file;  // Fault script for the simulated agents.
   // The simulated agents' longest wait between reconnects (svagent's own
-  // default is 10 s, --backoff-max-ms).
+  // default is 10 s, --reconnect-backoff-max-ms).
   int sim_reconnect_backoff_max_ms = 2000;
   // Node agents (docs/agent.md).
   int node_heartbeat_timeout_ms = 30000;
