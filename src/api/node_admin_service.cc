@@ -43,6 +43,7 @@ void ToProto(const store::NodeUsage& u, v1::FleetNode* out) {
   out->set_state(ToProto(u.node.state));
   out->set_instance_count(u.instance_count);
   out->set_simulated(u.node.simulated);
+  if (u.node.state == store::NodeState::kDown) out->set_state_when_back(ToProto(u.state_when_back));
 }
 
 v1::InstanceState InstanceStateOf(const std::string& name) {

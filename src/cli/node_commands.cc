@@ -30,7 +30,13 @@ void PrintNodes(const std::vector<v1::FleetNode>& nodes, std::ostream& out) {
   std::vector<std::vector<std::string>> rows = {
       {"NAME", "STATE", "FREE", "GPUS", "INSTANCES", "LEAF", "POD", "ZONE"}};
   for (const auto& n : nodes) {
-    rows.push_back({n.name(), NodeStateText(n.state()), std::to_string(n.free_gpu_count()),
+    std::string state = NodeStateText(n.state());
+    if (n.state() == v1::FLEET_NODE_DOWN &&
+        n.state_when_back() != v1::FLEET_NODE_STATE_UNSPECIFIED &&
+        n.state_when_back() != v1::FLEET_NODE_READY) {
+      state += " (" + NodeStateText(n.state_when_back()) + " when back)";
+    }
+    rows.push_back({n.name(), state, std::to_string(n.free_gpu_count()),
                     std::to_string(n.gpu_count()), std::to_string(n.instance_count()),
                     n.leaf_switch(), n.pod(), n.zone()});
   }

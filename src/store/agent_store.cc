@@ -210,8 +210,9 @@ absl::StatusOr<std::string> AgentStore::RegisterNode(const NodeRecord& node, abs
                                 "; a leaf belongs to one pod and a pod to one zone: fix the "
                                 "agent's --zone, --pod or --leaf-switch"));
     }
-    // A node coming back from 'down' is ready again; cordoned and draining
-    // are operator decisions and survive a reconnect.
+    // A node coming back from 'down' returns to the state an operator left
+    // it in (cordoned, draining), else ready (migration 0122); cordoned and
+    // draining are operator decisions and survive a reconnect too.
     auto row = txn.exec_params1(
         "INSERT INTO nodes (id, name, zone, pod, leaf_switch, gpu_model, gpu_count, "
         "state, simulated, last_heartbeat_at, created_at) "
@@ -220,7 +221,8 @@ absl::StatusOr<std::string> AgentStore::RegisterNode(const NodeRecord& node, abs
         "leaf_switch = EXCLUDED.leaf_switch, gpu_model = EXCLUDED.gpu_model, "
         "gpu_count = EXCLUDED.gpu_count, simulated = EXCLUDED.simulated, "
         "last_heartbeat_at = EXCLUDED.last_heartbeat_at, "
-        "state = CASE WHEN nodes.state = 'down' THEN 'ready' ELSE nodes.state END "
+        "state = CASE WHEN nodes.state = 'down' THEN coalesce(nodes.state_when_back, 'ready') "
+        "ELSE nodes.state END, state_when_back = NULL "
         "RETURNING id",
         NewId("node"), node.name, node.zone, node.pod, node.leaf_switch, node.gpu_model,
         node.gpu_count, node.simulated, SqlTime(now));
@@ -663,7 +665,8 @@ absl::StatusOr<std::vector<DownedNode>> AgentStore::MarkSilentNodesDown(
     // SCHEDULED or STARTING for ever, holding GPUs and the tenant's quota.
     TakePlacementLock(txn);
     auto nodes = txn.exec_params(
-        "UPDATE nodes SET state = 'down' WHERE state <> 'down' "
+        "UPDATE nodes SET state = 'down', state_when_back = CASE WHEN state IN "
+        "('cordoned', 'draining') THEN state END WHERE state <> 'down' "
         "AND last_heartbeat_at < $1::timestamptz RETURNING id, name, " +
             MicrosOf("last_heartbeat_at"),
         silent_before);

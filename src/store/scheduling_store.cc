@@ -322,6 +322,7 @@ NodeUsage UsageFromRow(const pqxx::row& row) {
             row[6].as<int>(), ParseNodeState(row[7].as<std::string>()), row[8].as<bool>()};
   u.free_gpu_count = u.node.gpu_count - row[9].as<int>();
   u.instance_count = row[10].as<int>();
+  u.state_when_back = ParseNodeState(row[11].as<std::string>());
   return u;
 }
 
@@ -329,16 +330,12 @@ const char* const kNodeUsageSelect =
     "SELECT n.id, n.name, n.zone, n.pod, n.leaf_switch, n.gpu_model, n.gpu_count, n.state, "
     "n.simulated, "
     "(SELECT count(*) FROM gpu_reservations r WHERE r.node_id = n.id), "
-    "(SELECT count(DISTINCT instance_id) FROM gpu_reservations r WHERE r.node_id = n.id) "
+    "(SELECT count(DISTINCT instance_id) FROM gpu_reservations r WHERE r.node_id = n.id), "
+    "coalesce(n.state_when_back, 'ready') "
     "FROM nodes n ";
 
 // The state a node action leads to, or why it may not happen.
-absl::StatusOr<NodeState> NextNodeState(const std::string& name, NodeState from,
-                                        NodeAction action) {
-  if (from == NodeState::kDown) {
-    return Error(absl::StatusCode::kFailedPrecondition, "NODE_DOWN",
-                 absl::StrCat("node '", name, "' is down; its agent must come back first"));
-  }
+NodeState NextNodeState(NodeState from, NodeAction action) {
   switch (action) {
     case NodeAction::kCordon:
       // A draining node already takes no placements; keep its stronger state.
@@ -575,13 +572,25 @@ absl::StatusOr<DrainOutcome> SchedulingStore::ChangeNode(const std::string& name
     // Under the placement lock, so a pass that read the node as ready has
     // committed before this returns: after a cordon, nothing new lands.
     TakePlacementLock(txn);
-    auto rows = txn.exec_params("SELECT id, state FROM nodes WHERE name = $1 FOR UPDATE", name);
+    auto rows = txn.exec_params(
+        "SELECT id, state, coalesce(state_when_back, 'ready') FROM nodes WHERE name = $1 "
+        "FOR UPDATE",
+        name);
     if (rows.empty()) return NodeNotFound(name);
     const std::string node_id = rows[0][0].as<std::string>();
-    SV_ASSIGN_OR_RETURN(NodeState next,
-                        NextNodeState(name, ParseNodeState(rows[0][1].as<std::string>()),
-                                      action));
-    txn.exec_params("UPDATE nodes SET state = $2 WHERE id = $1", node_id, NodeStateName(next));
+    const NodeState state = ParseNodeState(rows[0][1].as<std::string>());
+    if (state == NodeState::kDown) {
+      // Down and up are the heartbeat's; the operator's decision is kept
+      // for when the node's agent registers again (migration 0122). It used
+      // to be refused, so a node could not be cordoned before it came back.
+      const NodeState back =
+          NextNodeState(ParseNodeState(rows[0][2].as<std::string>()), action);
+      txn.exec_params("UPDATE nodes SET state_when_back = nullif($2, 'ready') WHERE id = $1",
+                      node_id, NodeStateName(back));
+    } else {
+      txn.exec_params("UPDATE nodes SET state = $2 WHERE id = $1", node_id,
+                      NodeStateName(NextNodeState(state, action)));
+    }
     outcome.node = UsageFromRow(txn.exec_params1(
         std::string(kNodeUsageSelect) + "WHERE n.id = $1", node_id));
     for (const auto& row : txn.exec_params(

@@ -129,6 +129,8 @@ struct NodeUsage {
   NodeRecord node;
   int free_gpu_count = 0;  // GPUs without a reservation (any node state)
   int instance_count = 0;  // instances holding GPUs on the node
+  // A down node: the state it returns to when its agent registers again.
+  NodeState state_when_back = NodeState::kReady;
 };
 
 struct InstanceOnNode {
@@ -200,7 +202,8 @@ class SchedulingStore {
                                                    int limit);
   // Cordon: ready -> cordoned. Uncordon: cordoned/draining -> ready.
   // Drain: ready/cordoned -> draining, and lists what must move. A DOWN node
-  // belongs to the agent's heartbeat logic: FAILED_PRECONDITION NODE_DOWN.
+  // stays down (that is the heartbeat's); the action sets the state it
+  // returns to when its agent registers again (state_when_back).
   absl::StatusOr<DrainOutcome> ChangeNode(const std::string& name, NodeAction action);
 
   // Operators only (the API checks): any tenant's instance that is not

@@ -19,6 +19,7 @@
 #include "control/scheduling.h"
 #include "store/agent_store.h"
 #include "store/database.h"
+#include "store/scheduling_store.h"
 #include "store/store.h"
 #include "tests/integration/harness.h"
 
@@ -345,6 +346,56 @@ TEST_F(StartConfirmBatchTest, ConfirmationsBeforeTheNodeIsToldDoNotStartIt) {
   auto told = agents.ConfirmStartedBatch({{node, {id}, now_ + absl::Seconds(3)}});
   ASSERT_TRUE(told[0].ok()) << told[0].status();
   EXPECT_EQ(State(id), "RUNNING");
+}
+
+// An operator's cordon or drain outlives the node going down. Down was
+// written over it and a registration made the node ready: a node drained
+// for repair and powered off took placements as soon as it booted. And a
+// down node can be cordoned, drained or uncordoned for its return (that
+// was NODE_DOWN).
+TEST_F(StartConfirmBatchTest, ACordonOrDrainOutlivesTheNodeGoingDown) {
+  Open(3);
+  AgentStore agents(*db_);
+  SchedulingStore scheduling(*db_);
+  auto state_of = [&](const std::string& node) {
+    return Query(absl::StrCat("SELECT state || '/' || coalesce(state_when_back, '-') FROM "
+                              "nodes WHERE name = '", node, "'"))[0][0]
+        .as<std::string>();
+  };
+  auto back = [&](const std::string& node, absl::Time at) {
+    NodeRecord record{"", node, "z1", "p1", "leaf-0", "RTX 4090", 8, NodeState::kReady, true};
+    ASSERT_TRUE(agents.RegisterNode(record, at).ok());
+  };
+  ASSERT_TRUE(scheduling.ChangeNode("node-0", NodeAction::kCordon).ok());
+  ASSERT_TRUE(scheduling.ChangeNode("node-1", NodeAction::kDrain).ok());
+  const absl::Time later = now_ + absl::Hours(1);
+  auto downed = agents.MarkSilentNodesDown(absl::Seconds(30), later);
+  ASSERT_TRUE(downed.ok()) << downed.status();
+  ASSERT_EQ(downed->size(), 3u);
+  EXPECT_EQ(state_of("node-0"), "down/cordoned");
+  EXPECT_EQ(state_of("node-1"), "down/draining");
+  EXPECT_EQ(state_of("node-2"), "down/-");
+  auto listed = scheduling.ListNodes("", 10);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ((*listed)[0].state_when_back, NodeState::kCordoned);
+
+  // While down: node-2 cordoned, node-0 uncordoned, for their return.
+  auto cordoned = scheduling.ChangeNode("node-2", NodeAction::kCordon);
+  ASSERT_TRUE(cordoned.ok()) << cordoned.status();
+  EXPECT_EQ(cordoned->node.node.state, NodeState::kDown);
+  EXPECT_EQ(cordoned->node.state_when_back, NodeState::kCordoned);
+  ASSERT_TRUE(scheduling.ChangeNode("node-0", NodeAction::kUncordon).ok());
+  EXPECT_EQ(state_of("node-0"), "down/-");
+
+  for (const char* node : {"node-0", "node-1", "node-2"}) back(node, later);
+  EXPECT_EQ(state_of("node-0"), "ready/-");
+  EXPECT_EQ(state_of("node-1"), "draining/-");
+  EXPECT_EQ(state_of("node-2"), "cordoned/-");
+  // A node back on its own is ready; a later down keeps no stale intent.
+  auto again = agents.MarkSilentNodesDown(absl::Seconds(30), later + absl::Hours(1));
+  ASSERT_TRUE(again.ok()) << again.status();
+  back("node-0", later + absl::Hours(1));
+  EXPECT_EQ(state_of("node-0"), "ready/-");
 }
 
 // Goal: an exit report of an earlier run (the agent says which) does not
