@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -200,8 +201,16 @@ struct AgentApi::Impl {
   }
 
   void MonitorLoop();
-  absl::StatusOr<store::NodeCredentialRecord> AuthenticateNode(
-      const grpc::ServerContext& context);
+  // Reads and checks the stream's node credential. The stream is entered in
+  // `live` under the credential's id before the credential is read, and
+  // taken out if it is refused: a revocation committed after the read finds
+  // it (EndStreamsOf). Entered only after the read, a stream that had
+  // passed it and then waited (to register, or for the entry) outlived a
+  // revocation in that gap and then ran on, heartbeating and reporting for
+  // the node, until its client closed it.
+  absl::StatusOr<store::NodeCredentialRecord> AuthenticateNode(grpc::ServerContext& context);
+  absl::StatusOr<store::NodeCredentialRecord> CheckNodeCredential(const std::string& id,
+                                                                  const std::string& secret);
 };
 
 namespace {
@@ -495,6 +504,8 @@ class AgentServiceImpl final : public v1::AgentService::Service {
                    credential.status().ToString());
       return ToGrpcStatus(credential.status());
     }
+    // In `live` from here on (AuthenticateNode), so a revocation ends it.
+    absl::Cleanup untrack = [&] { Untrack(context); };
     v1::AgentMessage first;
     if (!stream->Read(&first)) return grpc::Status::OK;
     absl::Status status;
@@ -513,22 +524,11 @@ class AgentServiceImpl final : public v1::AgentService::Service {
                    status.ToString());
       return ToGrpcStatus(status);
     }
-    if (!Track(context, credential->id)) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "svd is stopping");
-    }
     AgentSession session(api_, *context, *stream, credential->node_name);
-    grpc::Status result = session.Run(first.register_());
-    Untrack(context);
-    return result;
+    return session.Run(first.register_());
   }
 
  private:
-  bool Track(grpc::ServerContext* context, const std::string& credential_id) {
-    std::lock_guard<std::mutex> lock(api_.mutex);
-    if (api_.stopping) return false;
-    api_.live[context] = credential_id;
-    return true;
-  }
   void Untrack(grpc::ServerContext* context) {
     std::lock_guard<std::mutex> lock(api_.mutex);
     api_.live.erase(context);
@@ -596,7 +596,7 @@ class NodeCredentialServiceImpl final : public v1::NodeCredentialService::Servic
 }  // namespace
 
 absl::StatusOr<store::NodeCredentialRecord> AgentApi::Impl::AuthenticateNode(
-    const grpc::ServerContext& context) {
+    grpc::ServerContext& context) {
   auto header = context.client_metadata().find("authorization");
   if (header == context.client_metadata().end()) {
     return Error(absl::StatusCode::kUnauthenticated, "MISSING_CREDENTIALS",
@@ -612,8 +612,23 @@ absl::StatusOr<store::NodeCredentialRecord> AgentApi::Impl::AuthenticateNode(
     return Error(absl::StatusCode::kUnauthenticated, "MALFORMED_CREDENTIALS",
                  "not a node credential");
   }
-  SV_ASSIGN_OR_RETURN(auto record, agents.LookupNodeCredential(parsed->id));
-  if (!ConstantTimeEquals(Sha256Hex(parsed->secret), record.secret_sha256)) {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (stopping) return Error(absl::StatusCode::kUnavailable, "STOPPING", "svd is stopping");
+    live[&context] = parsed->id;
+  }
+  auto checked = CheckNodeCredential(parsed->id, parsed->secret);
+  if (!checked.ok()) {
+    std::lock_guard<std::mutex> lock(mutex);
+    live.erase(&context);
+  }
+  return checked;
+}
+
+absl::StatusOr<store::NodeCredentialRecord> AgentApi::Impl::CheckNodeCredential(
+    const std::string& id, const std::string& secret) {
+  SV_ASSIGN_OR_RETURN(auto record, agents.LookupNodeCredential(id));
+  if (!ConstantTimeEquals(Sha256Hex(secret), record.secret_sha256)) {
     return Error(absl::StatusCode::kUnauthenticated, "NODE_CREDENTIAL_WRONG",
                  "the node credential is wrong");
   }
@@ -706,10 +721,7 @@ store::NotificationSink* AgentApi::desired_sink() { return &impl_->desired_signa
 
 absl::StatusOr<std::string> AgentApi::AuthenticateNodeStream(grpc::ServerContext* context) {
   SV_ASSIGN_OR_RETURN(auto record, impl_->AuthenticateNode(*context));
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  if (impl_->stopping) return Error(absl::StatusCode::kUnavailable, "STOPPING", "svd is stopping");
-  impl_->live[context] = record.id;
-  return record.node_name;
+  return record.node_name;  // Entered in `live`; EndNodeStream takes it out.
 }
 
 void AgentApi::EndNodeStream(grpc::ServerContext* context) {

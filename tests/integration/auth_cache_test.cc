@@ -342,6 +342,16 @@ TEST_F(AuthCacheTest, RevokedNodeCredentialIsRefusedEverywhere) {
   }
   ASSERT_GE(MetricSample(*b_, dropped), 1);
 
+  // A stream that passed the credential check but has not registered: it
+  // was entered among B's streams only at registration, so a revocation in
+  // between missed it, and it then registered and ran for the node (desired
+  // sets, heartbeats, exit reports) until its client closed it.
+  grpc::ClientContext silent_context;
+  silent_context.AddMetadata("authorization", "Bearer " + credential);
+  silent_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto silent = v1::AgentService::NewStub(b_->channel())->Connect(&silent_context);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // B reads the credential.
+
   // A tenant's key may not revoke node credentials.
   v1::NodeCredentialService::Stub credentials(a_->channel());
   v1::RevokeNodeCredentialRequest request;
@@ -366,6 +376,12 @@ TEST_F(AuthCacheTest, RevokedNodeCredentialIsRefusedEverywhere) {
   const auto ended = SteadyClock::now() - committed;
   EXPECT_LE(ended, kRevocationBound) << "B's stream outlived the bound";
   EXPECT_FALSE(stream->Finish().ok());
+  // The silent stream was ended too: it registers nothing.
+  silent->Write(AgentRegistration("cache-node-1"));
+  v1::ServerMessage silent_reply;
+  EXPECT_FALSE(silent->Read(&silent_reply) && silent_reply.has_registered())
+      << "a stream that had not yet registered outlived the revocation";
+  EXPECT_FALSE(silent->Finish().ok());
   // So does the telemetry stream: a revoked node sends no more samples.
   bool telemetry_open = true;
   while (telemetry_open && SteadyClock::now() - committed < kRevocationBound) {
