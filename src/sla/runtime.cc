@@ -218,6 +218,12 @@ absl::StatusOr<JudgeResult> Runtime::JudgeHour(absl::Time hour_start, absl::Time
     std::vector<std::string> silent;  // Rent and no evidence at all.
     for (auto& rent : store::SlaStore::ReadRents(txn, hour_start)) {
       if (done.count(rent.instance_id)) continue;
+      if ((rent.charged_minutes & ((uint64_t{1} << 60) - 1)) == 0) {
+        // Nothing of the hour to judge (every minute given back): a window
+        // row needs at least one billed minute, and one refused row would
+        // stop the judge at this hour for every instance.
+        continue;
+      }
       Pending p;
       p.billed_from = std::max(hour_start, MinuteStart(rent.first_minute));
       p.billed_to = std::min(hour_end, MinuteStart(rent.last_minute + 1));

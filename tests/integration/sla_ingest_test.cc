@@ -324,6 +324,48 @@ TEST_F(SlaIngestTest, MinutesAroundAQuickRestartAreNotJudged) {
   EXPECT_EQ(rents[0].last_minute, first + 50);
 }
 
+// Two quick runs inside two charged minutes: running :20:10, stopped
+// :20:20, running again :20:40, stopped for good :21:10. The stop's minute
+// and the next were left out, which left the hour no charged minute: its
+// window was written with billed_minutes 0, refused by the table's CHECK,
+// and the judge retried the hour for ever (no refunds for anyone, every
+// month-end invoice held). The hour's only minutes are kept and judged.
+TEST_F(SlaIngestTest, AnHourOfOnlyQuickRestartMinutesIsStillJudged) {
+  const int64_t first = absl::ToUnixSeconds(kHour) / 60;
+  Sql(absl::StrCat(
+      "INSERT INTO ledger_charges (instance_no, tenant_no, minute, gpu_count, unit_price, "
+      "trial_micros, main_account, main_micros, revenue_account, at) SELECT i.billing_no, "
+      "t.billing_no, m, 4, 1000, 0, 1, 4000, 2, now() FROM instances i, tenants t, "
+      "generate_series(", first + 20, ", ", first + 21, ") m WHERE i.id = 'ins-a' AND t.id = "
+      "'ten-1'"));
+  auto event = [&](absl::Duration after, const char* from, const char* to) {
+    Sql(absl::StrCat("INSERT INTO instance_events (instance_id, at, from_state, to_state, "
+                     "reason) VALUES ('ins-a', to_timestamp(",
+                     absl::ToUnixSeconds(kHour + after), "), '", from,
+                     "', '", to, "', 'test')"));
+  };
+  event(absl::Minutes(20) + absl::Seconds(20), "RUNNING", "STOPPED");
+  event(absl::Minutes(20) + absl::Seconds(40), "STARTING", "RUNNING");
+  event(absl::Minutes(21) + absl::Seconds(10), "RUNNING", "STOPPED");
+  std::vector<store::SlaRent> rents;
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+                   rents = store::SlaStore::ReadRents(txn, kHour);
+                   return absl::OkStatus();
+                 }).ok());
+  ASSERT_EQ(rents.size(), 1u);
+  EXPECT_EQ(rents[0].charged_minutes, (uint64_t{1} << 20) | (uint64_t{1} << 21))
+      << std::hex << rents[0].charged_minutes;
+  auto judged = runtime_->JudgeHour(kHour, kHour + absl::Hours(3));
+  ASSERT_TRUE(judged.ok()) << judged.status();
+  pqxx::connection c(url_);
+  pqxx::nontransaction n(c);
+  EXPECT_EQ(n.exec1(absl::StrCat("SELECT count(*) FROM sla_windows WHERE instance_id = 'ins-a' "
+                                 "AND hour_start = to_timestamp(",
+                                 absl::ToUnixSeconds(kHour), ")"))[0]
+                .as<int>(),
+            1);
+}
+
 // Goal: a replica forgets the windows of hours the leader has judged at its
 // next checkpoint, whether or not it leads (it used to keep them until it
 // ran the judge itself, so a replica that never led grew without bound and
