@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/telemetry.h"
 #include "common/status.h"
+#include "spdlog/spdlog.h"
 
 namespace sv::agent {
 namespace {
@@ -16,6 +17,7 @@ using NvmlReturn = int;
 using NvmlDevice = void*;
 using NvmlEventSet = void*;
 constexpr NvmlReturn kNvmlSuccess = 0;
+constexpr NvmlReturn kNvmlNotSupported = 3;
 constexpr unsigned long long kNvmlEventXidCritical = 0x8;
 constexpr int kNvmlTemperatureGpu = 0;
 constexpr int kNvmlEccUncorrected = 1;
@@ -88,6 +90,7 @@ class NvmlTelemetry final : public TelemetrySource {
       devices_.push_back(device);
     }
     ecc_totals_.assign(devices_.size(), -1);
+    unreadable_.assign(devices_.size(), false);
     // XID events are optional: without them XIDs read as zero.
     if (api_.event_set_create != nullptr && api_.event_set_create(&events_) == kNvmlSuccess) {
       for (NvmlDevice d : devices_) api_.register_events(d, kNvmlEventXidCritical, events_);
@@ -103,7 +106,8 @@ class NvmlTelemetry final : public TelemetrySource {
       GpuReading r;
       r.gpu_index = static_cast<int>(i);
       NvmlUtilization u{};
-      if (api_.utilization(d, &u) == kNvmlSuccess) r.utilization_pct = static_cast<int>(u.gpu);
+      const NvmlReturn utilization = api_.utilization(d, &u);
+      if (utilization == kNvmlSuccess) r.utilization_pct = static_cast<int>(u.gpu);
       NvmlMemory m{};
       if (api_.memory(d, &m) == kNvmlSuccess) {
         r.memory_total_bytes = static_cast<int64_t>(m.total);
@@ -115,7 +119,8 @@ class NvmlTelemetry final : public TelemetrySource {
       }
       if (api_.power(d, &value) == kNvmlSuccess) r.power_mw = static_cast<int>(value);
       unsigned long long bits = 0;
-      if (api_.throttle(d, &bits) == kNvmlSuccess) r.throttle_reasons = static_cast<int64_t>(bits);
+      const NvmlReturn throttle = api_.throttle(d, &bits);
+      if (throttle == kNvmlSuccess) r.throttle_reasons = static_cast<int64_t>(bits);
       // The SW power cap bit says the GPU reached its power limit. At the
       // card's own default limit that is the tenant's load drawing all the
       // power the card is built for (a busy 4090 sits there), not the
@@ -135,6 +140,23 @@ class NvmlTelemetry final : public TelemetrySource {
         if (before >= 0) r.ecc_uncorrected_errors = total >= before ? total - before : total;
       }
       r.xid_errors = xids[d];
+      // A GPU NVML cannot read (fallen off the bus: GPU_IS_LOST, or any
+      // error but "not supported" on its health calls) is not reported: an
+      // all-zero reading passed for a healthy idle GPU, so a dead GPU never
+      // breached. Left out, its slots are unreported, which the SLA judges
+      // unusable (docs/sla.md). An XID it raised is still sent.
+      const bool unreadable = (utilization != kNvmlSuccess && utilization != kNvmlNotSupported) ||
+                              (throttle != kNvmlSuccess && throttle != kNvmlNotSupported);
+      if (unreadable && r.xid_errors == 0) {
+        if (!unreadable_[i]) {
+          spdlog::warn("nvml: GPU {} cannot be read (utilization {}, throttle reasons {}); "
+                       "its samples are left out until it can",
+                       i, utilization, throttle);
+        }
+        unreadable_[i] = true;
+        continue;
+      }
+      unreadable_[i] = unreadable;
       readings.push_back(r);
     }
     return readings;
@@ -173,6 +195,7 @@ class NvmlTelemetry final : public TelemetrySource {
   NvmlApi api_;
   std::vector<NvmlDevice> devices_;
   std::vector<int64_t> ecc_totals_;  // Per device; -1 before the first reading.
+  std::vector<bool> unreadable_;     // Per device: its last sample was left out.
   NvmlEventSet events_ = nullptr;
 };
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 
 #include "agent/fabric_probe.h"
 #include "google/protobuf/util/time_util.h"
@@ -23,20 +24,32 @@ google::protobuf::Timestamp ToProto(absl::Time t) {
   return TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(t));
 }
 
-// Writes `bytes` to a file and fsyncs it; returns the time taken.
-absl::Duration WriteProbe(const std::string& path, int64_t bytes) {
+}  // namespace
+
+ProbeResult WriteProbe(const std::string& path, int64_t bytes) {
   const absl::Time start = absl::Now();
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return absl::ZeroDuration();
+  if (fd < 0) return {0, absl::Now() - start};
   std::string block(1 << 20, 'x');
-  for (int64_t left = bytes; left > 0; left -= static_cast<int64_t>(block.size())) {
-    if (write(fd, block.data(), std::min<int64_t>(left, block.size())) < 0) break;
+  int64_t written = 0;
+  bool failed = false;
+  while (written < bytes && !failed) {
+    const ssize_t n =
+        write(fd, block.data(), std::min<int64_t>(bytes - written, block.size()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      failed = true;
+    } else {
+      written += n;
+    }
   }
-  fsync(fd);
+  if (fsync(fd) != 0) failed = true;
   close(fd);
   unlink(path.c_str());
-  return absl::Now() - start;
+  return {failed ? 0 : written, absl::Now() - start};
 }
+
+namespace {
 
 void AddHistogram(v1::SlaTelemetryBatch& batch, const std::string& id, absl::Time at,
                   const sla::LatencyHistogram& h) {
@@ -149,14 +162,16 @@ void TelemetryCollector::Probe(absl::Time now, const std::vector<std::string>& r
   }
   if (options_.probe_dir.empty() || options_.storage_probe_bytes <= 0) return;
   for (const std::string& id : running) {
-    absl::Duration took =
+    // A probe whose writes or fsync failed is sent as 0 bytes (0 B/s): the
+    // full size over the time to the first error read as very fast storage,
+    // so a disk that refused every write passed the promise.
+    const ProbeResult probe =
         WriteProbe(options_.probe_dir + "/.sv-probe-" + id, options_.storage_probe_bytes);
-    if (took <= absl::ZeroDuration()) continue;
     auto* p = batch_.add_storage_probes();
     p->set_instance_id(id);
     *p->mutable_probe_time() = ToProto(now);
-    p->set_bytes_written(options_.storage_probe_bytes);
-    p->set_duration_us(std::max<int64_t>(1, absl::ToInt64Microseconds(took)));
+    p->set_bytes_written(probe.bytes);
+    p->set_duration_us(std::max<int64_t>(1, absl::ToInt64Microseconds(probe.took)));
   }
 }
 

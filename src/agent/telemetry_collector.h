@@ -69,6 +69,15 @@ class TelemetryCollector {
   v1::SlaTelemetryBatch batch_;
 };
 
+// One storage write probe: `bytes` written to `path` and fsynced. `bytes`
+// of the result is what reached the disk, 0 when a write or the fsync
+// failed (or the file could not be made); `took`, the time it all took.
+struct ProbeResult {
+  int64_t bytes = 0;
+  absl::Duration took;
+};
+ProbeResult WriteProbe(const std::string& path, int64_t bytes);
+
 }  // namespace sv::agent
 
 #endif  // SV_AGENT_TELEMETRY_COLLECTOR_H_

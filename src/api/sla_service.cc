@@ -445,7 +445,8 @@ absl::Status SlaApi::Impl::IngestBatch(const std::string& node,
   in.storage_probes.reserve(batch.storage_probes_size());
   for (const auto& p : batch.storage_probes()) {
     const int target = target_of(p.instance_id());
-    if (target < 0 || p.bytes_written() <= 0 || p.bytes_written() > kProbeBytesMax ||
+    // 0 bytes: the agent's probe failed (its writes or fsync), 0 B/s.
+    if (target < 0 || p.bytes_written() < 0 || p.bytes_written() > kProbeBytesMax ||
         p.duration_us() <= 0 || !ValidTimestamp(p.probe_time()) ||
         before_run(target, packed_time(p.probe_time()))) {
       ++dropped;

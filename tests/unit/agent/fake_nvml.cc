@@ -20,6 +20,7 @@ constexpr int kDevices = 2;
 int device_tags[kDevices];  // Their addresses are the device handles.
 unsigned long long ecc[kDevices];
 unsigned long long throttle[kDevices];
+int health_status[kDevices];  // What the health calls return (0: success).
 unsigned int enforced_limit_mw[kDevices] = {450000, 450000};
 std::deque<Event> events;
 int event_set_tag;
@@ -40,7 +41,9 @@ int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void** device) {
   *device = &device_tags[index];
   return 0;
 }
-int nvmlDeviceGetUtilizationRates(void*, unsigned int* rates) {
+static int Index(void* device);
+int nvmlDeviceGetUtilizationRates(void* device, unsigned int* rates) {
+  if (health_status[Index(device)] != 0) return health_status[Index(device)];
   rates[0] = 97;  // gpu
   rates[1] = 40;  // memory
   return 0;
@@ -66,6 +69,7 @@ static int Index(void* device) {
   return 0;
 }
 int nvmlDeviceGetCurrentClocksThrottleReasons(void* device, unsigned long long* reasons) {
+  if (health_status[Index(device)] != 0) return health_status[Index(device)];
   *reasons = throttle[Index(device)];
   return 0;
 }
@@ -104,6 +108,9 @@ void fake_nvml_xid(int device, unsigned long long xid) {
 }
 void fake_nvml_set_ecc(int device, unsigned long long total) { ecc[device] = total; }
 void fake_nvml_set_throttle(int device, unsigned long long bits) { throttle[device] = bits; }
+// What the device's utilization and throttle-reason calls return, e.g. 15
+// (NVML_ERROR_GPU_IS_LOST) or 3 (NVML_ERROR_NOT_SUPPORTED); 0: success.
+void fake_nvml_set_health_status(int device, int status) { health_status[device] = status; }
 void fake_nvml_set_power_limit(int device, unsigned int milliwatts) {
   enforced_limit_mw[device] = milliwatts;
 }

@@ -3,8 +3,15 @@
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
 
 #include "agent/telemetry.h"
+#include "agent/telemetry_collector.h"
 #include "common/status.h"
 
 namespace sv::agent {
@@ -100,6 +107,69 @@ TEST(NvmlTest, SwPowerCapAtTheDefaultLimitIsTheTenantsLoad) {
   set_throttle(1, 0);
   nvml->reset();
   dlclose(fake);
+}
+
+// Goal: a GPU NVML cannot read (fallen off the bus) is not reported as a
+// healthy idle one: an all-zero reading used to be sent for it, and a dead
+// GPU never breached. Its readings are left out (its slots unreported, so
+// unusable), except one carrying an XID. "Not supported" is not a fault.
+TEST(NvmlTest, AGpuNvmlCannotReadIsLeftOut) {
+  void* fake = dlopen(SV_FAKE_NVML_PATH, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(fake, nullptr) << dlerror();
+  auto set_status =
+      reinterpret_cast<void (*)(int, int)>(dlsym(fake, "fake_nvml_set_health_status"));
+  auto xid = reinterpret_cast<void (*)(int, unsigned long long)>(dlsym(fake, "fake_nvml_xid"));
+  ASSERT_NE(set_status, nullptr);
+  ASSERT_NE(xid, nullptr);
+  auto nvml = OpenNvml(SV_FAKE_NVML_PATH);
+  ASSERT_TRUE(nvml.ok()) << nvml.status();
+  xid(1, 79);
+  set_status(1, 15);  // NVML_ERROR_GPU_IS_LOST
+  auto lost = (*nvml)->Sample();
+  ASSERT_TRUE(lost.ok()) << lost.status();
+  ASSERT_EQ(lost->size(), 2u) << "the XID is still sent";
+  EXPECT_EQ((*lost)[1].xid_errors, 1);
+  auto after = (*nvml)->Sample();
+  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_EQ(after->size(), 1u) << "a lost GPU was reported as a healthy idle one";
+  EXPECT_EQ((*after)[0].gpu_index, 0);
+  set_status(1, 3);  // NVML_ERROR_NOT_SUPPORTED: a card without the call.
+  auto unsupported = (*nvml)->Sample();
+  ASSERT_TRUE(unsupported.ok());
+  EXPECT_EQ(unsupported->size(), 2u);
+  set_status(1, 0);
+  nvml->reset();
+  dlclose(fake);
+}
+
+// Goal: a storage probe whose writes fail is 0 bytes, not the whole probe
+// over the time to the first error (a disk refusing every write read as
+// ~168 GB/s and passed the 2.5 GB/s promise). The failure here: a file
+// size limit of 1 MiB on an 8 MiB probe (EFBIG), in a child process.
+TEST(StorageProbeTest, AProbeWhoseWritesFailIsZeroBytes) {
+  const std::string path =
+      ::testing::TempDir() + "/sv-probe-test-" + std::to_string(::getpid());
+  const ProbeResult whole = WriteProbe(path, 8 << 20);
+  EXPECT_EQ(whole.bytes, 8 << 20);
+  EXPECT_GT(whole.took, absl::ZeroDuration());
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{1 << 20, 1 << 20};
+    setrlimit(RLIMIT_FSIZE, &limit);
+    const int64_t bytes = WriteProbe(path, 8 << 20).bytes;
+    (void)!write(out[1], &bytes, sizeof(bytes));
+    _exit(0);
+  }
+  close(out[1]);
+  int64_t failed = -1;
+  EXPECT_EQ(read(out[0], &failed, sizeof(failed)), static_cast<ssize_t>(sizeof(failed)));
+  close(out[0]);
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(failed, 0) << "a probe cut short by write errors was reported as written";
 }
 
 TEST(NvmlTest, ApplicationXids) {
