@@ -132,6 +132,7 @@ absl::StatusOr<TargetInstance> LockTarget(pqxx::work& txn, const std::string& te
 
 absl::StatusOr<std::string> NormalizeMountPath(const VolumeRecord& v, const std::string& path) {
   std::string p = path.empty() ? absl::StrCat("/mnt/", v.spec.name) : path;
+  while (p.size() > 2 && p.back() == '/') p.pop_back();  // "/mnt/a/" is "/mnt/a".
   if (p.size() > 255 || p.size() < 2 || p[0] != '/' || absl::StrContains(p, "/..") ||
       absl::StrContains(p, "//") || absl::StartsWith(p, "/public") ||
       p.find_first_of(" :,\t\n\"'\\") != std::string::npos) {
@@ -198,18 +199,28 @@ absl::Status CheckPlacement(pqxx::work& txn, VolumeRecord& v, const TargetInstan
 // Whether the (locked) instance has room for one more volume at
 // `mount_path`: volumes moving to it count as attached there, so a move
 // that completes later never finds its path taken or the limit passed.
+// Mount paths may not nest either: the agent mounts each path on its own,
+// so a volume inside another was hidden when the outer one was mounted
+// over it, and taken off with it when the outer one was detached (a lazy
+// unmount takes what is below), while both were reported attached and the
+// tenant's writes went into the outer volume or the instance's own disk.
 absl::Status CheckRoom(pqxx::work& txn, const std::string& instance_id,
                        const std::string& mount_path) {
   auto count = txn.exec_params1(
-      "SELECT (SELECT count(*) FROM volume_attachments WHERE instance_id = $1) + "
-      "(SELECT count(*) FROM volumes WHERE move_to_instance_id = $1), "
-      "(SELECT count(*) FROM volume_attachments WHERE instance_id = $1 AND mount_path = $2) + "
-      "(SELECT count(*) FROM volumes WHERE move_to_instance_id = $1 AND move_mount_path = $2)",
+      "WITH taken AS (SELECT mount_path AS p FROM volume_attachments WHERE instance_id = $1 "
+      "UNION ALL SELECT move_mount_path FROM volumes WHERE move_to_instance_id = $1) "
+      "SELECT count(*), (SELECT p FROM taken WHERE p = $2 OR starts_with($2, p || '/') "
+      "OR starts_with(p, $2 || '/') ORDER BY p <> $2, p LIMIT 1) FROM taken",
       instance_id, mount_path);
-  if (count[1].as<int>() > 0) {
+  if (!count[1].is_null()) {
+    const std::string taken = count[1].as<std::string>();
     return Error(absl::StatusCode::kFailedPrecondition, "MOUNT_PATH_IN_USE",
-                 absl::StrCat("instance ", instance_id, " already has a volume at ", mount_path,
-                              " (attached or moving there)"));
+                 taken == mount_path
+                     ? absl::StrCat("instance ", instance_id, " already has a volume at ",
+                                    mount_path, " (attached or moving there)")
+                     : absl::StrCat("instance ", instance_id, " has a volume at ", taken,
+                                    " (attached or moving there); mount paths may not nest, "
+                                    "and ", mount_path, " would"));
   }
   if (count[0].as<int>() >= kInstanceAttachmentsMax) {
     return Error(absl::StatusCode::kResourceExhausted, "TOO_MANY_ATTACHMENTS",

@@ -116,7 +116,17 @@ TEST_F(VolumeStoreTest, PendingMovesHoldTheirPathAndKeepReadOnly) {
   auto taken = volumes_->Attach(tenant_, other, b, false, "/mnt/data", now_);
   EXPECT_EQ(taken.status().code(), absl::StatusCode::kFailedPrecondition) << taken.status();
   EXPECT_EQ(sv::ReasonOf(taken.status()), "MOUNT_PATH_IN_USE");
+  // Nor may a path nest in one of them, or hold one, or name it with a
+  // trailing slash: the agent mounts each path on its own, so the inner
+  // volume was hidden by the outer one or unmounted with it.
+  for (const char* nested : {"/mnt/data/inner", "/mnt", "/mnt/data/"}) {
+    auto refused = volumes_->Attach(tenant_, other, b, false, nested, now_);
+    EXPECT_EQ(sv::ReasonOf(refused.status()), "MOUNT_PATH_IN_USE") << nested << refused.status();
+  }
   EXPECT_TRUE(volumes_->Attach(tenant_, other, b, false, "/mnt/other", now_).ok());
+  EXPECT_TRUE(volumes_->Attach(tenant_, NewVolume("side", false), b, false, "/mnt/data-2", now_)
+                  .ok())
+      << "a sibling whose name starts alike does not nest";
 
   // a stops: its detaches settle and the moves complete.
   ASSERT_TRUE(store_->StopInstance(tenant_, a, "stopped by the user", now_).ok());
