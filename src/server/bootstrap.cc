@@ -1,8 +1,12 @@
 #include "server/bootstrap.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -23,6 +27,28 @@ namespace {
 constexpr char kWrittenBy[] = "svd --dev";
 }  // namespace
 
+namespace {
+
+// Writes `content` to `path` readable by its owner only from the moment it
+// exists: created 0600 (and made 0600 if it was there), not written with
+// the umask's mode and chmod'ed after, which left a key readable by any
+// local user who opened it in between (permissions are checked at open).
+absl::Status WritePrivateFile(const std::string& path, const std::string& content) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot write ", path, ": ", strerror(errno)));
+  bool ok = ::fchmod(fd, 0600) == 0;
+  for (size_t done = 0; ok && done < content.size();) {
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += static_cast<size_t>(n);
+  }
+  ok = ::close(fd) == 0 && ok;
+  return ok ? absl::OkStatus() : absl::InternalError(absl::StrCat("cannot write ", path));
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> EnsureKeyFromFile(store::Store& store, const Clock& clock,
                                               const std::string& path,
                                               const std::string& tenant_name,
@@ -37,11 +63,7 @@ absl::StatusOr<std::string> EnsureKeyFromFile(store::Store& store, const Clock& 
     std::error_code ec;
     if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path(), ec);
     plaintext = api::NewApiKey().plaintext;
-    std::ofstream out(path);
-    out << plaintext << "\n";
-    out.close();
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
-    chmod(path.c_str(), 0600);
+    SV_RETURN_IF_ERROR(WritePrivateFile(path, plaintext + "\n"));
     spdlog::info("server: wrote a new API key for {} to {}", email, path);
   }
   auto parsed = api::ParseApiKey(plaintext);
@@ -105,12 +127,7 @@ absl::Status WriteSvctlConfig(const std::string& path, const std::string& endpoi
                            {"admin_token", admin_token},
                            {"written_by", kWrittenBy}};
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << config.dump(2) << "\n";
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  }
-  chmod(tmp.c_str(), 0600);
+  SV_RETURN_IF_ERROR(WritePrivateFile(tmp, config.dump(2) + "\n"));
   fs::rename(tmp, path, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot write ", path, ": ", ec.message()));
   spdlog::info("server: svctl is configured in {}", path);
