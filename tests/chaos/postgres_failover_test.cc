@@ -11,7 +11,9 @@
 
 #include <chrono>
 #include <filesystem>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <httplib.h>
 
@@ -87,14 +89,22 @@ double MetricValue(int http_port, const std::string& name) {
   return std::stod(res->body.substr(at + name.size() + 2));
 }
 
+// A durable cluster of the test's own under `dir`: an immediate stop is a
+// crash, so acknowledged means on disk.
+store::EmbeddedPostgresOptions DurableCluster(const std::string& dir,
+                                              std::vector<std::string> settings = {}) {
+  store::EmbeddedPostgresOptions options;
+  options.data_dir = dir + "/data";
+  options.port = store::PickFreePort();
+  options.durable = true;
+  options.database = "sv";
+  options.settings = std::move(settings);
+  return options;
+}
+
 TEST(PostgresFailoverTest, RestartUnderLoadRecoversWithinSecondsAndLosesNothing) {
   const std::string dir = MakeDir("sv-chaos-pg-");
-  store::EmbeddedPostgresOptions pg_options;
-  pg_options.data_dir = dir + "/data";
-  pg_options.port = store::PickFreePort();
-  pg_options.durable = true;  // An immediate stop is a crash: acknowledged means on disk.
-  pg_options.database = "sv";
-  pg_options.settings = {"max_connections=200"};
+  const store::EmbeddedPostgresOptions pg_options = DurableCluster(dir, {"max_connections=200"});
   store::EmbeddedPostgres pg(pg_options);
   ASSERT_TRUE(pg.Start().ok());
 
@@ -161,11 +171,7 @@ TEST(PostgresFailoverTest, RestartUnderLoadRecoversWithinSecondsAndLosesNothing)
 // again (without the rule, 7 of the 8 instances were stopped).
 TEST(PostgresFailoverTest, AnOutageLongerThanTheHeartbeatTimeoutDownsNoNode) {
   const std::string dir = MakeDir("sv-chaos-pg-");
-  store::EmbeddedPostgresOptions pg_options;
-  pg_options.data_dir = dir + "/data";
-  pg_options.port = store::PickFreePort();
-  pg_options.durable = true;
-  pg_options.database = "sv";
+  const store::EmbeddedPostgresOptions pg_options = DurableCluster(dir);
   store::EmbeddedPostgres pg(pg_options);
   ASSERT_TRUE(pg.Start().ok());
 

@@ -77,6 +77,34 @@ class SlaIngestTest : public ::testing::Test {
 
   void Sql(const std::string& sql) { ExecSql(url_, sql); }
 
+  // ins-a charged (4 GPUs at 1,000 µ¥) for minutes `from` to `to` of kHour.
+  void ChargeMinutes(int from, int to) {
+    const int64_t first = absl::ToUnixSeconds(kHour) / 60;
+    Sql(absl::StrCat(
+        "INSERT INTO ledger_charges (instance_no, tenant_no, minute, gpu_count, unit_price, "
+        "trial_micros, main_account, main_micros, revenue_account, at) SELECT i.billing_no, "
+        "t.billing_no, m, 4, 1000, 0, 1, 4000, 2, now() FROM instances i, tenants t, "
+        "generate_series(", first + from, ", ", first + to,
+        ") m WHERE i.id = 'ins-a' AND t.id = 'ten-1'"));
+  }
+
+  // A state change of ins-a, `after` into kHour.
+  void Event(absl::Duration after, const char* from, const char* to) {
+    Sql(absl::StrCat("INSERT INTO instance_events (instance_id, at, from_state, to_state, "
+                     "reason) VALUES ('ins-a', to_timestamp(",
+                     absl::ToUnixSeconds(kHour + after), "), '", from, "', '", to,
+                     "', 'test')"));
+  }
+
+  std::vector<store::SlaRent> RentsOfTheHour() {
+    std::vector<store::SlaRent> rents;
+    EXPECT_TRUE(db_->Transact([&](pqxx::work& txn) {
+                     rents = store::SlaStore::ReadRents(txn, kHour);
+                     return absl::OkStatus();
+                   }).ok());
+    return rents;
+  }
+
   void Instance(const std::string& id, int gpus) {
     Sql(absl::StrCat(
         "INSERT INTO instances (id, tenant_id, name, gpu_count, gpu_model, image, state, "
@@ -294,25 +322,11 @@ TEST_F(SlaIngestTest, MinutesAroundAQuickRestartAreNotJudged) {
   const int64_t first = absl::ToUnixSeconds(kHour) / 60;
   // Charged :00 to :50; stopped at :10:05 and running again at :11:55,
   // stopped for good at :50:05.
-  Sql(absl::StrCat(
-      "INSERT INTO ledger_charges (instance_no, tenant_no, minute, gpu_count, unit_price, "
-      "trial_micros, main_account, main_micros, revenue_account, at) SELECT i.billing_no, "
-      "t.billing_no, m, 4, 1000, 0, 1, 4000, 2, now() FROM instances i, tenants t, "
-      "generate_series(", first, ", ", first + 50, ") m WHERE i.id = 'ins-a' AND t.id = 'ten-1'"));
-  auto event = [&](absl::Duration after, const char* from, const char* to) {
-    Sql(absl::StrCat("INSERT INTO instance_events (instance_id, at, from_state, to_state, "
-                     "reason) VALUES ('ins-a', to_timestamp(",
-                     absl::ToUnixSeconds(kHour + after), "), '", from,
-                     "', '", to, "', 'test')"));
-  };
-  event(absl::Minutes(10) + absl::Seconds(5), "RUNNING", "STOPPED");
-  event(absl::Minutes(11) + absl::Seconds(55), "STARTING", "RUNNING");
-  event(absl::Minutes(50) + absl::Seconds(5), "RUNNING", "STOPPED");
-  std::vector<store::SlaRent> rents;
-  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
-                   rents = store::SlaStore::ReadRents(txn, kHour);
-                   return absl::OkStatus();
-                 }).ok());
+  ChargeMinutes(0, 50);
+  Event(absl::Minutes(10) + absl::Seconds(5), "RUNNING", "STOPPED");
+  Event(absl::Minutes(11) + absl::Seconds(55), "STARTING", "RUNNING");
+  Event(absl::Minutes(50) + absl::Seconds(5), "RUNNING", "STOPPED");
+  const std::vector<store::SlaRent> rents = RentsOfTheHour();
   ASSERT_EQ(rents.size(), 1u);
   EXPECT_EQ(rents[0].rent_micros, 51 * 4000);
   uint64_t expected = 0;
@@ -331,27 +345,11 @@ TEST_F(SlaIngestTest, MinutesAroundAQuickRestartAreNotJudged) {
 // and the judge retried the hour for ever (no refunds for anyone, every
 // month-end invoice held). The hour's only minutes are kept and judged.
 TEST_F(SlaIngestTest, AnHourOfOnlyQuickRestartMinutesIsStillJudged) {
-  const int64_t first = absl::ToUnixSeconds(kHour) / 60;
-  Sql(absl::StrCat(
-      "INSERT INTO ledger_charges (instance_no, tenant_no, minute, gpu_count, unit_price, "
-      "trial_micros, main_account, main_micros, revenue_account, at) SELECT i.billing_no, "
-      "t.billing_no, m, 4, 1000, 0, 1, 4000, 2, now() FROM instances i, tenants t, "
-      "generate_series(", first + 20, ", ", first + 21, ") m WHERE i.id = 'ins-a' AND t.id = "
-      "'ten-1'"));
-  auto event = [&](absl::Duration after, const char* from, const char* to) {
-    Sql(absl::StrCat("INSERT INTO instance_events (instance_id, at, from_state, to_state, "
-                     "reason) VALUES ('ins-a', to_timestamp(",
-                     absl::ToUnixSeconds(kHour + after), "), '", from,
-                     "', '", to, "', 'test')"));
-  };
-  event(absl::Minutes(20) + absl::Seconds(20), "RUNNING", "STOPPED");
-  event(absl::Minutes(20) + absl::Seconds(40), "STARTING", "RUNNING");
-  event(absl::Minutes(21) + absl::Seconds(10), "RUNNING", "STOPPED");
-  std::vector<store::SlaRent> rents;
-  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
-                   rents = store::SlaStore::ReadRents(txn, kHour);
-                   return absl::OkStatus();
-                 }).ok());
+  ChargeMinutes(20, 21);
+  Event(absl::Minutes(20) + absl::Seconds(20), "RUNNING", "STOPPED");
+  Event(absl::Minutes(20) + absl::Seconds(40), "STARTING", "RUNNING");
+  Event(absl::Minutes(21) + absl::Seconds(10), "RUNNING", "STOPPED");
+  const std::vector<store::SlaRent> rents = RentsOfTheHour();
   ASSERT_EQ(rents.size(), 1u);
   EXPECT_EQ(rents[0].charged_minutes, (uint64_t{1} << 20) | (uint64_t{1} << 21))
       << std::hex << rents[0].charged_minutes;
