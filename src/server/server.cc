@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <pthread.h>
+#include <unistd.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -283,7 +284,18 @@ int RunServer(const ServerOptions& options) {
   sla_options.monitor.grace = absl::Milliseconds(options.sla_grace_ms);
   sla_options.checkpoint_interval = absl::Milliseconds(options.sla_checkpoint_interval_ms);
   sla_options.judge_interval = absl::Milliseconds(options.sla_judge_interval_ms);
-  if (!options.replica_id.empty()) sla_options.replica = options.replica_id;
+  // Checkpoints are keyed by the replica's name, and a restart restores its
+  // own by that name, so the default is stable across restarts: the host's
+  // name. It was "svd" for every replica, and two replicas left at the
+  // default overwrote each other's checkpoints: the leader then judged the
+  // other's instances silent (three breaches an hour each). Replicas on one
+  // host need --replica-id.
+  sla_options.replica = options.replica_id;
+  if (sla_options.replica.empty()) {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    sla_options.replica = host[0] != '\0' ? host : "svd";
+  }
   sla::Runtime sla_runtime(db, clock, sla_options);
   if (absl::Status s = sla_runtime.Restore(); !s.ok()) {
     spdlog::error("svd: SLA checkpoint: {}", std::string(s.message()));
