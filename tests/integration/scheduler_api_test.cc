@@ -286,6 +286,43 @@ TEST_F(SchedulerApiTest, ATenantAtItsQuotaDoesNotHideTheQueueFromOthers) {
       << Get(blocked.front()).state_reason();
 }
 
+// The same, for a tenant that has a row in the full head: its 128-GPU gang
+// can never fit this fleet, and the rest of the head is a tenant at its
+// quota. Rows of tenants already in the head were not added, so the gang's
+// owner's later 1-GPU request was never read, never placed, while the
+// fleet sat idle (migration 0123: every tenant's first rows past the head).
+TEST_F(SchedulerApiTest, ATenantWithARowInTheHeadIsNotHiddenBehindIt) {
+  StartSvd(2, 1, {"--queue-max", "4"});
+  const std::string owner = CreateTenant(*svd_, "gang-owner");
+  v1::CreateInstanceRequest request;
+  request.mutable_instance()->set_gpu_count(128);
+  Instance gang;
+  ASSERT_TRUE(stub_->CreateInstance(Context(owner).get(), request, &gang).ok());
+  v1::SetTenantQuotaRequest set;
+  set.mutable_quota()->set_tenant_id(TenantId(token_));
+  set.mutable_quota()->set_gpus_in_use_max(0);
+  set.mutable_quota()->set_pending_count_max(100);
+  v1::TenantQuota quota;
+  ASSERT_TRUE(admin_->SetTenantQuota(Context(svd_->admin_key()).get(), set, &quota).ok());
+  for (int i = 0; i < 6; ++i) {
+    Instance out;
+    ASSERT_TRUE(Create(1, &out).ok());
+  }
+  request.mutable_instance()->set_gpu_count(1);
+  Instance later;
+  ASSERT_TRUE(stub_->CreateInstance(Context(owner).get(), request, &later).ok());
+  v1::GetInstanceRequest get;
+  get.set_id(later.id());
+  for (int tries = 0; tries < 400 && later.state() != v1::RUNNING; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(stub_->GetInstance(Context(owner).get(), get, &later).ok());
+  }
+  EXPECT_EQ(later.state(), v1::RUNNING) << later.state_reason();
+  get.set_id(gang.id());
+  ASSERT_TRUE(stub_->GetInstance(Context(owner).get(), get, &gang).ok());
+  EXPECT_EQ(gang.state(), v1::PENDING);
+}
+
 TEST_F(SchedulerApiTest, ResizeGrowsAndShrinksInPlace) {
   StartSvd(16, 2);
   Instance gang = CreateRunning(8);
