@@ -775,7 +775,7 @@ absl::StatusOr<InstanceRecord> Store::StopInstance(const std::string& tenant_id,
     txn.exec_params("DELETE FROM gpu_reservations WHERE instance_id = $1", id);
     txn.exec_params(
         "UPDATE instances SET state = 'STOPPED', state_reason = $2, "
-        "updated_at = $3::timestamptz, running_since = NULL WHERE id = $1",
+        "updated_at = $3::timestamptz, running_since = NULL, queue_position = 0 WHERE id = $1",
         id, reason, SqlTime(now));
     RecordEvent(txn, id, now, from, "STOPPED", reason);
     return absl::OkStatus();
@@ -858,11 +858,12 @@ absl::StatusOr<InstanceRecord> Store::StartInstance(const std::string& tenant_id
     // create) each counted the others as stopped and all passed; and the
     // cap, which refuses creates, did not hold a start at all.
     SV_RETURN_IF_ERROR(CheckCreateGateLocked(txn, id, -1, gate, now, refusal));
-    // Back of the queue, as a new request would be.
+    // Back of the queue, as a new request would be, with no position until
+    // a pass gives it one (it showed the one it had before it was stopped).
     txn.exec_params(
         "UPDATE instances SET state = 'PENDING', state_reason = 'waiting for placement', "
-        "updated_at = $2::timestamptz, queue_seq = nextval('instances_queue_seq_seq') "
-        "WHERE id = $1",
+        "updated_at = $2::timestamptz, queue_seq = nextval('instances_queue_seq_seq'), "
+        "queue_position = 0 WHERE id = $1",
         id, SqlTime(now));
     RecordEvent(txn, id, now, from, "PENDING", "started by the user");
     return absl::OkStatus();
