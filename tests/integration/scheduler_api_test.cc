@@ -54,11 +54,13 @@ class SchedulerApiTest : public ::testing::Test {
     return stub_->CreateInstance(Context(token_).get(), request, out);
   }
 
-  Instance Get(const std::string& id) {
+  // The instance as the test's tenant (or the tenant of `token`) sees it.
+  Instance Get(const std::string& id, const std::string& token = "") {
     v1::GetInstanceRequest request;
     request.set_id(id);
     Instance out;
-    grpc::Status s = stub_->GetInstance(Context(token_).get(), request, &out);
+    grpc::Status s =
+        stub_->GetInstance(Context(token.empty() ? token_ : token).get(), request, &out);
     EXPECT_TRUE(s.ok()) << s.error_message();
     return out;
   }
@@ -90,14 +92,33 @@ class SchedulerApiTest : public ::testing::Test {
   }
 
   // Polls until the instance reaches `state` or 20 s pass.
-  Instance WaitFor(const std::string& id, v1::InstanceState state) {
+  Instance WaitFor(const std::string& id, v1::InstanceState state,
+                   const std::string& token = "") {
     Instance i;
     for (int tries = 0; tries < 400; ++tries) {
-      i = Get(id);
+      i = Get(id, token);
       if (i.state() == state) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     return i;
+  }
+
+  // The test's tenant, with a GPU quota of 0, queues `n` 1-GPU instances
+  // that cannot be placed; returns their ids.
+  std::vector<std::string> QueueAtQuota(int n) {
+    v1::SetTenantQuotaRequest set;
+    set.mutable_quota()->set_tenant_id(TenantId(token_));
+    set.mutable_quota()->set_gpus_in_use_max(0);
+    set.mutable_quota()->set_pending_count_max(100);
+    v1::TenantQuota quota;
+    EXPECT_TRUE(admin_->SetTenantQuota(Context(svd_->admin_key()).get(), set, &quota).ok());
+    std::vector<std::string> ids;
+    for (int i = 0; i < n; ++i) {
+      Instance out;
+      EXPECT_TRUE(Create(1, &out).ok());
+      ids.push_back(out.id());
+    }
+    return ids;
   }
 
   Instance CreateRunning(int gpus) {
@@ -254,29 +275,13 @@ TEST_F(SchedulerApiTest, QuotasLimitPendingAndGpusInUse) {
 // quota with 1,000 queued jobs stopped placement for everyone.
 TEST_F(SchedulerApiTest, ATenantAtItsQuotaDoesNotHideTheQueueFromOthers) {
   StartSvd(2, 1, {"--queue-max", "4"});
-  v1::SetTenantQuotaRequest set;
-  set.mutable_quota()->set_tenant_id(TenantId(token_));
-  set.mutable_quota()->set_gpus_in_use_max(0);
-  set.mutable_quota()->set_pending_count_max(100);
-  v1::TenantQuota quota;
-  ASSERT_TRUE(admin_->SetTenantQuota(Context(svd_->admin_key()).get(), set, &quota).ok());
-  std::vector<std::string> blocked;
-  for (int i = 0; i < 6; ++i) {
-    Instance out;
-    ASSERT_TRUE(Create(1, &out).ok());
-    blocked.push_back(out.id());
-  }
+  const std::vector<std::string> blocked = QueueAtQuota(6);
   const std::string other = CreateTenant(*svd_, "other");
   v1::CreateInstanceRequest request;
   request.mutable_instance()->set_gpu_count(8);
   Instance theirs;
   ASSERT_TRUE(stub_->CreateInstance(Context(other).get(), request, &theirs).ok());
-  v1::GetInstanceRequest get;
-  get.set_id(theirs.id());
-  for (int tries = 0; tries < 400 && theirs.state() != v1::RUNNING; ++tries) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    ASSERT_TRUE(stub_->GetInstance(Context(other).get(), get, &theirs).ok());
-  }
+  theirs = WaitFor(theirs.id(), v1::RUNNING, other);
   EXPECT_EQ(theirs.state(), v1::RUNNING) << theirs.state_reason();
   for (const std::string& id : blocked) {
     const Instance mine = Get(id);
@@ -298,29 +303,13 @@ TEST_F(SchedulerApiTest, ATenantWithARowInTheHeadIsNotHiddenBehindIt) {
   request.mutable_instance()->set_gpu_count(128);
   Instance gang;
   ASSERT_TRUE(stub_->CreateInstance(Context(owner).get(), request, &gang).ok());
-  v1::SetTenantQuotaRequest set;
-  set.mutable_quota()->set_tenant_id(TenantId(token_));
-  set.mutable_quota()->set_gpus_in_use_max(0);
-  set.mutable_quota()->set_pending_count_max(100);
-  v1::TenantQuota quota;
-  ASSERT_TRUE(admin_->SetTenantQuota(Context(svd_->admin_key()).get(), set, &quota).ok());
-  for (int i = 0; i < 6; ++i) {
-    Instance out;
-    ASSERT_TRUE(Create(1, &out).ok());
-  }
+  QueueAtQuota(6);
   request.mutable_instance()->set_gpu_count(1);
   Instance later;
   ASSERT_TRUE(stub_->CreateInstance(Context(owner).get(), request, &later).ok());
-  v1::GetInstanceRequest get;
-  get.set_id(later.id());
-  for (int tries = 0; tries < 400 && later.state() != v1::RUNNING; ++tries) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    ASSERT_TRUE(stub_->GetInstance(Context(owner).get(), get, &later).ok());
-  }
+  later = WaitFor(later.id(), v1::RUNNING, owner);
   EXPECT_EQ(later.state(), v1::RUNNING) << later.state_reason();
-  get.set_id(gang.id());
-  ASSERT_TRUE(stub_->GetInstance(Context(owner).get(), get, &gang).ok());
-  EXPECT_EQ(gang.state(), v1::PENDING);
+  EXPECT_EQ(Get(gang.id(), owner).state(), v1::PENDING);
 }
 
 TEST_F(SchedulerApiTest, ResizeGrowsAndShrinksInPlace) {
