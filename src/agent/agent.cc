@@ -473,7 +473,7 @@ class Agent::Session {
           return false;
         }
       }
-      if (!wanted && a_.runs_.erase(s.instance_id) > 0) a_.SaveRecord();
+      if (!wanted) SetRun(s.instance_id, 0);
     }
     // An instance that ended is started again only under a new run. One
     // that ended during an earlier connection is told of again: that
