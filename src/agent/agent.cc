@@ -97,14 +97,33 @@ class Agent::Session {
     batch_reports_ = r.accepts_report_batches();
   }
 
-  std::vector<std::string> RunningIds() {
+  std::vector<std::string> RunningIds(bool* complete = nullptr) {
     std::vector<std::string> ids;
     auto list = a_.driver_->List();
+    if (complete != nullptr) *complete = list.ok();
     if (!list.ok()) return ids;
     for (const auto& s : *list) {
       if (s.running) ids.push_back(s.instance_id);
     }
     return ids;
+  }
+
+  // What runs here, and (when the runtime could be listed) every instance
+  // of the desired set this agent holds: svd ends the fences of the
+  // volumes of instances in neither list (docs/storage.md, "Fences"). This
+  // thread is the only one that starts processes, so an instance in
+  // neither cannot get one before a later set names it.
+  v1::AgentMessage HeartbeatMessage() {
+    v1::AgentMessage m;
+    auto* heartbeat = m.mutable_heartbeat();
+    bool complete = false;
+    for (auto& id : RunningIds(&complete)) heartbeat->add_running_instance_ids(id);
+    if (complete) {
+      heartbeat->set_lists_complete(true);
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (const auto& [id, instance] : desired_) heartbeat->add_desired_instance_ids(id);
+    }
+    return m;
   }
 
   v1::AgentMessage RegisterMessage() {
@@ -199,11 +218,12 @@ class Agent::Session {
         if (!Reconcile(stream, changed)) return false;
         next_poll = now + o_.runtime_poll_interval;
       }
-      if (now >= next_heartbeat) {
-        v1::AgentMessage m;
-        auto* heartbeat = m.mutable_heartbeat();
-        for (auto& id : RunningIds()) heartbeat->add_running_instance_ids(id);
-        if (!stream.Write(m)) return false;
+      if (now >= next_heartbeat || stopped_unwanted_) {
+        // At once after a pass stopped an instance svd no longer wants, so
+        // the volumes it had mounted are free for elsewhere without
+        // waiting out the interval.
+        stopped_unwanted_ = false;
+        if (!stream.Write(HeartbeatMessage())) return false;
         next_heartbeat = now + heartbeat_;
       }
       collector_.Sample(a_.clock_.Now(), RunningInstances());
@@ -430,6 +450,7 @@ class Agent::Session {
       const bool wanted = desired.count(s.instance_id) > 0;
       if (s.running && !wanted) {
         (void)a_.driver_->Stop(s.instance_id);
+        stopped_unwanted_ = true;
         if (!Report(stream, s.instance_id, v1::AGENT_STOPPED, 0, "svd no longer wants it",
                     RunOf(s.instance_id))) {
           return false;
@@ -573,6 +594,9 @@ class Agent::Session {
   bool desired_changed_ = false;
   bool have_desired_ = false;  // This connection's first desired set came.
   bool stream_ended_ = false;  // The reader saw the stream end.
+  // A pass stopped an instance svd no longer wants; the next heartbeat
+  // goes at once (the loop's thread only).
+  bool stopped_unwanted_ = false;
   // Instances whose mounts a desired set changed since their last mount
   // report: each gets one, whatever it has mounted.
   std::map<std::string, uint64_t> mounts_told_;  // Id -> the mark's number.

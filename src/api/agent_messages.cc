@@ -57,7 +57,8 @@ absl::Status ValidateRegistration(const v1::RegisterNode& r) {
 absl::Status CheckStreamMessage(const v1::AgentMessage& m) {
   switch (m.body_case()) {
     case v1::AgentMessage::kHeartbeat:
-      if (m.heartbeat().running_instance_ids_size() > kAgentRunningIdsMax) {
+      if (m.heartbeat().running_instance_ids_size() > kAgentRunningIdsMax ||
+          m.heartbeat().desired_instance_ids_size() > kAgentRunningIdsMax) {
         return Error(absl::StatusCode::kInvalidArgument, "TOO_MANY_INSTANCES",
                      "a heartbeat lists too many running instances");
       }

@@ -389,7 +389,16 @@ class AgentSession {
     if (!checked.ok()) return SendError(checked);
     switch (m.body_case()) {
       case v1::AgentMessage::kHeartbeat: {
-        auto alive = api_.agents.Heartbeat(node_id_, now);
+        // Complete lists end the fences of this node on the volumes of
+        // the instances in neither (docs/storage.md, "Fences").
+        std::optional<std::vector<std::string>> listed;
+        if (m.heartbeat().lists_complete()) {
+          listed.emplace(m.heartbeat().running_instance_ids().begin(),
+                         m.heartbeat().running_instance_ids().end());
+          listed->insert(listed->end(), m.heartbeat().desired_instance_ids().begin(),
+                         m.heartbeat().desired_instance_ids().end());
+        }
+        auto alive = api_.agents.Heartbeat(node_id_, now, listed);
         if (alive.ok() && !*alive) {
           node_down_ = true;
           context_.TryCancel();

@@ -65,6 +65,7 @@ const std::vector<MethodRule>& MethodRules() {
       {"/sv.v1.SchedulerAdminService/CordonNode", P::kAdminFleet, W},
       {"/sv.v1.SchedulerAdminService/UncordonNode", P::kAdminFleet, W},
       {"/sv.v1.SchedulerAdminService/DrainNode", P::kAdminFleet, W},
+      {"/sv.v1.SchedulerAdminService/ForgetNodeMounts", P::kAdminFleet, W},
       {"/sv.v1.SchedulerAdminService/SetTenantQuota", P::kAdminQuotas, W},
       {"/sv.v1.SchedulerAdminService/GetTenantQuota", P::kAdminQuotas, R},
       {"/sv.v1.SchedulerAdminService/SetInstancePriority", P::kAdminQuotas, W},

@@ -21,6 +21,7 @@ constexpr int kQuotaPendingMax = 1000;
 constexpr int kQuotaInstancesMax = 1000;
 constexpr char kNodePageTokenPrefix[] = "nodes1.";
 constexpr int kPriorityMax = 1000;
+constexpr size_t kForgetReasonLengthMax = 500;
 
 v1::FleetNodeState ToProto(store::NodeState state) {
   switch (state) {
@@ -117,6 +118,29 @@ class SchedulerAdminServiceImpl final : public v1::SchedulerAdminService::Servic
     return Run("DrainNode", *context, [&](const store::Principal& who) {
       return Change(who, request->name(), store::NodeAction::kDrain,
                     response->mutable_node(), response);
+    });
+  }
+
+  grpc::Status ForgetNodeMounts(grpc::ServerContext* context,
+                                const v1::ForgetNodeMountsRequest* request,
+                                v1::ForgetNodeMountsResponse* response) override {
+    return Run("ForgetNodeMounts", *context, [&](const store::Principal& who) {
+      SV_RETURN_IF_ERROR(CheckNodeName(request->name()));
+      if (request->reason().empty() || request->reason().size() > kForgetReasonLengthMax) {
+        return Error(absl::StatusCode::kInvalidArgument, "INVALID_REASON",
+                     "reason is required (at most 500 characters): say why nothing on the "
+                     "node can still mount a volume");
+      }
+      int released = 0;
+      SV_ASSIGN_OR_RETURN(auto usage,
+                          store_.ForgetNodeMounts(request->name(), deps_.clock->Now(), &released));
+      ToProto(usage, response->mutable_node());
+      response->set_released_count(released);
+      spdlog::warn("api: operator {} vouched that down node {} mounts nothing ({}); {} volume "
+                   "attachment(s) released",
+                   who.user_email, request->name(), request->reason(), released);
+      if (released > 0 && deps_.loops != nullptr) deps_.loops->Kick();  // Held starts.
+      return absl::OkStatus();
     });
   }
 

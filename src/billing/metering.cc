@@ -766,14 +766,18 @@ absl::Status Billing::DeleteUnpaidVolumes(absl::Time now, int64_t* deleted_count
           "FOR UPDATE OF v",
           volume, grace);
       if (row.empty()) return absl::OkStatus();
+      // A node an instance left may still mount it (migration 0124): the
+      // data stays until that node says it does not.
       auto held = txn.exec_params(
           "SELECT a.instance_id FROM volume_attachments a JOIN instances i "
           "ON i.id = a.instance_id WHERE a.volume_id = $1 "
-          "AND i.state IN ('SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING')",
+          "AND (i.state IN ('SCHEDULED', 'STARTING', 'RUNNING', 'STOPPING') "
+          "     OR cardinality(a.fenced_nodes) > 0)",
           volume);
       if (!held.empty()) {
         spdlog::warn("billing: volume {} unpaid past its grace is attached to {}, which "
-                     "holds a node; it is deleted once that instance stops",
+                     "holds (or may still mount it on) a node; it is deleted once that "
+                     "instance stops and its nodes let the volume go",
                      volume, held[0][0].as<std::string>());
         return absl::OkStatus();
       }

@@ -150,6 +150,25 @@ int RunNodeAction(Session& s, const std::string& action, const std::string& name
   return kExitOk;
 }
 
+int RunForgetNodeMounts(Session& s, const std::string& name, const std::string& reason) {
+  std::string error;
+  if (!ConnectAdmin(s, &error)) return Fail(error);
+  v1::SchedulerAdminService::Stub stub(s.channel);
+  v1::ForgetNodeMountsRequest request;
+  request.set_name(name);
+  request.set_reason(reason);
+  v1::ForgetNodeMountsResponse response;
+  grpc::Status status = stub.ForgetNodeMounts(s.Context().get(), request, &response);
+  if (!status.ok()) return FailRpc(status, s);
+  if (s.format() == Format::kJson) {
+    PrintJson(response, std::cout);
+    return kExitOk;
+  }
+  PrintNodes({response.node()}, std::cout);
+  std::cout << response.released_count() << " volume attachment(s) released\n";
+  return kExitOk;
+}
+
 int RunNodeCredential(Session& s, const std::string& verb, const std::string& arg) {
   std::string error;
   if (!ConnectAdmin(s, &error)) return Fail(error);
@@ -269,7 +288,7 @@ int RunResize(Session& s, const std::string& id_or_name, int gpus) {
 }
 
 void AddNodeSubcommands(CLI::App& admin, Action* action) {
-  auto* nodes = admin.add_subcommand("nodes", "List, cordon, uncordon and drain nodes");
+  auto* nodes = admin.add_subcommand("nodes", "List, cordon, uncordon and drain nodes; release a dead node's mounts");
   nodes->require_subcommand(1);
   nodes->add_subcommand("list", "Nodes with their state and free GPUs")->callback([=] {
     *action = [](Session& s) { return RunListNodes(s); };
@@ -286,6 +305,18 @@ void AddNodeSubcommands(CLI::App& admin, Action* action) {
       *action = [=](Session& s) { return RunNodeAction(s, what, *name); };
     });
   }
+  auto name = std::make_shared<std::string>();
+  auto reason = std::make_shared<std::string>();
+  auto* forget = nodes->add_subcommand(
+      "forget-mounts",
+      "For a down node that will not come back as it was (powered off, wiped): release "
+      "the volumes its instances had mounted");
+  forget->add_option("name", *name, "Node name")->required();
+  forget->add_option("--reason", *reason, "Why nothing on the node can still mount a volume")
+      ->required();
+  forget->callback([=] {
+    *action = [=](Session& s) { return RunForgetNodeMounts(s, *name, *reason); };
+  });
 }
 
 void AddFleetInstancesSubcommand(CLI::App& admin, Action* action) {

@@ -94,6 +94,7 @@ std::vector<scheduler::PendingRequest> PendingOf(const store::FleetView& view, I
   std::vector<scheduler::PendingRequest> pending;
   pending.reserve(view.pending.size());
   for (const store::PendingRow& p : view.pending) {
+    if (!p.held_reason.empty()) continue;  // DecideQueue gives it its reason.
     scheduler::Request request{ids.Intern(p.id), p.gpu_count, p.max_leaves};
     if (!p.pinned_node_id.empty()) {
       auto it = node_index.find(p.pinned_node_id);
@@ -326,6 +327,13 @@ absl::StatusOr<std::vector<store::QueueVerdict>> DecideQueue(const store::FleetV
       v.queue_position = d.position;
       v.reason = WaitReason(d);
     }
+    verdicts.push_back(std::move(v));
+  }
+  for (const store::PendingRow& p : view.pending) {
+    if (p.held_reason.empty()) continue;
+    store::QueueVerdict v;
+    v.instance_id = p.id;
+    v.reason = absl::StrCat("waiting for its volume: ", p.held_reason);
     verdicts.push_back(std::move(v));
   }
   return verdicts;

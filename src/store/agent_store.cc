@@ -232,15 +232,24 @@ absl::StatusOr<std::string> AgentStore::RegisterNode(const NodeRecord& node, abs
   return node_id;
 }
 
-absl::StatusOr<bool> AgentStore::Heartbeat(const std::string& node_id, absl::Time now) {
+absl::StatusOr<bool> AgentStore::Heartbeat(
+    const std::string& node_id, absl::Time now,
+    const std::optional<std::vector<std::string>>& listed) {
   bool alive = false;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
-    // A heartbeat after the node was declared down does not revive it.
-    alive = !txn.exec_params(
-                    "UPDATE nodes SET last_heartbeat_at = $2::timestamptz "
-                    "WHERE id = $1 AND state <> 'down' RETURNING id",
-                    node_id, SqlTime(now))
-                 .empty();
+    // A heartbeat after the node was declared down does not revive it. The
+    // fences are looked at in the same round trip; the partial index says
+    // at once when no volume is fenced anywhere.
+    pqxx::row row = txn.exec_params1(
+        "WITH hb AS (UPDATE nodes SET last_heartbeat_at = $2::timestamptz "
+        "  WHERE id = $1 AND state <> 'down' RETURNING id) "
+        "SELECT EXISTS (SELECT 1 FROM hb), (SELECT volume_attachments_unfence($1, "
+        "  $4::text[], $2::timestamptz) WHERE $3 AND EXISTS (SELECT 1 FROM hb) AND EXISTS "
+        "  (SELECT 1 FROM volume_attachments WHERE cardinality(fenced_nodes) > 0 "
+        "   AND $1 = ANY(fenced_nodes)))",
+        node_id, SqlTime(now), listed.has_value(),
+        TextArrayLiteral(listed.value_or(std::vector<std::string>{})));
+    alive = row[0].as<bool>();
     return absl::OkStatus();
   }));
   return alive;

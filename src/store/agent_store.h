@@ -130,8 +130,13 @@ class AgentStore {
   // heartbeat. A node that was down becomes ready again. Returns its id.
   absl::StatusOr<std::string> RegisterNode(const NodeRecord& node, absl::Time now);
   // False when the node was declared down meanwhile: its agent must
-  // register again, which reconciles it.
-  absl::StatusOr<bool> Heartbeat(const std::string& node_id, absl::Time now);
+  // register again, which reconciles it. `listed`, when the agent's lists
+  // are complete, holds every instance the node runs or is told to run:
+  // the fences of the node on the volumes of every other instance end
+  // (migration 0124).
+  absl::StatusOr<bool> Heartbeat(const std::string& node_id, absl::Time now,
+                                 const std::optional<std::vector<std::string>>& listed =
+                                     std::nullopt);
 
   // The instances that must run on the node. Instances still SCHEDULED move
   // to STARTING here, because this is the moment their agent is told.

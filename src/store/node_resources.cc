@@ -155,8 +155,9 @@ absl::Status ConfirmMounts(pqxx::work& txn, const std::string& node_id,
                                "WHERE instance_id = $1 AND state = 'attaching' AND ",
                                kAllNodes),
                   instance_id, SqlTime(now));
+  // ...and no node the instance left may still mount it (migration 0124).
   txn.exec_params(absl::StrCat("DELETE FROM volume_attachments WHERE instance_id = $1 "
-                               "AND state = 'detaching' AND ",
+                               "AND state = 'detaching' AND cardinality(fenced_nodes) = 0 AND ",
                                kAllNodes),
                   instance_id);
   if (!error.empty()) {
@@ -186,7 +187,7 @@ absl::Status ConfirmDetachesOnly(pqxx::work& txn, const std::string& node_id,
       instance_id, node_id, TextArrayLiteral(volumes));
   txn.exec_params(
       "DELETE FROM volume_attachments WHERE instance_id = $1 AND state = 'detaching' AND "
-      "NOT EXISTS (SELECT 1 FROM gpu_reservations r WHERE r.instance_id = $1 "
+      "cardinality(fenced_nodes) = 0 AND NOT EXISTS (SELECT 1 FROM gpu_reservations r WHERE r.instance_id = $1 "
       "AND NOT (r.node_id = ANY(confirmed_nodes)))",
       instance_id);
   txn.exec_params("SELECT volumes_complete_moves($1::timestamptz)", SqlTime(now));

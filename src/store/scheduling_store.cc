@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <pqxx/pqxx>
+#include <map>
 #include <set>
 
 #include "absl/container/flat_hash_map.h"
@@ -40,6 +41,26 @@ void LoadPending(pqxx::work& txn, int queue_max, FleetView& view) {
                             row[5].as<int64_t>(),
                             row[6].is_null() ? std::string() : row[6].as<std::string>(),
                             row[7].as<std::string>(), row[8].as<int>()});
+  }
+  if (view.pending.empty()) return;
+  // Held back while a volume it writes may still be mounted on a node it
+  // left: started elsewhere, it would be that volume's second writer
+  // (migration 0124; the partial index holds only fenced rows).
+  std::vector<std::string> ids;
+  for (const PendingRow& p : view.pending) ids.push_back(p.id);
+  std::map<std::string, std::string> held;
+  for (const auto& row : txn.exec_params(
+           "SELECT DISTINCT ON (a.instance_id) a.instance_id, a.volume_id, "
+           "  volume_fence_reason(a.fenced_nodes) FROM volume_attachments a "
+           "WHERE cardinality(a.fenced_nodes) > 0 AND a.instance_id = ANY($1::text[]) "
+           "  AND NOT a.read_only AND a.state <> 'detaching' "
+           "ORDER BY a.instance_id, a.volume_id",
+           TextArrayLiteral(ids))) {
+    held[row[0].as<std::string>()] =
+        absl::StrCat("volume ", row[1].as<std::string>(), " is ", row[2].as<std::string>());
+  }
+  for (PendingRow& p : view.pending) {
+    if (auto it = held.find(p.id); it != held.end()) p.held_reason = it->second;
   }
 }
 
@@ -605,6 +626,29 @@ absl::StatusOr<DrainOutcome> SchedulingStore::ChangeNode(const std::string& name
   });
   if (!status.ok()) return status;
   return outcome;
+}
+
+absl::StatusOr<NodeUsage> SchedulingStore::ForgetNodeMounts(const std::string& name,
+                                                           absl::Time now, int* released) {
+  NodeUsage usage;
+  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    // Locked: an agent registering meanwhile waits, and one that did is seen.
+    auto rows = txn.exec_params("SELECT id, state FROM nodes WHERE name = $1 FOR UPDATE", name);
+    if (rows.empty()) return NodeNotFound(name);
+    const std::string node_id = rows[0][0].as<std::string>();
+    if (rows[0][1].as<std::string>() != "down") {
+      return Error(absl::StatusCode::kFailedPrecondition, "NODE_NOT_DOWN",
+                   absl::StrCat("node ", name, " is ", rows[0][1].as<std::string>(),
+                                "; its agent says itself what it still mounts"));
+    }
+    *released = txn.exec_params1("SELECT volume_attachments_unfence($1, NULL, $2::timestamptz)",
+                                 node_id, SqlTime(now))[0]
+                    .as<int>();
+    usage = UsageFromRow(
+        txn.exec_params1(std::string(kNodeUsageSelect) + "WHERE n.id = $1", node_id));
+    return absl::OkStatus();
+  }));
+  return usage;
 }
 
 absl::StatusOr<InstanceOnNode> SchedulingStore::SetInstancePriority(const std::string& id,

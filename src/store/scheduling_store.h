@@ -56,6 +56,9 @@ struct PendingRow {
   // waiting rows whose verdict changed.
   std::string state_reason;
   int queue_position = 0;
+  // Not to be placed yet, and why: a volume it writes may still be mounted
+  // on a node it left (migration 0124). Empty: it may be placed.
+  std::string held_reason;
 };
 
 struct TenantQuotaRow {
@@ -205,6 +208,11 @@ class SchedulingStore {
   // stays down (that is the heartbeat's); the action sets the state it
   // returns to when its agent registers again (state_when_back).
   absl::StatusOr<DrainOutcome> ChangeNode(const std::string& name, NodeAction action);
+  // A down node only (FAILED_PRECONDITION / NODE_NOT_DOWN): ends its fences
+  // on every volume attachment (migration 0124), as a heartbeat of its
+  // agent listing nothing would. `released` is how many it ended.
+  absl::StatusOr<NodeUsage> ForgetNodeMounts(const std::string& name, absl::Time now,
+                                             int* released);
 
   // Operators only (the API checks): any tenant's instance that is not
   // DELETED or FAILED. Returns the instance's tenant and state.

@@ -242,6 +242,21 @@ bool PlacedUnderLock(pqxx::work& txn, const std::string& instance_id) {
               .empty();
 }
 
+// Detaches from an instance that holds no node (empty instance_id: every
+// attachment of the volume): at once, unless a node the instance left may
+// still mount it (migration 0124); that one waits, 'detaching', for the node.
+void DetachUnplaced(pqxx::work& txn, const std::string& volume_id,
+                    const std::string& instance_id, absl::Time now) {
+  txn.exec_params("DELETE FROM volume_attachments WHERE volume_id = $1 "
+                  "AND ($2 = '' OR instance_id = $2) AND cardinality(fenced_nodes) = 0",
+                  volume_id, instance_id);
+  txn.exec_params(
+      "UPDATE volume_attachments SET state = 'detaching', confirmed_nodes = '{}', "
+      "reason = volume_fence_reason(fenced_nodes), requested_at = $3::timestamptz "
+      "WHERE volume_id = $1 AND ($2 = '' OR instance_id = $2)",
+      volume_id, instance_id, SqlTime(now));
+}
+
 absl::Status InsertAttachment(pqxx::work& txn, const VolumeRecord& v,
                               const std::string& instance_id, const TargetInstance& t,
                               bool read_only, const std::string& mount_path, absl::Time now) {
@@ -487,8 +502,7 @@ absl::StatusOr<VolumeRecord> VolumeStore::Detach(const std::string& tenant_id,
     }
     if (found->state != AttachmentState::kDetaching) {
       if (!PlacedUnderLock(txn, instance_id)) {
-        txn.exec_params("DELETE FROM volume_attachments WHERE volume_id = $1 AND instance_id = $2",
-                        volume_id, instance_id);
+        DetachUnplaced(txn, volume_id, instance_id, now);
         txn.exec_params("SELECT volumes_complete_moves($1::timestamptz)", SqlTime(now));
       } else {
         txn.exec_params(
@@ -535,7 +549,7 @@ absl::StatusOr<VolumeRecord> VolumeStore::Move(const std::string& tenant_id,
         volume_id, to_instance_id, path, SqlTime(now), from.read_only);
     if (from.state != AttachmentState::kDetaching) {
       if (!PlacedUnderLock(txn, from.instance_id)) {
-        txn.exec_params("DELETE FROM volume_attachments WHERE volume_id = $1", volume_id);
+        DetachUnplaced(txn, volume_id, "", now);
       } else {
         txn.exec_params(
             "UPDATE volume_attachments SET state = 'detaching', confirmed_nodes = '{}', "

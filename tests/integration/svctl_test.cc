@@ -174,6 +174,13 @@ TEST_F(SvctlTest, OperatorsNameTenants) {
   ExpectOneLineError(
       Svctl({"admin", "topup", "nobody", "12.50", "--payment-id", "p-2"}, admin),
       "no tenant is named \"nobody\"");
+  // Only a down node's mounts can be forgotten (a live agent answers for
+  // its own), and only with a reason.
+  ExpectOneLineError(Svctl({"admin", "nodes", "forget-mounts", "sim-node-000", "--reason",
+                            "replaced"},
+                           admin),
+                     "NODE_NOT_DOWN");
+  EXPECT_NE(Svctl({"admin", "nodes", "forget-mounts", "sim-node-000"}, admin).exit_code, 0);
   RunResult quota = Svctl({"admin", "quota", "get", "cli"}, admin);
   ASSERT_EQ(quota.exit_code, 0) << quota.err;
   EXPECT_EQ(nlohmann::json::parse(quota.out)["tenant_id"], tenant_id);

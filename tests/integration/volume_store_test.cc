@@ -74,6 +74,37 @@ class VolumeStoreTest : public ::testing::Test {
     return n.exec(sql);
   }
 
+  std::string NodeOf(const std::string& instance) {
+    return Query(absl::StrCat("SELECT node_id FROM gpu_reservations WHERE instance_id = '",
+                              instance, "' LIMIT 1"))[0][0]
+        .as<std::string>();
+  }
+
+  std::string NameOf(const std::string& node) {
+    return Query(absl::StrCat("SELECT name FROM nodes WHERE id = '", node, "'"))[0][0]
+        .as<std::string>();
+  }
+
+  // The node as its agent registers it.
+  NodeRecord NodeRecordOf(const std::string& node) {
+    auto row = Query(absl::StrCat("SELECT name, zone, pod, leaf_switch, gpu_model, gpu_count "
+                                  "FROM nodes WHERE id = '", node, "'"))[0];
+    NodeRecord r;
+    r.name = row[0].as<std::string>();
+    r.zone = row[1].as<std::string>();
+    r.pod = row[2].as<std::string>();
+    r.leaf_switch = row[3].as<std::string>();
+    r.gpu_model = row[4].as<std::string>();
+    r.gpu_count = row[5].as<int>();
+    r.simulated = true;
+    return r;
+  }
+
+  std::string StateReason(const std::string& id) {
+    return Query(absl::StrCat("SELECT state_reason FROM instances WHERE id = '", id, "'"))[0][0]
+        .as<std::string>();
+  }
+
   std::string State(const std::string& id) {
     return Query(absl::StrCat("SELECT state FROM instances WHERE id = '", id, "'"))[0][0]
         .as<std::string>();
@@ -128,19 +159,25 @@ TEST_F(VolumeStoreTest, PendingMovesHoldTheirPathAndKeepReadOnly) {
                   .ok())
       << "a sibling whose name starts alike does not nest";
 
-  // a stops: its detaches settle and the moves complete.
+  // a stops: its detaches wait for its node to say a runs there no more
+  // (migration 0124), then settle, and the moves complete.
+  const std::string node_a = NodeOf(a);
   ASSERT_TRUE(store_->StopInstance(tenant_, a, "stopped by the user", now_).ok());
+  EXPECT_EQ(AttachmentOf(work, a).rfind("detaching", 0), 0u) << AttachmentOf(work, a);
+  ASSERT_TRUE(AgentStore(*db_).Heartbeat(node_a, now_, std::vector<std::string>{}).ok());
   EXPECT_EQ(AttachmentOf(work, b), "attaching false /mnt/data");
   EXPECT_EQ(AttachmentOf(shared, b), "attaching true /mnt/ro");
   EXPECT_EQ(AttachmentOf(work, a), "");
 }
 
 // Goal: a detach that races a stop of its instance waits for the stop and
-// sees it: the attachment is dropped at once (nothing is mounted any
-// more), not left DETACHING for an agent the stopped instance no longer
-// has, which kept the volume from being deleted or attached elsewhere.
+// sees it: the attachment waits for the node the instance left (not for a
+// mount report the stopped instance's agent would never send, which kept
+// the volume from being deleted or attached elsewhere for ever) and is
+// dropped at the node's next heartbeat.
 TEST_F(VolumeStoreTest, ADetachRacingAStopSeesTheStop) {
   const std::string a = Run({"a"})[0];
+  const std::string node = NodeOf(a);
   const std::string work = NewVolume("work", false);
   ASSERT_TRUE(volumes_->Attach(tenant_, work, a, false, "/mnt/data", now_).ok());
 
@@ -157,8 +194,107 @@ TEST_F(VolumeStoreTest, ADetachRacingAStopSeesTheStop) {
   stop.commit();
   detach.join();
   ASSERT_TRUE(detached.ok()) << detached.status();
-  EXPECT_TRUE(detached->attachments.empty());
+  EXPECT_EQ(AttachmentOf(work, a), "detaching false /mnt/data");
+  ASSERT_TRUE(AgentStore(*db_).Heartbeat(node, now_, std::vector<std::string>{}).ok());
   EXPECT_EQ(AttachmentOf(work, a), "");
+}
+
+// Goal: a volume stays with a node its instance left until that node says
+// the instance runs there no more. A node that went silent (cut off, not
+// dead) had its instances stopped and their volumes let go at once: the
+// tenant detached a volume and attached it for writing elsewhere while the
+// old job still wrote to it. Now the attachment stays (a detach waits, a
+// second attachment is refused), a start of the instance is held back, and
+// the fence ends with a heartbeat whose complete lists lack the instance,
+// or by an operator for a node that will not return.
+TEST_F(VolumeStoreTest, AVolumeStaysFencedUntilTheNodeItLeftSaysSo) {
+  const std::vector<std::string> ids = Run({"a", "b"});
+  const std::string a = ids[0], b = ids[1];
+  const std::string node_a = NodeOf(a), node_b = NodeOf(b);
+  ASSERT_NE(node_a, node_b);
+  const std::string work = NewVolume("work", false);
+  const std::string data = NewVolume("data", false);
+  const std::string logs = NewVolume("logs", false);
+  ASSERT_TRUE(volumes_->Attach(tenant_, work, a, false, "/mnt/work", now_).ok());
+  ASSERT_TRUE(volumes_->Attach(tenant_, data, a, false, "/mnt/data", now_).ok());
+  ASSERT_TRUE(volumes_->Attach(tenant_, logs, b, false, "/mnt/logs", now_).ok());
+
+  // Both nodes go silent: a and b are stopped as of their last heartbeat.
+  AgentStore agents(*db_);
+  auto downed = agents.MarkSilentNodesDown(absl::Seconds(30), now_ + absl::Minutes(5));
+  ASSERT_TRUE(downed.ok()) << downed.status();
+  ASSERT_EQ(State(a), "STOPPED");
+  EXPECT_EQ(AttachmentOf(work, a), "attached false /mnt/work");
+
+  // The tenant detaches and tries the volume elsewhere: the detach waits and
+  // says for what; nothing else may attach it, and it cannot be deleted.
+  auto detached = volumes_->Detach(tenant_, work, a, now_);
+  ASSERT_TRUE(detached.ok()) << detached.status();
+  ASSERT_EQ(detached->attachments.size(), 1u);
+  EXPECT_EQ(detached->attachments[0].state, AttachmentState::kDetaching);
+  EXPECT_NE(detached->attachments[0].reason.find(NameOf(node_a)), std::string::npos)
+      << detached->attachments[0].reason;
+  auto other = store_->CreateInstance(tenant_, {"other", 1, "RTX 4090", "ubuntu"}, "r-other",
+                                      "f-other", now_);
+  ASSERT_TRUE(other.ok()) << other.status();
+  auto second = volumes_->Attach(tenant_, work, other->id, false, "/mnt/work", now_);
+  EXPECT_EQ(sv::ReasonOf(second.status()), "VOLUME_IN_USE") << second.status();
+  EXPECT_EQ(sv::ReasonOf(volumes_->Delete(tenant_, work, now_).status()), "VOLUME_ATTACHED");
+  ASSERT_TRUE(store_->DeleteInstance(tenant_, other->id, now_).ok());
+
+  // a is started again with `data` still attached: it waits, though node b
+  // is back and free, for as long as node a has not answered.
+  ASSERT_TRUE(agents.RegisterNode(NodeRecordOf(node_b), now_).ok());
+  ASSERT_TRUE(store_->StartInstance(tenant_, a, now_).ok());
+  control::Scheduling scheduling(*db_, control::SchedulingOptions{});
+  ASSERT_TRUE(scheduling.RunPass(now_).ok());
+  EXPECT_EQ(State(a), "PENDING");
+  EXPECT_NE(StateReason(a).find("waiting for its volume: volume " + data), std::string::npos)
+      << StateReason(a);
+
+  // Node a's agent registers again. A heartbeat that still lists a (its old
+  // process runs on), one from an agent whose lists are not complete, and
+  // one of another node end nothing.
+  ASSERT_TRUE(agents.RegisterNode(NodeRecordOf(node_a), now_).ok());
+  ASSERT_TRUE(agents.Heartbeat(node_a, now_, std::vector<std::string>{a}).ok());
+  ASSERT_TRUE(agents.Heartbeat(node_a, now_).ok());
+  ASSERT_TRUE(agents.Heartbeat(node_b, now_, std::vector<std::string>{}).ok());
+  ASSERT_TRUE(scheduling.RunPass(now_).ok());
+  EXPECT_EQ(State(a), "PENDING");
+  EXPECT_EQ(AttachmentOf(work, a), "detaching false /mnt/work");
+
+  // Its process gone, the node says so: the detach completes and a is placed.
+  ASSERT_TRUE(agents.Heartbeat(node_a, now_, std::vector<std::string>{}).ok());
+  EXPECT_EQ(AttachmentOf(work, a), "");
+  ASSERT_TRUE(scheduling.RunPass(now_).ok());
+  EXPECT_EQ(State(a), "SCHEDULED");
+  EXPECT_TRUE(volumes_->Delete(tenant_, work, now_).ok());
+
+  // b's node is back, but b's own node (node_b here) answered for b already;
+  // the operator's override is for a node that stays down: fence one by
+  // hand and let the operator vouch for it.
+  ASSERT_TRUE(store_->DeleteInstance(tenant_, b, now_).ok());
+  EXPECT_EQ(AttachmentOf(logs, b), "") << "node b's heartbeat ended b's fence";
+  SchedulingStore admin(*db_);
+  int released = -1;
+  EXPECT_EQ(sv::ReasonOf(admin.ForgetNodeMounts(NameOf(node_b), now_, &released).status()),
+            "NODE_NOT_DOWN");
+  EXPECT_EQ(sv::ReasonOf(admin.ForgetNodeMounts("no-such-node", now_, &released).status()),
+            "NODE_NOT_FOUND");
+  Query(absl::StrCat("UPDATE nodes SET state = 'down' WHERE id = '", node_b, "'"));
+  const std::string kept = NewVolume("kept", false);
+  auto c = store_->CreateInstance(tenant_, {"c", 1, "RTX 4090", "ubuntu"}, "r-c", "f-c", now_);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(volumes_->Attach(tenant_, kept, c->id, false, "/mnt/kept", now_).ok());
+  Query(absl::StrCat("UPDATE volume_attachments SET fenced_nodes = '{", node_b,
+                     "}' WHERE volume_id = '", kept, "'"));
+  ASSERT_TRUE(store_->DeleteInstance(tenant_, c->id, now_).ok());
+  EXPECT_EQ(AttachmentOf(kept, c->id), "detaching false /mnt/kept");
+  auto forgot = admin.ForgetNodeMounts(NameOf(node_b), now_, &released);
+  ASSERT_TRUE(forgot.ok()) << forgot.status();
+  EXPECT_EQ(released, 1);
+  EXPECT_EQ(AttachmentOf(kept, c->id), "");
+  EXPECT_TRUE(volumes_->Delete(tenant_, kept, now_).ok());
 }
 
 // Goal: a node-local volume attached to a waiting instance while a queue
