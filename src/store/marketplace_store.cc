@@ -95,6 +95,20 @@ absl::Status InsertInstanceExtras(pqxx::work& txn, const std::string& instance_i
         "WHERE id = $1 AND listed",
         extras.app_image_id);
     if (image.empty()) return ImageNotFound(extras.app_image_id);
+    // The API checked the publisher before this transaction; a suspension
+    // that committed since is seen here (it update-locks the publisher's
+    // row, which this share lock waits for). One that comes later finds
+    // the instance launched, as every instance launched before it.
+    const std::string publisher = image[0][0].as<std::string>();
+    txn.exec_params("SELECT 1 FROM tenants WHERE id = $1 FOR KEY SHARE", publisher);
+    if (!txn.exec_params("SELECT 1 FROM tenant_suspensions WHERE tenant_id = $1 "
+                         "AND resumed_at IS NULL",
+                         publisher)
+             .empty()) {
+      return Error(absl::StatusCode::kFailedPrecondition, "PUBLISHER_SUSPENDED",
+                   absl::StrCat("image ", extras.app_image_id,
+                                " is not offered while its publisher is suspended"));
+    }
     txn.exec_params(
         "INSERT INTO instance_apps (instance_id, image_id, publisher_tenant_id, "
         "price_per_hour_micros) VALUES ($1, $2, $3, $4)",

@@ -19,6 +19,7 @@
 #include "api/errors.h"
 #include "billing/billing.h"
 #include "common/clock.h"
+#include "common/status.h"
 #include "store/dashboard_store.h"
 #include "store/database.h"
 #include "store/store.h"
@@ -530,6 +531,20 @@ TEST_F(MarketplaceBillingTest, SuspendedPublishersAppsAreNotOffered) {
   grpc::Status refused = market_->LaunchApp(Context(buyer_).get(), launch, &app);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(api::ReasonOf(refused), "PUBLISHER_SUSPENDED");
+  // A launch whose API check ran before the suspension committed reaches
+  // the create with the image: the create checks again (it launched a
+  // suspended publisher's image, which then ran on for good).
+  FakeClockBilling(absl::Now());
+  store::CreateRequest late;
+  late.tenant_id = TenantIdByName(*svd_, "buyer");
+  late.spec = {"comfy-late", 1, "RTX 4090", "ghcr.io/example/comfy:1.0"};
+  late.spec.extras.app_image_id = image.id();
+  late.request_id = "launch-checked-before";
+  late.fingerprint = "f-late";
+  late.now = absl::Now();
+  auto created = store_->CreateInstances({late});
+  ASSERT_EQ(created.size(), 1u);
+  EXPECT_EQ(sv::ReasonOf(created[0].status()), "PUBLISHER_SUSPENDED") << created[0].status();
   v1::RegisterImageRequest reg;
   reg.mutable_image()->set_name("comfy");
   reg.mutable_image()->set_version("2.0");
