@@ -201,28 +201,47 @@ absl::Status Billing::IssueDueInvoices(absl::Time now) {
   const absl::CivilMonth current = absl::ToCivilMonth(now, Shanghai());
   const absl::Time previous = absl::FromCivil(current - 1, Shanghai());
   const absl::Time previous_end = absl::FromCivil(current, Shanghai());
-  std::vector<std::string> due;
-  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
-    due.clear();
-    auto rows = txn.exec_params(
-        "SELECT t.id FROM tenants t WHERE "
-        "((t.billing_mode = 'postpaid' AND coalesce(t.postpaid_since, t.created_at) < "
-        "  $2::timestamptz) OR t.postpaid_until > $1::timestamptz) "
-        "AND NOT EXISTS (SELECT 1 FROM invoices v WHERE v.tenant_id = t.id "
-        "AND v.period_start = $1::timestamptz) ORDER BY t.id LIMIT 100",
-        SqlTime(previous), SqlTime(previous_end));
-    for (const auto& r : rows) due.push_back(r[0].as<std::string>());
-    return absl::OkStatus();
-  }));
+  // Page by page in id order, every due tenant each run: a tenant whose
+  // invoice fails is logged and passed over, so it cannot keep every
+  // tenant after it uninvoiced (it stopped the run, and came first again
+  // in the next one, for ever). The first such failure is the run's error.
   int held = 0;  // Waiting for the SLA judge to pass the month's end.
-  for (const auto& tenant : due) {
-    auto issued = IssueInvoice(tenant, previous, now);
-    if (issued.ok()) continue;
-    const std::string reason = ReasonOf(issued.status());
-    if (reason == "PERIOD_NOT_JUDGED") {
-      ++held;
-    } else if (reason != "PERIOD_NOT_BILLED") {
-      return issued.status();
+  absl::Status first_failure;
+  std::string after;
+  while (true) {
+    std::vector<std::string> due;
+    SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
+      due.clear();
+      auto rows = txn.exec_params(
+          "SELECT t.id FROM tenants t WHERE t.id > $3 AND "
+          "((t.billing_mode = 'postpaid' AND coalesce(t.postpaid_since, t.created_at) < "
+          "  $2::timestamptz) OR t.postpaid_until > $1::timestamptz) "
+          "AND NOT EXISTS (SELECT 1 FROM invoices v WHERE v.tenant_id = t.id "
+          "AND v.period_start = $1::timestamptz) ORDER BY t.id LIMIT 100",
+          SqlTime(previous), SqlTime(previous_end), after);
+      for (const auto& r : rows) due.push_back(r[0].as<std::string>());
+      return absl::OkStatus();
+    }));
+    if (due.empty()) break;
+    after = due.back();
+    for (const auto& tenant : due) {
+      auto issued = IssueInvoice(tenant, previous, now);
+      if (issued.ok()) continue;
+      const std::string reason = ReasonOf(issued.status());
+      if (reason == "PERIOD_NOT_JUDGED") {
+        ++held;
+      } else if (reason != "PERIOD_NOT_BILLED") {
+        // The database is away: the others would fail alike.
+        if (issued.status().code() == absl::StatusCode::kUnavailable) return issued.status();
+        metrics::Registry::Default().IncrementCounter(
+            "sv_invoice_failures_total",
+            "Monthly invoices that failed to be issued, each try (the tenant is tried "
+            "again next run; the others are not held up).",
+            {});
+        spdlog::error("billing: invoice of tenant {} for {} failed: {}", tenant,
+                      absl::FormatCivilTime(current - 1), issued.status().ToString());
+        if (first_failure.ok()) first_failure = issued.status();
+      }
     }
   }
   // The judge posts the last hour's refunds an hour and its grace after the
@@ -245,7 +264,7 @@ absl::Status Billing::IssueDueInvoices(absl::Time now) {
                  "which has not judged the month's last hour; see sv_sla_judge_runs_total",
                  held, absl::FormatDuration(absl::Trunc(waited, absl::Minutes(1))));
   }
-  return absl::OkStatus();
+  return first_failure;
 }
 
 absl::StatusOr<std::vector<Invoice>> Billing::ListInvoices(const std::string& tenant_id,

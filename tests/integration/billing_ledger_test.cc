@@ -1787,6 +1787,40 @@ TEST_F(BillingTest, InvoicesGoToTenantsPostpaidInTheMonth) {
   EXPECT_TRUE(periods(never).empty());
 }
 
+// One tenant's invoice that fails for an unexpected reason holds up no
+// other: the run goes on to every due tenant and reports the failure. The
+// run used to stop at it, and as the failing tenant came first again in
+// each run, the tenants after it were never invoiced.
+TEST_F(BillingTest, AFailingInvoiceHoldsUpNoOtherTenant) {
+  Billing billing = MakeBilling();
+  clock_.Set(absl::FromCivil(absl::CivilSecond(2026, 11, 20, 12, 0, 0), absl::UTCTimeZone()));
+  auto [first, u1] = NewTenant("first");
+  auto [second, u2] = NewTenant("second");
+  ASSERT_TRUE(billing.SetBillingMode(first, BillingMode::kPostpaid, kMicrosPerYuan).ok());
+  ASSERT_TRUE(billing.SetBillingMode(second, BillingMode::kPostpaid, kMicrosPerYuan).ok());
+  // The tenant first in id order cannot get an invoice.
+  const std::string failing = std::min(first, second);
+  const std::string other = std::max(first, second);
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+                    txn.exec(
+                        "CREATE FUNCTION test_refuse_invoice() RETURNS trigger AS $$ BEGIN "
+                        "RAISE EXCEPTION 'no invoice for this tenant'; END $$ LANGUAGE plpgsql");
+                    txn.exec(absl::StrCat(
+                        "CREATE TRIGGER test_refuse_invoice BEFORE INSERT ON invoices FOR EACH "
+                        "ROW WHEN (NEW.tenant_id = ",
+                        txn.quote(failing), ") EXECUTE FUNCTION test_refuse_invoice()"));
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  clock_.Set(absl::FromCivil(absl::CivilSecond(2026, 12, 10, 12, 0, 0), absl::UTCTimeZone()));
+  EXPECT_FALSE(billing.RunOnce(clock_.Now()).ok()) << "the failure is reported";
+  auto invoices = billing.ListInvoices(other, "", 10);
+  ASSERT_TRUE(invoices.ok()) << invoices.status();
+  ASSERT_EQ(invoices->size(), 1u);
+  EXPECT_EQ((*invoices)[0].period, "2026-11");
+  EXPECT_TRUE(billing.ListInvoices(failing, "", 10)->empty());
+}
+
 // At expiry, what is left of the trial goes back to the promotion expense;
 // a second run reverses nothing more.
 TEST_F(BillingTest, TrialExpiryReversesTheRest) {
