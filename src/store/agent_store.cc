@@ -847,17 +847,29 @@ absl::StatusOr<std::vector<InstanceEventRecord>> AgentStore::ListInstanceEvents(
 absl::Status AgentStore::SetIdlePolicy(const std::string& tenant_id,
                                        const std::string& instance_id, int idle_seconds,
                                        int utilization_pct, absl::Time now) {
-  bool found = false;
+  std::optional<std::string> state;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
-    found = !txn.exec_params(
-                    "UPDATE instances SET idle_seconds = $3, idle_utilization_pct = $4, "
-                    "idle_since = NULL, updated_at = $5::timestamptz "
-                    "WHERE tenant_id = $1 AND id = $2 RETURNING id",
-                    tenant_id, instance_id, idle_seconds, utilization_pct, SqlTime(now))
-                 .empty();
+    // A finished instance is left as it ended: the write moved a deleted
+    // instance's update time (shown as when it was deleted) and answered OK.
+    state.reset();
+    auto rows = txn.exec_params(
+        "SELECT state FROM instances WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE",
+        tenant_id, instance_id);
+    if (rows.empty()) return absl::OkStatus();
+    state = rows[0][0].as<std::string>();
+    if (*state == "DELETED" || *state == "FAILED") return absl::OkStatus();
+    txn.exec_params(
+        "UPDATE instances SET idle_seconds = $2, idle_utilization_pct = $3, "
+        "idle_since = NULL, updated_at = $4::timestamptz WHERE id = $1",
+        instance_id, idle_seconds, utilization_pct, SqlTime(now));
     return absl::OkStatus();
   }));
-  if (!found) return InstanceNotFound(instance_id);
+  if (!state.has_value()) return InstanceNotFound(instance_id);
+  if (*state == "DELETED" || *state == "FAILED") {
+    return Error(absl::StatusCode::kFailedPrecondition, "INSTANCE_FINISHED",
+                 absl::StrCat("instance ", instance_id, " is ", *state,
+                              " and has no idle policy to set"));
+  }
   return absl::OkStatus();
 }
 

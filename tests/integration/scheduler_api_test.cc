@@ -646,6 +646,24 @@ TEST_F(SchedulerApiTest, MovableInstancesMakeRoomForAWaitingWholeNode) {
   grpc::Status finished = stub_->SetInstanceMovable(Context(token_).get(), request, &out);
   EXPECT_EQ(finished.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(api::ReasonOf(finished), "INSTANCE_FINISHED");
+  // Nor does a deleted instance take an idle policy (it answered OK and
+  // moved the time the instance shows as deleted).
+  const std::string deleted_at =
+      txn.exec1("SELECT updated_at::text FROM instances WHERE id = " + txn.quote(deleted))[0]
+          .as<std::string>();
+  txn.commit();
+  v1::SetIdlePolicyRequest idle;
+  idle.set_id(deleted);
+  idle.set_idle_seconds(600);
+  idle.set_utilization_pct(10);
+  finished = stub_->SetIdlePolicy(Context(token_).get(), idle, &out);
+  EXPECT_EQ(finished.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(api::ReasonOf(finished), "INSTANCE_FINISHED");
+  pqxx::work after(db);
+  EXPECT_EQ(after.exec1("SELECT updated_at::text FROM instances WHERE id = " +
+                        after.quote(deleted))[0]
+                .as<std::string>(),
+            deleted_at);
 }
 
 }  // namespace
