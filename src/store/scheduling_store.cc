@@ -293,6 +293,22 @@ int WritePlaced(pqxx::work& txn, const FleetView& view,
     nodes.push_back(v->grants.empty() ? std::string() : v->grants.front().node_id);
     by_id[v->instance_id] = v;
   }
+  // A node-local volume with no node yet binds here to the node of the
+  // first instance placed with it (in queue order), so the check below
+  // keeps any other instance it is attached to off other nodes. It bound
+  // when an agent first read its set, so two instances of one read-many
+  // volume could be placed on two nodes in a pass (or two passes before
+  // the agent's read) and one ran without its data.
+  ExecPrepared(txn, "sv_pass_bind_local_volumes",
+      "UPDATE volumes vol SET node_id = b.node, updated_at = $3::timestamptz FROM ("
+      "  SELECT DISTINCT ON (a.volume_id) a.volume_id, u.node "
+      "  FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(id, node, ord) "
+      "  JOIN volume_attachments a ON a.instance_id = u.id "
+      "  JOIN volumes v ON v.id = a.volume_id "
+      "  WHERE v.kind = 'node_local' AND v.node_id IS NULL AND u.node <> '' "
+      "  ORDER BY a.volume_id, u.ord) b "
+      "WHERE vol.id = b.volume_id AND vol.node_id IS NULL",
+      TextArrayLiteral(ids), TextArrayLiteral(nodes), SqlTime(now));
   // Prepared: PostgreSQL plans it once per connection, not on every pass.
   // A node-local volume attached (or moving) to the instance after the pass
   // read it pins it to the volume's node: read under the row's lock (an
@@ -466,10 +482,15 @@ absl::StatusOr<int> SchedulingStore::ResizeInstance(const std::string& tenant_id
     if (old_gpu_count == new_gpu_count) return absl::OkStatus();
     // A node-local volume keeps its instance on the volume's node; a gang
     // spans several nodes, so the volume could not follow (docs/storage.md).
+    // One moving to the instance counts too: the move completes later with
+    // no placement check, and left the volume attaching for ever on a gang
+    // (a move locks the instance's row, as this did, so either sees the other).
     if (new_gpu_count > 8) {
       auto local = txn.exec_params(
           "SELECT v.id FROM volume_attachments a JOIN volumes v ON v.id = a.volume_id "
-          "WHERE a.instance_id = $1 AND v.kind = 'node_local' ORDER BY v.id LIMIT 1",
+          "WHERE a.instance_id = $1 AND v.kind = 'node_local' "
+          "UNION ALL SELECT v.id FROM volumes v WHERE v.move_to_instance_id IS NOT NULL "
+          "AND v.move_to_instance_id = $1 AND v.kind = 'node_local' ORDER BY 1 LIMIT 1",
           id);
       if (!local.empty()) {
         return Error(absl::StatusCode::kFailedPrecondition, "VOLUME_NODE_MISMATCH",

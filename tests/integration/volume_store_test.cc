@@ -332,5 +332,57 @@ TEST_F(VolumeStoreTest, AnAttachDuringAPassKeepsTheInstanceOnTheVolumesNode) {
                   .empty());
 }
 
+// Goal: a node-local volume with no node yet, attached read-only to two
+// waiting instances, keeps them on one node: the pass that places the first
+// binds the volume to its node, and the second, which fits only on the
+// other node, waits. Both used to be placed, on two nodes, and the second
+// ran without its data.
+TEST_F(VolumeStoreTest, AnUnboundNodeLocalVolumeKeepsItsInstancesOnOneNode) {
+  VolumeSpec spec{"shared-local", 10, VolumeKind::kNodeLocal, true, ""};
+  auto local = volumes_->Create(tenant_, spec, "v-shared-local", "f-shared-local", now_);
+  ASSERT_TRUE(local.ok()) << local.status();
+  std::vector<std::string> ids;
+  for (const char* name : {"p1", "p2"}) {
+    auto created = store_->CreateInstance(tenant_, {name, 8, "RTX 4090", "ubuntu"},
+                                          absl::StrCat("r-", name), absl::StrCat("f-", name),
+                                          now_);
+    ASSERT_TRUE(created.ok()) << created.status();
+    ids.push_back(created->id);
+    ASSERT_TRUE(
+        volumes_->Attach(tenant_, local->record.id, created->id, true, "/mnt/shared", now_)
+            .ok());
+  }
+  control::Scheduling scheduling(*db_, control::SchedulingOptions{});
+  ASSERT_TRUE(scheduling.RunPass(now_).ok());
+  EXPECT_EQ(State(ids[0]), "SCHEDULED");
+  EXPECT_EQ(State(ids[1]), "PENDING");
+  EXPECT_EQ(Query(absl::StrCat("SELECT node_id FROM volumes WHERE id = '", local->record.id,
+                               "'"))[0][0]
+                .as<std::string>(),
+            NodeOf(ids[0]));
+  ASSERT_TRUE(scheduling.RunPass(now_).ok());
+  EXPECT_EQ(State(ids[1]), "PENDING") << StateReason(ids[1]);
+}
+
+// Goal: an instance that a node-local volume is moving to is not grown
+// into a gang: the move completes without a placement check, and the
+// volume was left attaching for ever on an instance spanning two nodes.
+TEST_F(VolumeStoreTest, AnInstanceANodeLocalVolumeMovesToIsNotGrownIntoAGang) {
+  const std::string x = Run({"x"})[0];
+  VolumeSpec spec{"local", 10, VolumeKind::kNodeLocal, false, NodeOf(x)};
+  auto local = volumes_->Create(tenant_, spec, "v-local", "f-local", now_);
+  ASSERT_TRUE(local.ok()) << local.status();
+  // As a move waiting for its old instance's node to unmount it leaves it.
+  Query(absl::StrCat("UPDATE volumes SET move_to_instance_id = '", x,
+                     "', move_mount_path = '/mnt/local' WHERE id = '", local->record.id, "'"));
+  control::Scheduling scheduling(*db_, control::SchedulingOptions{});
+  auto grown = scheduling.Resize(tenant_, x, 16, now_);
+  EXPECT_EQ(sv::ReasonOf(grown.status()), "VOLUME_NODE_MISMATCH") << grown.status();
+  Query(absl::StrCat("UPDATE volumes SET move_to_instance_id = NULL, move_mount_path = NULL "
+                     "WHERE id = '", local->record.id, "'"));
+  grown = scheduling.Resize(tenant_, x, 16, now_);
+  EXPECT_TRUE(grown.ok()) << grown.status();
+}
+
 }  // namespace
 }  // namespace sv::store
