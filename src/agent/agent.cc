@@ -122,6 +122,7 @@ class Agent::Session {
       heartbeat->set_lists_complete(true);
       std::lock_guard<std::mutex> lock(mutex_);
       for (const auto& [id, instance] : desired_) heartbeat->add_desired_instance_ids(id);
+      heartbeat->set_applied_set_number(applied_set_number_);
     }
     return m;
   }
@@ -138,6 +139,7 @@ class Agent::Session {
     r->set_agent_version(kAgentVersion);
     r->set_driver(a_.driver_->Name());
     r->set_reports_mounts_on_connect(true);
+    r->set_reports_complete_lists(true);
     for (auto& id : RunningIds()) r->add_running_instance_ids(id);
     return m;
   }
@@ -162,6 +164,7 @@ class Agent::Session {
                                            : before->second.volumes != instance.volumes);
           if (mounts_changed) mounts_told_[a.instance_id()] = ++mounts_told_count_;
         }
+        applied_set_number_ = m.desired().set_number();
         desired_changed_ = true;
         have_desired_ = true;
         lock.unlock();
@@ -593,6 +596,7 @@ class Agent::Session {
   std::map<std::string, RuntimeInstance> desired_;
   bool desired_changed_ = false;
   bool have_desired_ = false;  // This connection's first desired set came.
+  uint64_t applied_set_number_ = 0;  // Of desired_ (DesiredInstances.set_number).
   bool stream_ended_ = false;  // The reader saw the stream end.
   // A pass stopped an instance svd no longer wants; the next heartbeat
   // goes at once (the loop's thread only).

@@ -119,7 +119,13 @@ class DockerDriver final : public RuntimeDriver {
     for (absl::string_view line : absl::StrSplit(result->out, '\n', absl::SkipEmpty())) {
       std::vector<std::string> f = absl::StrSplit(line, '\t');
       if (f.size() < 3 || f[0].rfind("sv-", 0) != 0) continue;
-      RuntimeStatus s{f[0].substr(3), f[1] == "running", -1, f[2]};
+      // A paused or restarting container still holds its mounts and will
+      // run again: it counts as running (a heartbeat that left it out
+      // ended the fences of its volumes, docs/storage.md).
+      RuntimeStatus s{f[0].substr(3),
+                      f[1] == "running" || f[1] == "paused" || f[1] == "restarting" ||
+                          f[1] == "removing",
+                      -1, f[2]};
       // "Exited (3) 2 minutes ago" carries the exit code.
       auto open = f[2].find('(');
       auto close = f[2].find(')');

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <map>
+#include <random>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -141,6 +142,21 @@ struct AgentApi::Impl {
     std::atomic<bool> listening_{false};
   };
 
+  // Numbers of the desired sets sent (DesiredInstances.set_number): the
+  // last one per node, from a start random per process so that a number
+  // of another svd process (a replica, or before a restart) never matches.
+  uint64_t NumberSet(const std::string& node_id) {
+    std::lock_guard<std::mutex> lock(set_numbers_mutex);
+    const uint64_t number = ++next_set_number;
+    last_set_sent[node_id] = number;
+    return number;
+  }
+  bool IsLastSetSent(const std::string& node_id, uint64_t number) {
+    std::lock_guard<std::mutex> lock(set_numbers_mutex);
+    auto it = last_set_sent.find(node_id);
+    return number != 0 && it != last_set_sent.end() && it->second == number;
+  }
+
   store::Store& store;
   store::AgentStore agents;
   const Clock& clock;
@@ -157,6 +173,9 @@ struct AgentApi::Impl {
   RevocationSink revocations;
   DesiredSignal desired_signal;
   std::atomic<bool> recheck_streams{false};
+  std::mutex set_numbers_mutex;
+  uint64_t next_set_number = uint64_t{std::random_device{}()} << 32;
+  std::map<std::string, uint64_t> last_set_sent;  // Node id -> last set number.
   std::thread monitor;
 
   void Kick() {
@@ -232,6 +251,7 @@ class AgentSession {
     node.gpu_model = registration.gpu_model();
     node.gpu_count = registration.gpu_count();
     node.simulated = registration.driver() == "simulated";
+    node.fences_mounts = registration.reports_complete_lists();
     auto node_id = api_.agents.RegisterNode(node, api_.clock.Now());
     if (!node_id.ok()) return ToGrpcStatus(node_id.status());
     node_id_ = *node_id;
@@ -349,6 +369,7 @@ class AgentSession {
           for (int g : a.gpu_indices) out->add_gpu_indices(g);
           internal::AddAssignmentResources(a, out);
         }
+        set->set_set_number(api_.NumberSet(node_id_));
         if (!Write(m)) return;
         sent = *std::move(desired);
         internal::RememberSentMounts(*sent, ever_sent_mounts_);
@@ -391,8 +412,11 @@ class AgentSession {
       case v1::AgentMessage::kHeartbeat: {
         // Complete lists end the fences of this node on the volumes of
         // the instances in neither (docs/storage.md, "Fences").
+        // Only lists that reflect the last set sent: one in flight may name
+        // an instance they do not, which the agent is about to start.
         std::optional<std::vector<std::string>> listed;
-        if (m.heartbeat().lists_complete()) {
+        if (m.heartbeat().lists_complete() &&
+            api_.IsLastSetSent(node_id_, m.heartbeat().applied_set_number())) {
           listed.emplace(m.heartbeat().running_instance_ids().begin(),
                          m.heartbeat().running_instance_ids().end());
           listed->insert(listed->end(), m.heartbeat().desired_instance_ids().begin(),

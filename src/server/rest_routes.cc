@@ -60,6 +60,8 @@ const std::vector<RestRoute>& RestRoutes() {
       {"POST", "/v1/admin/nodes/{name}:cordon", "sv.v1.SchedulerAdminService.CordonNode", "*"},
       {"POST", "/v1/admin/nodes/{name}:uncordon", "sv.v1.SchedulerAdminService.UncordonNode", "*"},
       {"POST", "/v1/admin/nodes/{name}:drain", "sv.v1.SchedulerAdminService.DrainNode", "*"},
+      {"POST", "/v1/admin/nodes/{name}:forgetMounts", "sv.v1.SchedulerAdminService.ForgetNodeMounts",
+       "*"},
       {"PUT", "/v1/admin/tenants/{quota.tenant_id}/quota",
        "sv.v1.SchedulerAdminService.SetTenantQuota", "quota"},
       {"GET", "/v1/admin/tenants/{tenant_id}/quota", "sv.v1.SchedulerAdminService.GetTenantQuota",

@@ -215,17 +215,19 @@ absl::StatusOr<std::string> AgentStore::RegisterNode(const NodeRecord& node, abs
     // draining are operator decisions and survive a reconnect too.
     auto row = txn.exec_params1(
         "INSERT INTO nodes (id, name, zone, pod, leaf_switch, gpu_model, gpu_count, "
-        "state, simulated, last_heartbeat_at, created_at) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, 'ready', $8, $9::timestamptz, $9::timestamptz) "
+        "state, simulated, last_heartbeat_at, created_at, fences_mounts) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, 'ready', $8, $9::timestamptz, $9::timestamptz, "
+        "$10) "
         "ON CONFLICT (name) DO UPDATE SET zone = EXCLUDED.zone, pod = EXCLUDED.pod, "
         "leaf_switch = EXCLUDED.leaf_switch, gpu_model = EXCLUDED.gpu_model, "
         "gpu_count = EXCLUDED.gpu_count, simulated = EXCLUDED.simulated, "
+        "fences_mounts = EXCLUDED.fences_mounts, "
         "last_heartbeat_at = EXCLUDED.last_heartbeat_at, "
         "state = CASE WHEN nodes.state = 'down' THEN coalesce(nodes.state_when_back, 'ready') "
         "ELSE nodes.state END, state_when_back = NULL "
         "RETURNING id",
         NewId("node"), node.name, node.zone, node.pod, node.leaf_switch, node.gpu_model,
-        node.gpu_count, node.simulated, SqlTime(now));
+        node.gpu_count, node.simulated, SqlTime(now), node.fences_mounts);
     node_id = row[0].as<std::string>();
     return absl::OkStatus();
   }));
@@ -246,7 +248,7 @@ absl::StatusOr<bool> AgentStore::Heartbeat(
         "SELECT EXISTS (SELECT 1 FROM hb), (SELECT volume_attachments_unfence($1, "
         "  $4::text[], $2::timestamptz) WHERE $3 AND EXISTS (SELECT 1 FROM hb) AND EXISTS "
         "  (SELECT 1 FROM volume_attachments WHERE cardinality(fenced_nodes) > 0 "
-        "   AND $1 = ANY(fenced_nodes)))",
+        "   AND fenced_nodes @> ARRAY[$1]))",
         node_id, SqlTime(now), listed.has_value(),
         TextArrayLiteral(listed.value_or(std::vector<std::string>{})));
     alive = row[0].as<bool>();

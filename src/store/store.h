@@ -96,6 +96,9 @@ struct NodeRecord {
   int gpu_count = 8;
   NodeState state = NodeState::kReady;
   bool simulated = false;
+  // Its agent reports complete lists (RegisterNode.reports_complete_lists):
+  // volumes stay fenced to it when an instance leaves (migration 0124).
+  bool fences_mounts = false;
 };
 
 // ---- Instances -------------------------------------------------------------

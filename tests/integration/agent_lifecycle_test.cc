@@ -147,13 +147,15 @@ class AgentLifecycleTest : public ::testing::Test {
   };
   void ConnectRegistered(const std::string& node, RawAgent* agent,
                          std::chrono::seconds deadline = std::chrono::seconds(30),
-                         bool reports_mounts_on_connect = false) {
+                         bool reports_mounts_on_connect = false,
+                         bool reports_complete_lists = false) {
     agent->stub = v1::AgentService::NewStub(svd_->channel());
     agent->context = Context(MintCredential(node));
     agent->context->set_deadline(std::chrono::system_clock::now() + deadline);
     agent->stream = agent->stub->Connect(agent->context.get());
     v1::AgentMessage registration = AgentRegistration(node);
     registration.mutable_register_()->set_reports_mounts_on_connect(reports_mounts_on_connect);
+    registration.mutable_register_()->set_reports_complete_lists(reports_complete_lists);
     ASSERT_TRUE(agent->stream->Write(registration));
     v1::ServerMessage m;
     ASSERT_TRUE(agent->stream->Read(&m));
@@ -834,6 +836,98 @@ TEST_F(AgentLifecycleTest, ADetachWhileTheAgentWasAwayWaitsForItsWord) {
   EXPECT_EQ(Get(created.id()).state(), v1::RUNNING);
   again.context->TryCancel();
   (void)again.stream->Finish();
+}
+
+// Goal: a heartbeat's lists end a node's volume fences only when they
+// reflect the last desired set svd sent the node. Lists composed before the
+// agent took in a set that was on its way (one that still named the
+// instance, so the agent was about to start it with the volume) would end
+// the fence while the volume was about to be mounted (docs/storage.md,
+// "Fences").
+TEST_F(AgentLifecycleTest, OnlyListsOfTheLastSetSentEndAFence) {
+  auto volumes = v1::VolumeService::NewStub(svd_->channel());
+  auto volume_state = [&](const std::string& id) {
+    v1::GetVolumeRequest request;
+    request.set_id(id);
+    v1::Volume out;
+    EXPECT_TRUE(volumes->GetVolume(Context(token_).get(), request, &out).ok());
+    return out.state();
+  };
+  RawAgent agent;
+  ASSERT_NO_FATAL_FAILURE(
+      ConnectRegistered("node-a", &agent, std::chrono::seconds(30), true, true));
+  // The next desired set that `pred` accepts; false when none comes.
+  auto next_set = [&](const std::function<bool(const v1::DesiredInstances&)>& pred,
+                      v1::DesiredInstances* out) {
+    v1::ServerMessage m;
+    while (agent.stream->Read(&m)) {
+      if (m.has_desired() && pred(m.desired())) {
+        *out = m.desired();
+        return true;
+      }
+    }
+    return false;
+  };
+  const Instance created = Create(4);
+  v1::DesiredInstances set;
+  ASSERT_TRUE(next_set([](const auto& d) { return d.instances_size() == 1; }, &set));
+  EXPECT_NE(set.set_number(), 0u);
+  v1::AgentMessage started;
+  started.mutable_report()->set_instance_id(created.id());
+  started.mutable_report()->set_state(v1::AGENT_STARTED);
+  ASSERT_TRUE(agent.stream->Write(started));
+  ASSERT_TRUE(WaitForState(created.id(), v1::RUNNING));
+
+  v1::CreateVolumeRequest create;
+  create.mutable_volume()->set_name("data");
+  create.mutable_volume()->set_size_gib(10);
+  create.set_request_id("create-data");
+  v1::Volume volume;
+  ASSERT_TRUE(volumes->CreateVolume(Context(token_).get(), create, &volume).ok());
+  v1::AttachVolumeRequest attach;
+  attach.set_volume_id(volume.id());
+  attach.set_instance_id(created.id());
+  v1::Volume attached;
+  ASSERT_TRUE(volumes->AttachVolume(Context(token_).get(), attach, &attached).ok());
+  ASSERT_TRUE(next_set(
+      [](const auto& d) { return d.instances_size() == 1 && d.instances(0).volumes_size() == 1; },
+      &set));
+  const uint64_t with_volume = set.set_number();
+  v1::AgentMessage mounted;
+  mounted.mutable_mounts()->set_instance_id(created.id());
+  *mounted.mutable_mounts()->add_mounts() = set.instances(0).volumes(0);
+  ASSERT_TRUE(agent.stream->Write(mounted));
+  ASSERT_TRUE(WaitFor([&] { return volume_state(volume.id()) == v1::ATTACHED; }));
+
+  // Stopped: the node is sent a set without it, and the detach waits for
+  // the node's word.
+  v1::StopInstanceRequest stop;
+  stop.set_id(created.id());
+  Instance stopped;
+  ASSERT_TRUE(stub_->StopInstance(Context(token_).get(), stop, &stopped).ok());
+  ASSERT_TRUE(next_set([](const auto& d) { return d.instances_size() == 0; }, &set));
+  EXPECT_GT(set.set_number(), with_volume);
+  v1::DetachVolumeRequest detach;
+  detach.set_volume_id(volume.id());
+  detach.set_instance_id(created.id());
+  v1::Volume detaching;
+  ASSERT_TRUE(volumes->DetachVolume(Context(token_).get(), detach, &detaching).ok());
+  EXPECT_EQ(detaching.state(), v1::DETACHING);
+
+  // Complete lists naming nothing, but of the set that still named it.
+  v1::AgentMessage heartbeat;
+  heartbeat.mutable_heartbeat()->set_lists_complete(true);
+  heartbeat.mutable_heartbeat()->set_applied_set_number(with_volume);
+  ASSERT_TRUE(agent.stream->Write(heartbeat));
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));  // A bound, not a timing.
+  EXPECT_EQ(volume_state(volume.id()), v1::DETACHING)
+      << "lists of an older set ended the fence";
+  // The same lists, of the last set: the detach completes.
+  heartbeat.mutable_heartbeat()->set_applied_set_number(set.set_number());
+  ASSERT_TRUE(agent.stream->Write(heartbeat));
+  EXPECT_TRUE(WaitFor([&] { return volume_state(volume.id()) == v1::AVAILABLE; }));
+  agent.context->TryCancel();
+  (void)agent.stream->Finish();
 }
 
 // A report that arrives after the instance changed (here: started, then

@@ -28,6 +28,8 @@ class VolumeStoreTest : public ::testing::Test {
     ASSERT_NE(db_, nullptr);
     store_ = std::make_unique<Store>(*db_);
     ASSERT_TRUE(sv::testing::AddSimulatedNodes(*store_, 2, 1, now_).ok());
+    // As their agents register them: they say which instances they run.
+    sv::testing::ExecSql(url_, "UPDATE nodes SET fences_mounts = true");
     auto tenant = store_->CreateTenant(
         {"acme", "ops@acme.example", Role::kMember, "key-acme", "salt-acme",
          std::string(64, 'a')},
@@ -97,6 +99,7 @@ class VolumeStoreTest : public ::testing::Test {
     r.gpu_model = row[4].as<std::string>();
     r.gpu_count = row[5].as<int>();
     r.simulated = true;
+    r.fences_mounts = true;
     return r;
   }
 
@@ -295,6 +298,32 @@ TEST_F(VolumeStoreTest, AVolumeStaysFencedUntilTheNodeItLeftSaysSo) {
   EXPECT_EQ(released, 1);
   EXPECT_EQ(AttachmentOf(kept, c->id), "");
   EXPECT_TRUE(volumes_->Delete(tenant_, kept, now_).ok());
+}
+
+// Goal: the API's delete (the batch, sv_delete_instances, which frees the
+// GPUs and sets DELETED in one statement) fences as a stop does: its CTEs
+// ran the state's trigger first, which dropped the attachment before the
+// reservations' trigger could fence it. A node whose agent does not report
+// complete lists keeps the old rule (it would never end a fence).
+TEST_F(VolumeStoreTest, ABatchDeleteFencesAndANodeThatCannotSayKeepsTheOldRule) {
+  const std::vector<std::string> ids = Run({"a", "b"});
+  const std::string a = ids[0], b = ids[1];
+  const std::string node_a = NodeOf(a), node_b = NodeOf(b);
+  const std::string work = NewVolume("work", false);
+  const std::string logs = NewVolume("logs", false);
+  ASSERT_TRUE(volumes_->Attach(tenant_, work, a, false, "/mnt/work", now_).ok());
+  ASSERT_TRUE(volumes_->Attach(tenant_, logs, b, false, "/mnt/logs", now_).ok());
+  Query(absl::StrCat("UPDATE nodes SET fences_mounts = false WHERE id = '", node_b, "'"));
+
+  auto deleted = store_->DeleteInstances({{tenant_, a, now_, std::nullopt},
+                                          {tenant_, b, now_, std::nullopt}});
+  ASSERT_EQ(deleted.size(), 2u);
+  ASSERT_TRUE(deleted[0].ok()) << deleted[0].status();
+  ASSERT_TRUE(deleted[1].ok()) << deleted[1].status();
+  EXPECT_EQ(AttachmentOf(work, a), "detaching false /mnt/work");
+  EXPECT_EQ(AttachmentOf(logs, b), "") << "node b's agent cannot say; nothing waits for it";
+  ASSERT_TRUE(AgentStore(*db_).Heartbeat(node_a, now_, std::vector<std::string>{}).ok());
+  EXPECT_EQ(AttachmentOf(work, a), "");
 }
 
 // Goal: a node-local volume attached to a waiting instance while a queue
