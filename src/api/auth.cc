@@ -58,12 +58,17 @@ absl::StatusOr<store::Principal> Authenticator::Authenticate(
     return Error(absl::StatusCode::kPermissionDenied, "NO_AUTHZ_RULE",
                  "the method " + call->method + " has no authorization rule");
   }
-  auto who = Identify(context);
+  // The peer is "ipv4:127.0.0.1:port"; limit by address, not by port.
+  std::string peer = CallerPeer(context);
+  if (peer.rfind("rest:", 0) != 0) peer = peer.substr(0, peer.rfind(':'));
+  // A peer over its limit of failures gets no database read for a key the
+  // cache does not know: guessing keys cost a transaction each, however
+  // fast the guesses came. A cached key (its secret checked as always)
+  // still gets through, so others behind the same address who hold a key
+  // in use are not locked out.
+  auto who = Identify(context, failures_per_peer_.Peek(peer));
   if (!who.ok()) {
     if (who.status().code() != absl::StatusCode::kUnauthenticated) return who.status();
-    // The peer is "ipv4:127.0.0.1:port"; limit by address, not by port.
-    std::string peer = CallerPeer(context);
-    if (peer.rfind("rest:", 0) != 0) peer = peer.substr(0, peer.rfind(':'));
     absl::Duration wait = failures_per_peer_.Take(peer);
     if (wait > absl::ZeroDuration()) return RateLimited("failed authentications", wait);
     return who.status();
@@ -79,7 +84,7 @@ absl::StatusOr<store::Principal> Authenticator::Authenticate(
 }
 
 absl::StatusOr<store::Principal> Authenticator::Identify(
-    const grpc::ServerContextBase& context) const {
+    const grpc::ServerContextBase& context, absl::Duration peer_throttled) const {
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");
   if (it == metadata.end()) {
@@ -96,7 +101,7 @@ absl::StatusOr<store::Principal> Authenticator::Identify(
   if (!key.has_value()) {
     return Unauthenticated("MALFORMED_CREDENTIALS", "the API key is malformed");
   }
-  auto record = Lookup(key->key_id);
+  auto record = Lookup(key->key_id, peer_throttled);
   if (!record.ok()) return record.status();
   // Compare digests in constant time; an unknown key id and a wrong secret
   // give the same answer so neither can be probed.
@@ -110,9 +115,15 @@ absl::StatusOr<store::Principal> Authenticator::Identify(
   return record->principal;
 }
 
-absl::StatusOr<store::ApiKeyRecord> Authenticator::Lookup(const std::string& key_id) const {
+absl::StatusOr<store::ApiKeyRecord> Authenticator::Lookup(const std::string& key_id,
+                                                          absl::Duration peer_throttled) const {
+  if (cache_ != nullptr) {
+    if (auto hit = cache_->Find(key_id); hit.has_value()) return *std::move(hit);
+  }
+  if (peer_throttled > absl::ZeroDuration()) {
+    return RateLimited("failed authentications", peer_throttled);
+  }
   if (cache_ == nullptr) return store_.LookupApiKey(key_id);
-  if (auto hit = cache_->Find(key_id); hit.has_value()) return *std::move(hit);
   // Taken before the read: a revocation signal that arrives while the read
   // runs keeps its (possibly older) result out of the cache.
   const uint64_t generation = cache_->Generation();

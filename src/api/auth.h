@@ -48,8 +48,13 @@ class Authenticator {
   void ForgetCachedCredentials() const;
 
  private:
-  absl::StatusOr<store::Principal> Identify(const grpc::ServerContextBase& context) const;
-  absl::StatusOr<store::ApiKeyRecord> Lookup(const std::string& key_id) const;
+  // `peer_throttled`: how long the caller's address must wait for its next
+  // failed authentication; while it waits, a key not in the cache is
+  // refused without reading the database.
+  absl::StatusOr<store::Principal> Identify(const grpc::ServerContextBase& context,
+                                            absl::Duration peer_throttled) const;
+  absl::StatusOr<store::ApiKeyRecord> Lookup(const std::string& key_id,
+                                             absl::Duration peer_throttled) const;
 
   store::Store& store_;
   const Clock& clock_;

@@ -39,4 +39,17 @@ absl::Duration RateLimiter::Take(const std::string& key) {
   return absl::Milliseconds(std::ceil(wait_s * 1000.0));
 }
 
+absl::Duration RateLimiter::Peek(const std::string& key) {
+  if (limit_.per_second <= 0) return absl::ZeroDuration();
+  const absl::Time now = clock_.Now();
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = buckets_.find(key);
+  if (it == buckets_.end()) return absl::ZeroDuration();  // A full bucket.
+  const Bucket& b = it->second;
+  const double elapsed = absl::ToDoubleSeconds(std::max(absl::ZeroDuration(), now - b.updated));
+  const double tokens = std::min(limit_.burst, b.tokens + elapsed * limit_.per_second);
+  if (tokens >= 1.0) return absl::ZeroDuration();
+  return absl::Milliseconds(std::ceil((1.0 - tokens) / limit_.per_second * 1000.0));
+}
+
 }  // namespace sv::api

@@ -27,6 +27,8 @@ class RateLimiter {
   // Takes one token. Returns zero when allowed, or how long to wait until a
   // token is available.
   absl::Duration Take(const std::string& key);
+  // How long until Take(key) would be allowed, taking nothing (zero: now).
+  absl::Duration Peek(const std::string& key);
 
  private:
   struct Bucket {

@@ -20,7 +20,12 @@ HttpServer::HttpServer(std::string listen_address, std::function<absl::Status()>
                        const std::string& tls_cert_file, const std::string& tls_key_file)
     : listen_address_(std::move(listen_address)), ready_(std::move(ready)) {
   if (!tls_cert_file.empty() || !tls_key_file.empty()) {
-    server_ = std::make_unique<httplib::SSLServer>(tls_cert_file.c_str(), tls_key_file.c_str());
+    auto tls = std::make_unique<httplib::SSLServer>(tls_cert_file.c_str(), tls_key_file.c_str());
+    // cpp-httplib's floor is TLS 1.1; whether 1.0 and 1.1 were refused was
+    // up to the system's OpenSSL policy. TLS 1.2 is the floor here, as on
+    // the gRPC port.
+    if (tls->is_valid()) SSL_CTX_set_min_proto_version(tls->ssl_context(), TLS1_2_VERSION);
+    server_ = std::move(tls);
   } else {
     server_ = std::make_unique<httplib::Server>();
   }

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <pqxx/pqxx>
+
 #include "api/errors.h"
 #include "sv/v1/account.grpc.pb.h"
 #include "sv/v1/error.pb.h"
@@ -55,7 +58,10 @@ TEST(RateLimitTest, KeyOverItsBurstIsToldWhenToRetry) {
 }
 
 TEST(RateLimitTest, GuessingKeysIsSlowedDown) {
-  SvdProcess svd(SvdOptions{CreateTestDatabase(), 1, 1, {}});
+  const std::string database_url = CreateTestDatabase();
+  // The default burst (50); a refill slow enough that none comes during
+  // the test, so the last guess below meets an empty bucket.
+  SvdProcess svd(SvdOptions{database_url, 1, 1, {"--rate-limit-auth-failures-rps", "0.05"}});
   ASSERT_TRUE(svd.Start());
   auto stub = v1::AccountService::NewStub(svd.channel());
   v1::Account account;
@@ -69,6 +75,19 @@ TEST(RateLimitTest, GuessingKeysIsSlowedDown) {
   EXPECT_GE(unauthenticated, 50);  // The burst.
   EXPECT_GE(limited, 10);
   EXPECT_EQ(unauthenticated + limited, 80);
+  // Over its limit, a guess is refused before any database read: with the
+  // keys table locked, the answer still comes at once. (It was looked up
+  // first, so each guess cost a transaction however fast they came; here
+  // it waited for the lock and missed its deadline.)
+  pqxx::connection db(database_url);
+  pqxx::work lock(db);
+  lock.exec("LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE");
+  auto context = Context(wrong);
+  context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+  grpc::Status refused = stub->GetCurrentAccount(context.get(), {}, &account);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << refused.error_message();
+  lock.abort();
   stub.reset();
 }
 

@@ -256,6 +256,36 @@ TEST_F(TlsTest, ServerTlsWithoutClientCa) {
   EXPECT_EQ(svd_->Stop(), 0);
 }
 
+// Goal: HTTPS speaks TLS 1.2 and later only, whatever the host's OpenSSL
+// policy allows. cpp-httplib's own floor is TLS 1.1, so a host whose policy
+// allows it (here: an OPENSSL_CONF with MinProtocol TLSv1 and security
+// level 0, as older systems had) served TLS 1.0 and 1.1 on the HTTP port.
+TEST_F(TlsTest, HttpsRefusesTlsOlderThan12WhereTheSystemAllowsIt) {
+  const std::string weak = dir_ + "/weak-openssl.cnf";
+  std::ofstream(weak) << "openssl_conf = default_conf\n[default_conf]\nssl_conf = ssl_sect\n"
+                      << "[ssl_sect]\nsystem_default = system_default_sect\n"
+                      << "[system_default_sect]\nMinProtocol = TLSv1\n"
+                      << "CipherString = DEFAULT:@SECLEVEL=0\n";
+  ASSERT_EQ(setenv("OPENSSL_CONF", weak.c_str(), 1), 0);  // svd inherits it.
+  StartSvd(/*client_ca=*/false);
+  unsetenv("OPENSSL_CONF");
+  ASSERT_TRUE(svd_ != nullptr && svd_->http_port() > 0);
+  // A handshake offering only `version`, from a client as permissive.
+  auto handshake = [&](const std::string& version) {
+    RunResult r = RunCapture(
+        {"/bin/sh", "-c",
+         "/usr/bin/openssl s_client -connect 127.0.0.1:" + std::to_string(svd_->http_port()) +
+             " " + version + " -cipher DEFAULT:@SECLEVEL=0 </dev/null"},
+        {"OPENSSL_CONF=" + weak});
+    return r.exit_code == 0 && r.out.find("Cipher is (NONE)") == std::string::npos &&
+           r.out.find("Protocol  :") != std::string::npos;
+  };
+  EXPECT_TRUE(handshake("-tls1_2"));
+  EXPECT_FALSE(handshake("-tls1_1"));
+  EXPECT_FALSE(handshake("-tls1"));
+  EXPECT_EQ(svd_->Stop(), 0);
+}
+
 // Goal: the simulated fleet dials in plaintext, so svd refuses to start it
 // behind TLS instead of running with a fleet that can never register.
 TEST_F(TlsTest, SimulatedFleetWithTlsIsRefused) {
