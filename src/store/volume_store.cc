@@ -1,5 +1,6 @@
 #include "store/volume_store.h"
 
+#include <algorithm>
 #include <map>
 #include <pqxx/pqxx>
 
@@ -242,6 +243,19 @@ bool PlacedUnderLock(pqxx::work& txn, const std::string& instance_id) {
               .empty();
 }
 
+// A volume's life starts or ends at `now`, or at the first minute metering
+// has not charged if that is later: storage is charged by the minute up to
+// the billing cursor from what the pass saw, so a create or delete stamped
+// before minutes already charged (its time read before a pass that went
+// past it, a replica's clock behind the leader's) left storage charged for
+// minutes it did not live, or never charged for ones it did, and nothing
+// corrected either. The share lock waits for a batch in flight.
+absl::Time NotBeforeBilled(pqxx::work& txn, absl::Time now) {
+  auto row = txn.exec1("SELECT billed_before_minute FROM billing_cursor WHERE id = 1 FOR SHARE");
+  if (row[0].is_null()) return now;
+  return std::max(now, absl::FromUnixSeconds(row[0].as<int64_t>() * 60));
+}
+
 // Detaches from an instance that holds no node (empty instance_id: every
 // attachment of the volume): at once, unless a node the instance left may
 // still mount it (migration 0124); that one waits, 'detaching', for the node.
@@ -297,6 +311,8 @@ absl::StatusOr<VolumeCreateOutcome> VolumeStore::Create(const std::string& tenan
   VolumeRecord& result = outcome.record;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
     outcome = {};
+    // First, as metering takes the cursor before the rows it writes.
+    const absl::Time created_at = NotBeforeBilled(txn, now);
     // Creates of one tenant queue here, which keeps the volume limit exact.
     txn.exec_params("SELECT 1 FROM tenants WHERE id = $1 FOR UPDATE", tenant_id);
     auto existing = txn.exec_params(
@@ -377,7 +393,7 @@ absl::StatusOr<VolumeCreateOutcome> VolumeStore::Create(const std::string& tenan
         "$6, (SELECT id FROM nodes WHERE id = $7 OR name = $7), $8, $9, $10::timestamptz, "
         "$10::timestamptz)",
         id, tenant_id, spec.name.empty() ? id : spec.name, spec.size_gib, kind, spec.read_many,
-        spec.node_id, request_id, fingerprint, SqlTime(now));
+        spec.node_id, request_id, fingerprint, SqlTime(created_at));
     SV_ASSIGN_OR_RETURN(result, Reread(txn, id));
     return absl::OkStatus();
   }));
@@ -427,6 +443,8 @@ absl::StatusOr<VolumeRecord> VolumeStore::Delete(const std::string& tenant_id,
                                                  const std::string& id, absl::Time now) {
   VolumeRecord result;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    // First, as metering takes the cursor before the volume rows it writes.
+    const absl::Time deleted_at = NotBeforeBilled(txn, now);
     SV_ASSIGN_OR_RETURN(VolumeRecord v, LockVolume(txn, tenant_id, id));
     if (!v.attachments.empty() || !v.move_to_instance_id.empty()) {
       std::vector<std::string> users;
@@ -439,7 +457,7 @@ absl::StatusOr<VolumeRecord> VolumeStore::Delete(const std::string& tenant_id,
     txn.exec_params(
         "UPDATE volumes SET deleted_at = $2::timestamptz, updated_at = $2::timestamptz "
         "WHERE id = $1",
-        id, SqlTime(now));
+        id, SqlTime(deleted_at));
     SV_ASSIGN_OR_RETURN(result, Reread(txn, id));
     return absl::OkStatus();
   }));

@@ -22,6 +22,7 @@
 #include "store/dashboard_store.h"
 #include "store/security_store.h"
 #include "store/sla_store.h"
+#include "store/volume_store.h"
 #include "tests/integration/harness.h"
 
 namespace sv::billing {
@@ -1785,6 +1786,36 @@ TEST_F(BillingTest, InvoicesGoToTenantsPostpaidInTheMonth) {
   EXPECT_EQ(periods(left), std::vector<std::string>{"2026-11"});
   EXPECT_TRUE(periods(late).empty());
   EXPECT_TRUE(periods(never).empty());
+}
+
+// A volume's create or delete stamped before minutes metering has already
+// charged (the time read before a pass went past it) starts or ends at the
+// cursor: the charged storage and the volume's life agree. The delete used
+// to keep its early time, and the minutes charged past it stayed charged
+// (the auditor flagged them, nothing refunded them).
+TEST_F(BillingTest, AVolumeStampedBeforeChargedMinutesStartsAndEndsAtTheCursor) {
+  Billing billing = MakeBilling();
+  auto [tenant, user] = NewTenant("late");
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-late", 100 * kMicrosPerYuan, clock_.Now()).ok());
+  store::VolumeStore volumes(*db_);
+  const absl::Time t0 = clock_.Now();
+  auto made = volumes.Create(tenant, {"early", 1024, store::VolumeKind::kNetwork, false, ""},
+                             "v-early", "f-early", t0);
+  ASSERT_TRUE(made.ok()) << made.status();
+  clock_.Advance(absl::Minutes(10));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  // Both calls read their time at t0 + 2 min, before the pass.
+  auto deleted = volumes.Delete(tenant, made->record.id, t0 + absl::Minutes(2));
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  auto late = volumes.Create(tenant, {"late", 1024, store::VolumeKind::kNetwork, false, ""},
+                             "v-late", "f-late", t0 + absl::Minutes(2));
+  ASSERT_TRUE(late.ok()) << late.status();
+  const absl::Time cursor = absl::FromUnixSeconds(absl::ToUnixSeconds(clock_.Now()) / 60 * 60);
+  EXPECT_EQ(deleted->deleted_at, cursor);
+  EXPECT_EQ(late->record.created_at, cursor);
+  clock_.Advance(absl::Minutes(5));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  ExpectAuditClean(billing);
 }
 
 // One tenant's invoice that fails for an unexpected reason holds up no
