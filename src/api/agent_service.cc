@@ -57,7 +57,7 @@ bool SameDesired(const std::vector<store::AgentAssignment>& a,
 
 struct AgentApi::Impl {
   Impl(store::Store& s, const Clock& c, control::ControlLoops* l, AgentApiOptions o)
-      : store(s), agents(s.database()), clock(c), loops(l), options(o), auth(s, c),
+      : store(s), agents(s.database()), clock(c), loops(l), options(o), auth(s, c, o.auth),
         revocations(*this) {
     agents.SetConfirmBatchLanes(o.confirm_batch_lanes);
     agents.SetDesiredBatchLanes(o.desired_batch_lanes);

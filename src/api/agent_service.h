@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "api/auth.h"
 #include "common/clock.h"
 #include "control/loops.h"
 #include "store/notification_listener.h"
@@ -35,6 +36,9 @@ struct AgentApiOptions {
   int confirm_batch_lanes = 0;
   // The same for the desired-set reads (SetDesiredBatchLanes).
   int desired_batch_lanes = 0;
+  // The operators' NodeCredentialService calls are held to the same rate
+  // limits as every other API call (the flags); it used the defaults.
+  AuthOptions auth;
 };
 
 class AgentApi {

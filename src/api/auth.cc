@@ -61,11 +61,12 @@ absl::StatusOr<store::Principal> Authenticator::Authenticate(
   // The peer is "ipv4:127.0.0.1:port"; limit by address, not by port.
   std::string peer = CallerPeer(context);
   if (peer.rfind("rest:", 0) != 0) peer = peer.substr(0, peer.rfind(':'));
-  // A peer over its limit of failures gets no database read for a key the
-  // cache does not know: guessing keys cost a transaction each, however
-  // fast the guesses came. A cached key (its secret checked as always)
-  // still gets through, so others behind the same address who hold a key
-  // in use are not locked out.
+  // A peer over its limit of failures gets no database read for a key id
+  // that is neither cached nor known here (authenticated lately): guessing
+  // keys cost a transaction each, however fast the guesses came. A known
+  // key (its secret checked as always) still gets through, so others
+  // behind the same address (a proxy, a NAT) who hold a key in use are not
+  // locked out; a key never used before waits with the address.
   auto who = Identify(context, failures_per_peer_.Peek(peer));
   if (!who.ok()) {
     if (who.status().code() != absl::StatusCode::kUnauthenticated) return who.status();
@@ -112,7 +113,31 @@ absl::StatusOr<store::Principal> Authenticator::Identify(
   if (record->expires_at.has_value() && clock_.Now() >= *record->expires_at) {
     return Unauthenticated("API_KEY_EXPIRED", "the API key has expired");
   }
+  RememberKey(key->key_id);
   return record->principal;
+}
+
+namespace {
+constexpr size_t kKnownKeysMax = 100000;
+constexpr absl::Duration kKnownKeyAge = absl::Hours(24);
+}  // namespace
+
+bool Authenticator::KnownKey(const std::string& key_id) const {
+  std::lock_guard<std::mutex> lock(known_mutex_);
+  auto it = known_keys_.find(key_id);
+  return it != known_keys_.end() && clock_.Now() - it->second < kKnownKeyAge;
+}
+
+void Authenticator::RememberKey(const std::string& key_id) const {
+  const absl::Time now = clock_.Now();
+  std::lock_guard<std::mutex> lock(known_mutex_);
+  if (known_keys_.size() >= kKnownKeysMax && !known_keys_.count(key_id)) {
+    for (auto it = known_keys_.begin(); it != known_keys_.end();) {
+      it = now - it->second >= kKnownKeyAge ? known_keys_.erase(it) : std::next(it);
+    }
+    if (known_keys_.size() >= kKnownKeysMax) known_keys_.clear();  // Bounded, at worst.
+  }
+  known_keys_[key_id] = now;
 }
 
 absl::StatusOr<store::ApiKeyRecord> Authenticator::Lookup(const std::string& key_id,
@@ -120,7 +145,7 @@ absl::StatusOr<store::ApiKeyRecord> Authenticator::Lookup(const std::string& key
   if (cache_ != nullptr) {
     if (auto hit = cache_->Find(key_id); hit.has_value()) return *std::move(hit);
   }
-  if (peer_throttled > absl::ZeroDuration()) {
+  if (peer_throttled > absl::ZeroDuration() && !KnownKey(key_id)) {
     return RateLimited("failed authentications", peer_throttled);
   }
   if (cache_ == nullptr) return store_.LookupApiKey(key_id);

@@ -3,6 +3,10 @@
 
 #include <grpcpp/server_context.h>
 
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
 #include "absl/status/statusor.h"
 #include "api/credential_cache.h"
 #include "api/rate_limiter.h"
@@ -49,8 +53,9 @@ class Authenticator {
 
  private:
   // `peer_throttled`: how long the caller's address must wait for its next
-  // failed authentication; while it waits, a key not in the cache is
-  // refused without reading the database.
+  // failed authentication; while it waits, a key that is neither cached nor
+  // known (authenticated here lately) is refused without reading the
+  // database.
   absl::StatusOr<store::Principal> Identify(const grpc::ServerContextBase& context,
                                             absl::Duration peer_throttled) const;
   absl::StatusOr<store::ApiKeyRecord> Lookup(const std::string& key_id,
@@ -62,6 +67,13 @@ class Authenticator {
   mutable RateLimiter per_key_;
   mutable RateLimiter per_tenant_;
   mutable RateLimiter failures_per_peer_;
+  // Key ids (never secrets) that authenticated on this replica lately, and
+  // when: a throttled address does not lock out the others behind it (a
+  // proxy, a NAT) who hold keys in use, whatever the cache holds.
+  bool KnownKey(const std::string& key_id) const;
+  void RememberKey(const std::string& key_id) const;
+  mutable std::mutex known_mutex_;
+  mutable std::unordered_map<std::string, absl::Time> known_keys_;
 };
 
 }  // namespace sv::api

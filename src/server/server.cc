@@ -213,6 +213,11 @@ int RunServer(const ServerOptions& options) {
       absl::Milliseconds(options.agent_desired_backstop_ms);
   agent_options.confirm_batch_lanes = options.agent_confirm_batch_lanes;
   agent_options.desired_batch_lanes = options.agent_desired_batch_lanes;
+  agent_options.auth.per_key = {options.rate_limit_key_rps, options.rate_limit_key_burst};
+  agent_options.auth.per_tenant = {options.rate_limit_tenant_rps,
+                                   options.rate_limit_tenant_burst};
+  agent_options.auth.failures_per_peer = {options.rate_limit_auth_failures_rps,
+                                          options.rate_limit_auth_failures_burst};
   api::AgentApi agent_api(store, clock, &loops, agent_options);
   billing::BillingOptions billing_options;
   billing_options.create_credit_minutes = options.billing_create_credit_minutes;
@@ -239,10 +244,7 @@ int RunServer(const ServerOptions& options) {
   api_deps.billing = &billing;
   api_deps.webhooks = webhook_options;
   api_deps.app_registry = options.app_registry;
-  api_deps.auth.per_key = {options.rate_limit_key_rps, options.rate_limit_key_burst};
-  api_deps.auth.per_tenant = {options.rate_limit_tenant_rps, options.rate_limit_tenant_burst};
-  api_deps.auth.failures_per_peer = {options.rate_limit_auth_failures_rps,
-                                     options.rate_limit_auth_failures_burst};
+  api_deps.auth = agent_options.auth;
   // Cached authentication and the revocation signal (docs/security.md).
   api::CredentialRevocation revocation(url, real_clock,
                                        absl::Milliseconds(options.auth_cache_max_age_ms));
