@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/ids.h"
 #include "common/status.h"
+#include "spdlog/spdlog.h"
 #include "store/security_store.h"
 
 namespace sv::store {
@@ -250,10 +251,20 @@ bool PlacedUnderLock(pqxx::work& txn, const std::string& instance_id) {
 // past it, a replica's clock behind the leader's) left storage charged for
 // minutes it did not live, or never charged for ones it did, and nothing
 // corrected either. The share lock waits for a batch in flight.
+// A cursor far ahead of `now` is not metering that ran ahead (it stops
+// a lag behind the leader's clock) but a database that ran on another clock
+// (svd --fake-clock-start, a restore from elsewhere): it is not followed.
 absl::Time NotBeforeBilled(pqxx::work& txn, absl::Time now) {
   auto row = txn.exec1("SELECT billed_before_minute FROM billing_cursor WHERE id = 1 FOR SHARE");
   if (row[0].is_null()) return now;
-  return std::max(now, absl::FromUnixSeconds(row[0].as<int64_t>() * 60));
+  const absl::Time cursor = absl::FromUnixSeconds(row[0].as<int64_t>() * 60);
+  if (cursor - now > absl::Hours(1)) {
+    spdlog::warn("store: the billing cursor ({}) is far ahead of this clock ({}); a volume's "
+                 "time is stamped by the clock",
+                 absl::FormatTime(cursor), absl::FormatTime(now));
+    return now;
+  }
+  return std::max(now, cursor);
 }
 
 // Detaches from an instance that holds no node (empty instance_id: every
