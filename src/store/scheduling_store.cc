@@ -293,22 +293,39 @@ int WritePlaced(pqxx::work& txn, const FleetView& view,
     nodes.push_back(v->grants.empty() ? std::string() : v->grants.front().node_id);
     by_id[v->instance_id] = v;
   }
-  // A node-local volume with no node yet binds here to the node of the
-  // first instance placed with it (in queue order), so the check below
-  // keeps any other instance it is attached to off other nodes. It bound
-  // when an agent first read its set, so two instances of one read-many
-  // volume could be placed on two nodes in a pass (or two passes before
-  // the agent's read) and one ran without its data.
-  ExecPrepared(txn, "sv_pass_bind_local_volumes",
-      "UPDATE volumes vol SET node_id = b.node, updated_at = $3::timestamptz FROM ("
-      "  SELECT DISTINCT ON (a.volume_id) a.volume_id, u.node "
-      "  FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(id, node, ord) "
-      "  JOIN volume_attachments a ON a.instance_id = u.id "
-      "  JOIN volumes v ON v.id = a.volume_id "
-      "  WHERE v.kind = 'node_local' AND v.node_id IS NULL AND u.node <> '' "
-      "  ORDER BY a.volume_id, u.ord) b "
-      "WHERE vol.id = b.volume_id AND vol.node_id IS NULL",
-      TextArrayLiteral(ids), TextArrayLiteral(nodes), SqlTime(now));
+  // A node-local volume with no node yet goes with the first instance of
+  // this pass placed with it (in queue order): another placed on another
+  // node waits for the next pass, which sees the volume's node. It used to
+  // bind only when an agent first read its set, so two instances of one
+  // read-many volume could be placed on two nodes (in a pass, or in two
+  // passes before the agent's read) and one ran without its data.
+  std::multimap<std::string, std::string> volumes_of;  // Instance -> unbound volume.
+  {
+    std::map<std::string, std::string> volume_node;  // Unbound volume -> node.
+    for (const auto& row : ExecPrepared(txn, "sv_pass_unbound_local_volumes",
+             "SELECT a.instance_id, a.volume_id FROM volume_attachments a "
+             "JOIN volumes v ON v.id = a.volume_id WHERE a.instance_id = ANY($1::text[]) "
+             "AND v.kind = 'node_local' AND v.node_id IS NULL",
+             TextArrayLiteral(ids))) {
+      volumes_of.emplace(row[0].as<std::string>(), row[1].as<std::string>());
+    }
+    std::vector<std::string> kept_ids, kept_reasons, kept_nodes;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      bool clash = false;
+      auto [from, to] = volumes_of.equal_range(ids[i]);
+      for (auto it = from; it != to; ++it) {
+        auto [known, first] = volume_node.try_emplace(it->second, nodes[i]);
+        clash = clash || (!first && known->second != nodes[i]);
+      }
+      if (clash) continue;
+      kept_ids.push_back(ids[i]);
+      kept_reasons.push_back(reasons[i]);
+      kept_nodes.push_back(nodes[i]);
+    }
+    ids.swap(kept_ids);
+    reasons.swap(kept_reasons);
+    nodes.swap(kept_nodes);
+  }
   // Prepared: PostgreSQL plans it once per connection, not on every pass.
   // A node-local volume attached (or moving) to the instance after the pass
   // read it pins it to the volume's node: read under the row's lock (an
@@ -342,6 +359,33 @@ int WritePlaced(pqxx::work& txn, const FleetView& view,
   }
   (void)gpu_counts;
   if (updated.empty()) return 0;
+  // The unbound volumes of the instances written bind to their nodes. A
+  // volume row another transaction holds (an attach, a move) is left for
+  // the agent's first read, as before: waiting for it here, holding the
+  // rows just placed, could close a cycle with that transaction.
+  if (!volumes_of.empty()) {
+    std::set<std::string> written_now;
+    for (const auto& row : updated) written_now.insert(row[0].as<std::string>());
+    std::map<std::string, std::string> bind;  // Volume -> node.
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (!written_now.count(ids[i])) continue;
+      auto [from, to] = volumes_of.equal_range(ids[i]);
+      for (auto it = from; it != to; ++it) bind.try_emplace(it->second, nodes[i]);
+    }
+    std::vector<std::string> bind_volumes, bind_nodes;
+    for (const auto& [volume, node] : bind) {
+      bind_volumes.push_back(volume);
+      bind_nodes.push_back(node);
+    }
+    if (!bind_volumes.empty()) {
+      txn.exec_params(
+          "UPDATE volumes vol SET node_id = b.node, updated_at = $3::timestamptz "
+          "FROM unnest($1::text[], $2::text[]) AS b(id, node) "
+          "WHERE vol.id = b.id AND vol.id IN (SELECT x.id FROM volumes x "
+          "WHERE x.id = ANY($1::text[]) AND x.node_id IS NULL FOR NO KEY UPDATE SKIP LOCKED)",
+          TextArrayLiteral(bind_volumes), TextArrayLiteral(bind_nodes), SqlTime(now));
+    }
+  }
   reservations.Insert(txn, now);
   InsertScheduledEvents(txn, event_ids, event_reasons, "PENDING", now);
   return static_cast<int>(updated.size());
