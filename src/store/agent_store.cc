@@ -1,6 +1,7 @@
 #include "store/agent_store.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -846,13 +847,16 @@ absl::StatusOr<std::vector<InstanceEventRecord>> AgentStore::ListInstanceEvents(
   return events;
 }
 
-absl::Status AgentStore::SetIdlePolicy(const std::string& tenant_id,
-                                       const std::string& instance_id, int idle_seconds,
-                                       int utilization_pct, absl::Time now) {
+namespace {
+
+// Runs `update` on the tenant's instance under its row lock unless the
+// instance is finished (DELETED, FAILED), which is left as it ended:
+// FAILED_PRECONDITION / INSTANCE_FINISHED, "instance X is STATE and <what>".
+absl::Status UpdateUnfinished(Database& db, const std::string& tenant_id,
+                              const std::string& instance_id, const char* what,
+                              const std::function<void(pqxx::work&)>& update) {
   std::optional<std::string> state;
-  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
-    // A finished instance is left as it ended: the write moved a deleted
-    // instance's update time (shown as when it was deleted) and answered OK.
+  SV_RETURN_IF_ERROR(db.Transact([&](pqxx::work& txn) {
     state.reset();
     auto rows = txn.exec_params(
         "SELECT state FROM instances WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE",
@@ -860,46 +864,45 @@ absl::Status AgentStore::SetIdlePolicy(const std::string& tenant_id,
     if (rows.empty()) return absl::OkStatus();
     state = rows[0][0].as<std::string>();
     if (*state == "DELETED" || *state == "FAILED") return absl::OkStatus();
-    txn.exec_params(
-        "UPDATE instances SET idle_seconds = $2, idle_utilization_pct = $3, "
-        "idle_since = NULL, updated_at = $4::timestamptz WHERE id = $1",
-        instance_id, idle_seconds, utilization_pct, SqlTime(now));
+    update(txn);
     return absl::OkStatus();
   }));
   if (!state.has_value()) return InstanceNotFound(instance_id);
   if (*state == "DELETED" || *state == "FAILED") {
     return Error(absl::StatusCode::kFailedPrecondition, "INSTANCE_FINISHED",
-                 absl::StrCat("instance ", instance_id, " is ", *state,
-                              " and has no idle policy to set"));
+                 absl::StrCat("instance ", instance_id, " is ", *state, " and ", what));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+// A finished instance takes no policy: the write moved a deleted instance's
+// update time (shown as when it was deleted) and answered OK.
+absl::Status AgentStore::SetIdlePolicy(const std::string& tenant_id,
+                                       const std::string& instance_id, int idle_seconds,
+                                       int utilization_pct, absl::Time now) {
+  return UpdateUnfinished(db_, tenant_id, instance_id, "has no idle policy to set",
+                          [&](pqxx::work& txn) {
+                            txn.exec_params(
+                                "UPDATE instances SET idle_seconds = $2, "
+                                "idle_utilization_pct = $3, idle_since = NULL, "
+                                "updated_at = $4::timestamptz WHERE id = $1",
+                                instance_id, idle_seconds, utilization_pct, SqlTime(now));
+                          });
 }
 
 absl::Status AgentStore::SetInstanceMovable(const std::string& tenant_id,
                                             const std::string& instance_id, bool movable,
                                             absl::Time now) {
-  std::optional<std::string> state;
-  SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
-    state.reset();
-    auto rows = txn.exec_params(
-        "SELECT state FROM instances WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE",
-        tenant_id, instance_id);
-    if (rows.empty()) return absl::OkStatus();
-    state = rows[0][0].as<std::string>();
-    if (*state == "DELETED" || *state == "FAILED") return absl::OkStatus();
-    txn.exec_params(
-        "UPDATE instances SET movable = $2, updated_at = $3::timestamptz "
-        "WHERE id = $1 AND movable IS DISTINCT FROM $2",
-        instance_id, movable, SqlTime(now));
-    return absl::OkStatus();
-  }));
-  if (!state.has_value()) return InstanceNotFound(instance_id);
-  if (*state == "DELETED" || *state == "FAILED") {
-    return Error(absl::StatusCode::kFailedPrecondition, "INSTANCE_FINISHED",
-                 absl::StrCat("instance ", instance_id, " is ", *state,
-                              " and can no longer be moved or pinned"));
-  }
-  return absl::OkStatus();
+  return UpdateUnfinished(db_, tenant_id, instance_id, "can no longer be moved or pinned",
+                          [&](pqxx::work& txn) {
+                            txn.exec_params(
+                                "UPDATE instances SET movable = $2, "
+                                "updated_at = $3::timestamptz "
+                                "WHERE id = $1 AND movable IS DISTINCT FROM $2",
+                                instance_id, movable, SqlTime(now));
+                          });
 }
 
 }  // namespace sv::store

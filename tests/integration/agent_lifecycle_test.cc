@@ -163,6 +163,91 @@ class AgentLifecycleTest : public ::testing::Test {
     agent->registered = m.registered();
   }
 
+  // The next desired set on the raw agent's stream that `pred` accepts;
+  // false when none comes.
+  static bool NextSet(RawAgent& agent,
+                      const std::function<bool(const v1::DesiredInstances&)>& pred,
+                      v1::DesiredInstances* out) {
+    v1::ServerMessage m;
+    while (agent.stream->Read(&m)) {
+      if (m.has_desired() && pred(m.desired())) {
+        *out = m.desired();
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // The next desired set's assignment of `id` (false when none comes).
+  static bool NextAssignment(RawAgent& agent, const std::string& id,
+                             v1::InstanceAssignment* out) {
+    v1::DesiredInstances set;
+    auto names = [&](const v1::DesiredInstances& d) {
+      for (const auto& a : d.instances()) {
+        if (a.instance_id() == id) return true;
+      }
+      return false;
+    };
+    if (!NextSet(agent, names, &set)) return false;
+    for (const auto& a : set.instances()) {
+      if (a.instance_id() == id) *out = a;
+    }
+    return true;
+  }
+
+  v1::VolumeState VolumeStateOf(const std::string& id) {
+    v1::GetVolumeRequest request;
+    request.set_id(id);
+    v1::Volume out;
+    EXPECT_TRUE(
+        v1::VolumeService::NewStub(svd_->channel())->GetVolume(Context(token_).get(), request, &out)
+            .ok());
+    return out.state();
+  }
+
+  // A 4-GPU instance on the raw agent's node, its start reported, RUNNING;
+  // then a network volume attached to it, mounted by the agent (its mount
+  // report sent), ATTACHED. `set` is the set that named the volume.
+  void RunWithMountedVolume(RawAgent& agent, Instance* created, v1::Volume* volume,
+                            v1::DesiredInstances* set) {
+    *created = Create(4);
+    v1::InstanceAssignment assignment;
+    ASSERT_TRUE(NextAssignment(agent, created->id(), &assignment));
+    v1::AgentMessage started;
+    started.mutable_report()->set_instance_id(created->id());
+    started.mutable_report()->set_state(v1::AGENT_STARTED);
+    ASSERT_TRUE(agent.stream->Write(started));
+    ASSERT_TRUE(WaitForState(created->id(), v1::RUNNING));
+    auto volumes = v1::VolumeService::NewStub(svd_->channel());
+    v1::CreateVolumeRequest create;
+    create.mutable_volume()->set_name("data");
+    create.mutable_volume()->set_size_gib(10);
+    create.mutable_volume()->set_kind(v1::NETWORK);
+    create.set_request_id("create-data");
+    ASSERT_TRUE(volumes->CreateVolume(Context(token_).get(), create, volume).ok());
+    v1::AttachVolumeRequest attach;
+    attach.set_volume_id(volume->id());
+    attach.set_instance_id(created->id());
+    v1::Volume attached;
+    ASSERT_TRUE(volumes->AttachVolume(Context(token_).get(), attach, &attached).ok());
+    const std::string id = created->id();
+    ASSERT_TRUE(NextSet(agent,
+                        [&](const v1::DesiredInstances& d) {
+                          for (const auto& a : d.instances()) {
+                            if (a.instance_id() == id && a.volumes_size() > 0) return true;
+                          }
+                          return false;
+                        },
+                        set));
+    v1::AgentMessage mounted;
+    mounted.mutable_mounts()->set_instance_id(id);
+    for (const auto& a : set->instances()) {
+      if (a.instance_id() == id) *mounted.mutable_mounts()->add_mounts() = a.volumes(0);
+    }
+    ASSERT_TRUE(agent.stream->Write(mounted));
+    ASSERT_TRUE(WaitFor([&] { return VolumeStateOf(volume->id()) == v1::ATTACHED; }));
+  }
+
   AgentProcess& StartAgent(const std::string& node, std::vector<std::string> extra = {}) {
     const std::string dir = dir_ + "/" + node;
     fs::create_directories(dir);
@@ -758,57 +843,13 @@ TEST_F(AgentLifecycleTest, DesiredSetSaysWhichStartsAreConfirmed) {
 // connection had not sent as never mounted, and ended the detach at once).
 TEST_F(AgentLifecycleTest, ADetachWhileTheAgentWasAwayWaitsForItsWord) {
   auto volumes = v1::VolumeService::NewStub(svd_->channel());
-  auto volume_state = [&](const std::string& id) {
-    v1::GetVolumeRequest request;
-    request.set_id(id);
-    v1::Volume out;
-    EXPECT_TRUE(volumes->GetVolume(Context(token_).get(), request, &out).ok());
-    return out.state();
-  };
-  // The next desired set's assignment of `id` (false when none comes).
-  auto next_assignment = [](RawAgent& agent, const std::string& id,
-                            v1::InstanceAssignment* out) {
-    v1::ServerMessage m;
-    while (agent.stream->Read(&m)) {
-      for (const auto& a : m.desired().instances()) {
-        if (a.instance_id() != id) continue;
-        *out = a;
-        return true;
-      }
-    }
-    return false;
-  };
   RawAgent agent;
   ASSERT_NO_FATAL_FAILURE(ConnectRegistered("node-a", &agent, std::chrono::seconds(30), true));
-  const Instance created = Create(4);
-  v1::InstanceAssignment assignment;
-  ASSERT_TRUE(next_assignment(agent, created.id(), &assignment));
-  v1::AgentMessage started;
-  started.mutable_report()->set_instance_id(created.id());
-  started.mutable_report()->set_state(v1::AGENT_STARTED);
-  ASSERT_TRUE(agent.stream->Write(started));
-  ASSERT_TRUE(WaitForState(created.id(), v1::RUNNING));
-
-  v1::CreateVolumeRequest create;
-  create.mutable_volume()->set_name("data");
-  create.mutable_volume()->set_size_gib(10);
-  create.mutable_volume()->set_kind(v1::NETWORK);
-  create.set_request_id("create-data");
+  Instance created;
   v1::Volume volume;
-  ASSERT_TRUE(volumes->CreateVolume(Context(token_).get(), create, &volume).ok());
-  v1::AttachVolumeRequest attach;
-  attach.set_volume_id(volume.id());
-  attach.set_instance_id(created.id());
-  v1::Volume attached;
-  ASSERT_TRUE(volumes->AttachVolume(Context(token_).get(), attach, &attached).ok());
-  do {
-    ASSERT_TRUE(next_assignment(agent, created.id(), &assignment));
-  } while (assignment.volumes_size() == 0);
-  v1::AgentMessage mounted;
-  mounted.mutable_mounts()->set_instance_id(created.id());
-  *mounted.mutable_mounts()->add_mounts() = assignment.volumes(0);
-  ASSERT_TRUE(agent.stream->Write(mounted));
-  ASSERT_TRUE(WaitFor([&] { return volume_state(volume.id()) == v1::ATTACHED; }));
+  v1::DesiredInstances set;
+  ASSERT_NO_FATAL_FAILURE(RunWithMountedVolume(agent, &created, &volume, &set));
+  v1::InstanceAssignment assignment;
 
   // The connection ends; the tenant detaches meanwhile.
   agent.context->TryCancel();
@@ -822,17 +863,17 @@ TEST_F(AgentLifecycleTest, ADetachWhileTheAgentWasAwayWaitsForItsWord) {
 
   RawAgent again;
   ASSERT_NO_FATAL_FAILURE(ConnectRegistered("node-a", &again, std::chrono::seconds(30), true));
-  ASSERT_TRUE(next_assignment(again, created.id(), &assignment));
+  ASSERT_TRUE(NextAssignment(again, created.id(), &assignment));
   EXPECT_EQ(assignment.volumes_size(), 0);
   // svd settles unsent detaches right after it writes a set; give it far
   // longer than that (a bound, not a timing measurement).
   std::this_thread::sleep_for(std::chrono::milliseconds(800));
-  EXPECT_EQ(volume_state(volume.id()), v1::DETACHING)
+  EXPECT_EQ(VolumeStateOf(volume.id()), v1::DETACHING)
       << "the detach ended before the agent said the volume was off";
   v1::AgentMessage unmounted;
   unmounted.mutable_mounts()->set_instance_id(created.id());
   ASSERT_TRUE(again.stream->Write(unmounted));
-  EXPECT_TRUE(WaitFor([&] { return volume_state(volume.id()) == v1::AVAILABLE; }));
+  EXPECT_TRUE(WaitFor([&] { return VolumeStateOf(volume.id()) == v1::AVAILABLE; }));
   EXPECT_EQ(Get(created.id()).state(), v1::RUNNING);
   again.context->TryCancel();
   (void)again.stream->Finish();
@@ -846,58 +887,15 @@ TEST_F(AgentLifecycleTest, ADetachWhileTheAgentWasAwayWaitsForItsWord) {
 // "Fences").
 TEST_F(AgentLifecycleTest, OnlyListsOfTheLastSetSentEndAFence) {
   auto volumes = v1::VolumeService::NewStub(svd_->channel());
-  auto volume_state = [&](const std::string& id) {
-    v1::GetVolumeRequest request;
-    request.set_id(id);
-    v1::Volume out;
-    EXPECT_TRUE(volumes->GetVolume(Context(token_).get(), request, &out).ok());
-    return out.state();
-  };
   RawAgent agent;
   ASSERT_NO_FATAL_FAILURE(
       ConnectRegistered("node-a", &agent, std::chrono::seconds(30), true, true));
-  // The next desired set that `pred` accepts; false when none comes.
-  auto next_set = [&](const std::function<bool(const v1::DesiredInstances&)>& pred,
-                      v1::DesiredInstances* out) {
-    v1::ServerMessage m;
-    while (agent.stream->Read(&m)) {
-      if (m.has_desired() && pred(m.desired())) {
-        *out = m.desired();
-        return true;
-      }
-    }
-    return false;
-  };
-  const Instance created = Create(4);
-  v1::DesiredInstances set;
-  ASSERT_TRUE(next_set([](const auto& d) { return d.instances_size() == 1; }, &set));
-  EXPECT_NE(set.set_number(), 0u);
-  v1::AgentMessage started;
-  started.mutable_report()->set_instance_id(created.id());
-  started.mutable_report()->set_state(v1::AGENT_STARTED);
-  ASSERT_TRUE(agent.stream->Write(started));
-  ASSERT_TRUE(WaitForState(created.id(), v1::RUNNING));
-
-  v1::CreateVolumeRequest create;
-  create.mutable_volume()->set_name("data");
-  create.mutable_volume()->set_size_gib(10);
-  create.set_request_id("create-data");
+  Instance created;
   v1::Volume volume;
-  ASSERT_TRUE(volumes->CreateVolume(Context(token_).get(), create, &volume).ok());
-  v1::AttachVolumeRequest attach;
-  attach.set_volume_id(volume.id());
-  attach.set_instance_id(created.id());
-  v1::Volume attached;
-  ASSERT_TRUE(volumes->AttachVolume(Context(token_).get(), attach, &attached).ok());
-  ASSERT_TRUE(next_set(
-      [](const auto& d) { return d.instances_size() == 1 && d.instances(0).volumes_size() == 1; },
-      &set));
+  v1::DesiredInstances set;
+  ASSERT_NO_FATAL_FAILURE(RunWithMountedVolume(agent, &created, &volume, &set));
   const uint64_t with_volume = set.set_number();
-  v1::AgentMessage mounted;
-  mounted.mutable_mounts()->set_instance_id(created.id());
-  *mounted.mutable_mounts()->add_mounts() = set.instances(0).volumes(0);
-  ASSERT_TRUE(agent.stream->Write(mounted));
-  ASSERT_TRUE(WaitFor([&] { return volume_state(volume.id()) == v1::ATTACHED; }));
+  EXPECT_NE(with_volume, 0u);
 
   // Stopped: the node is sent a set without it, and the detach waits for
   // the node's word.
@@ -905,7 +903,8 @@ TEST_F(AgentLifecycleTest, OnlyListsOfTheLastSetSentEndAFence) {
   stop.set_id(created.id());
   Instance stopped;
   ASSERT_TRUE(stub_->StopInstance(Context(token_).get(), stop, &stopped).ok());
-  ASSERT_TRUE(next_set([](const auto& d) { return d.instances_size() == 0; }, &set));
+  ASSERT_TRUE(NextSet(
+      agent, [](const v1::DesiredInstances& d) { return d.instances_size() == 0; }, &set));
   EXPECT_GT(set.set_number(), with_volume);
   v1::DetachVolumeRequest detach;
   detach.set_volume_id(volume.id());
@@ -920,12 +919,12 @@ TEST_F(AgentLifecycleTest, OnlyListsOfTheLastSetSentEndAFence) {
   heartbeat.mutable_heartbeat()->set_applied_set_number(with_volume);
   ASSERT_TRUE(agent.stream->Write(heartbeat));
   std::this_thread::sleep_for(std::chrono::milliseconds(800));  // A bound, not a timing.
-  EXPECT_EQ(volume_state(volume.id()), v1::DETACHING)
+  EXPECT_EQ(VolumeStateOf(volume.id()), v1::DETACHING)
       << "lists of an older set ended the fence";
   // The same lists, of the last set: the detach completes.
   heartbeat.mutable_heartbeat()->set_applied_set_number(set.set_number());
   ASSERT_TRUE(agent.stream->Write(heartbeat));
-  EXPECT_TRUE(WaitFor([&] { return volume_state(volume.id()) == v1::AVAILABLE; }));
+  EXPECT_TRUE(WaitFor([&] { return VolumeStateOf(volume.id()) == v1::AVAILABLE; }));
   agent.context->TryCancel();
   (void)agent.stream->Finish();
 }
