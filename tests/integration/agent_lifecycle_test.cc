@@ -205,6 +205,18 @@ class AgentLifecycleTest : public ::testing::Test {
     return out.state();
   }
 
+  // Detaches the volume from the instance; the detach waits (DETACHING).
+  void ExpectDetachWaits(const std::string& volume_id, const std::string& instance_id) {
+    v1::DetachVolumeRequest detach;
+    detach.set_volume_id(volume_id);
+    detach.set_instance_id(instance_id);
+    v1::Volume detaching;
+    ASSERT_TRUE(v1::VolumeService::NewStub(svd_->channel())
+                    ->DetachVolume(Context(token_).get(), detach, &detaching)
+                    .ok());
+    EXPECT_EQ(detaching.state(), v1::DETACHING);
+  }
+
   // A 4-GPU instance on the raw agent's node, its start reported, RUNNING;
   // then a network volume attached to it, mounted by the agent (its mount
   // report sent), ATTACHED. `set` is the set that named the volume.
@@ -842,7 +854,6 @@ TEST_F(AgentLifecycleTest, DesiredSetSaysWhichStartsAreConfirmed) {
 // svd sends the new connection's first set (svd took every volume the new
 // connection had not sent as never mounted, and ended the detach at once).
 TEST_F(AgentLifecycleTest, ADetachWhileTheAgentWasAwayWaitsForItsWord) {
-  auto volumes = v1::VolumeService::NewStub(svd_->channel());
   RawAgent agent;
   ASSERT_NO_FATAL_FAILURE(ConnectRegistered("node-a", &agent, std::chrono::seconds(30), true));
   Instance created;
@@ -854,12 +865,7 @@ TEST_F(AgentLifecycleTest, ADetachWhileTheAgentWasAwayWaitsForItsWord) {
   // The connection ends; the tenant detaches meanwhile.
   agent.context->TryCancel();
   (void)agent.stream->Finish();
-  v1::DetachVolumeRequest detach;
-  detach.set_volume_id(volume.id());
-  detach.set_instance_id(created.id());
-  v1::Volume detaching;
-  ASSERT_TRUE(volumes->DetachVolume(Context(token_).get(), detach, &detaching).ok());
-  EXPECT_EQ(detaching.state(), v1::DETACHING);
+  ExpectDetachWaits(volume.id(), created.id());
 
   RawAgent again;
   ASSERT_NO_FATAL_FAILURE(ConnectRegistered("node-a", &again, std::chrono::seconds(30), true));
@@ -886,7 +892,6 @@ TEST_F(AgentLifecycleTest, ADetachWhileTheAgentWasAwayWaitsForItsWord) {
 // the fence while the volume was about to be mounted (docs/storage.md,
 // "Fences").
 TEST_F(AgentLifecycleTest, OnlyListsOfTheLastSetSentEndAFence) {
-  auto volumes = v1::VolumeService::NewStub(svd_->channel());
   RawAgent agent;
   ASSERT_NO_FATAL_FAILURE(
       ConnectRegistered("node-a", &agent, std::chrono::seconds(30), true, true));
@@ -906,12 +911,7 @@ TEST_F(AgentLifecycleTest, OnlyListsOfTheLastSetSentEndAFence) {
   ASSERT_TRUE(NextSet(
       agent, [](const v1::DesiredInstances& d) { return d.instances_size() == 0; }, &set));
   EXPECT_GT(set.set_number(), with_volume);
-  v1::DetachVolumeRequest detach;
-  detach.set_volume_id(volume.id());
-  detach.set_instance_id(created.id());
-  v1::Volume detaching;
-  ASSERT_TRUE(volumes->DetachVolume(Context(token_).get(), detach, &detaching).ok());
-  EXPECT_EQ(detaching.state(), v1::DETACHING);
+  ExpectDetachWaits(volume.id(), created.id());
 
   // Complete lists naming nothing, but of the set that still named it.
   v1::AgentMessage heartbeat;
