@@ -252,6 +252,7 @@ class AgentSession {
     node.gpu_count = registration.gpu_count();
     node.simulated = registration.driver() == "simulated";
     node.fences_mounts = registration.reports_complete_lists();
+    node.connection_id = connection_id_;
     auto node_id = api_.agents.RegisterNode(node, api_.clock.Now());
     if (!node_id.ok()) return ToGrpcStatus(node_id.status());
     node_id_ = *node_id;
@@ -422,7 +423,7 @@ class AgentSession {
           listed->insert(listed->end(), m.heartbeat().desired_instance_ids().begin(),
                          m.heartbeat().desired_instance_ids().end());
         }
-        auto alive = api_.agents.Heartbeat(node_id_, now, listed);
+        auto alive = api_.agents.Heartbeat(node_id_, now, listed, connection_id_);
         if (alive.ok() && !*alive) {
           node_down_ = true;
           context_.TryCancel();
@@ -520,6 +521,10 @@ class AgentSession {
   AgentStream& stream_;
   const std::string node_name_;
   std::string node_id_;
+  // Written by the registration: only the node's latest connection ends
+  // fences (a heartbeat left queued on one the agent has moved on from
+  // may predate a set another replica sent since).
+  const std::string connection_id_ = NewId("conn", 22);
   std::set<std::pair<std::string, std::string>> ever_sent_mounts_;  // (instance, volume)
   std::mutex write_mutex_;
   AgentApi::Impl::DesiredSignal::Bell bell_;

@@ -216,19 +216,19 @@ absl::StatusOr<std::string> AgentStore::RegisterNode(const NodeRecord& node, abs
     // draining are operator decisions and survive a reconnect too.
     auto row = txn.exec_params1(
         "INSERT INTO nodes (id, name, zone, pod, leaf_switch, gpu_model, gpu_count, "
-        "state, simulated, last_heartbeat_at, created_at, fences_mounts) "
+        "state, simulated, last_heartbeat_at, created_at, fences_mounts, agent_connection) "
         "VALUES ($1, $2, $3, $4, $5, $6, $7, 'ready', $8, $9::timestamptz, $9::timestamptz, "
-        "$10) "
+        "$10, NULLIF($11, '')) "
         "ON CONFLICT (name) DO UPDATE SET zone = EXCLUDED.zone, pod = EXCLUDED.pod, "
         "leaf_switch = EXCLUDED.leaf_switch, gpu_model = EXCLUDED.gpu_model, "
         "gpu_count = EXCLUDED.gpu_count, simulated = EXCLUDED.simulated, "
-        "fences_mounts = EXCLUDED.fences_mounts, "
+        "fences_mounts = EXCLUDED.fences_mounts, agent_connection = EXCLUDED.agent_connection, "
         "last_heartbeat_at = EXCLUDED.last_heartbeat_at, "
         "state = CASE WHEN nodes.state = 'down' THEN coalesce(nodes.state_when_back, 'ready') "
         "ELSE nodes.state END, state_when_back = NULL "
         "RETURNING id",
         NewId("node"), node.name, node.zone, node.pod, node.leaf_switch, node.gpu_model,
-        node.gpu_count, node.simulated, SqlTime(now), node.fences_mounts);
+        node.gpu_count, node.simulated, SqlTime(now), node.fences_mounts, node.connection_id);
     node_id = row[0].as<std::string>();
     return absl::OkStatus();
   }));
@@ -237,21 +237,23 @@ absl::StatusOr<std::string> AgentStore::RegisterNode(const NodeRecord& node, abs
 
 absl::StatusOr<bool> AgentStore::Heartbeat(
     const std::string& node_id, absl::Time now,
-    const std::optional<std::vector<std::string>>& listed) {
+    const std::optional<std::vector<std::string>>& listed, const std::string& connection_id) {
   bool alive = false;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
     // A heartbeat after the node was declared down does not revive it. The
     // fences are looked at in the same round trip; the partial index says
-    // at once when no volume is fenced anywhere.
+    // at once when no volume is fenced anywhere. Only the node's latest
+    // connection ends them (migration 0125).
     pqxx::row row = txn.exec_params1(
         "WITH hb AS (UPDATE nodes SET last_heartbeat_at = $2::timestamptz "
-        "  WHERE id = $1 AND state <> 'down' RETURNING id) "
+        "  WHERE id = $1 AND state <> 'down' "
+        "  RETURNING agent_connection IS NOT DISTINCT FROM NULLIF($5, '') AS latest) "
         "SELECT EXISTS (SELECT 1 FROM hb), (SELECT volume_attachments_unfence($1, "
-        "  $4::text[], $2::timestamptz) WHERE $3 AND EXISTS (SELECT 1 FROM hb) AND EXISTS "
-        "  (SELECT 1 FROM volume_attachments WHERE cardinality(fenced_nodes) > 0 "
+        "  $4::text[], $2::timestamptz) WHERE $3 AND EXISTS (SELECT 1 FROM hb WHERE latest) "
+        "  AND EXISTS (SELECT 1 FROM volume_attachments WHERE cardinality(fenced_nodes) > 0 "
         "   AND fenced_nodes @> ARRAY[$1]))",
         node_id, SqlTime(now), listed.has_value(),
-        TextArrayLiteral(listed.value_or(std::vector<std::string>{})));
+        TextArrayLiteral(listed.value_or(std::vector<std::string>{})), connection_id);
     alive = row[0].as<bool>();
     return absl::OkStatus();
   }));

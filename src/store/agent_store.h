@@ -133,10 +133,12 @@ class AgentStore {
   // register again, which reconciles it. `listed`, when the agent's lists
   // are complete, holds every instance the node runs or is told to run:
   // the fences of the node on the volumes of every other instance end
-  // (migration 0124).
+  // (migration 0124), if `connection_id` is that of the node's latest
+  // registration (NodeRecord::connection_id, migration 0125).
   absl::StatusOr<bool> Heartbeat(const std::string& node_id, absl::Time now,
                                  const std::optional<std::vector<std::string>>& listed =
-                                     std::nullopt);
+                                     std::nullopt,
+                                 const std::string& connection_id = "");
 
   // The instances that must run on the node. Instances still SCHEDULED move
   // to STARTING here, because this is the moment their agent is told.

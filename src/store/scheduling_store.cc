@@ -28,36 +28,60 @@ void TakePlacementLock(pqxx::work& txn) {
 
 namespace {
 
-void LoadPending(pqxx::work& txn, int queue_max, FleetView& view) {
+// The instances of `ids` held back while a volume they write may still be
+// mounted on a node they left: started elsewhere, each would be that
+// volume's second writer (migration 0124; the partial index holds only
+// fenced rows). Instance -> why. With no ids, every waiting instance held.
+std::map<std::string, std::string> HeldForVolumes(pqxx::work& txn,
+                                                  const std::vector<std::string>* ids) {
+  std::map<std::string, std::string> held;
+  for (const auto& row : txn.exec_params(
+           "SELECT DISTINCT ON (a.instance_id) a.instance_id, a.volume_id, "
+           "  volume_fence_reason(a.fenced_nodes) FROM volume_attachments a "
+           "WHERE cardinality(a.fenced_nodes) > 0 AND NOT a.read_only "
+           "  AND a.state <> 'detaching' "
+           "  AND ($2 OR a.instance_id = ANY($1::text[])) "
+           "  AND EXISTS (SELECT 1 FROM instances i "
+           "              WHERE i.id = a.instance_id AND i.state = 'PENDING') "
+           "ORDER BY a.instance_id, a.volume_id",
+           TextArrayLiteral(ids != nullptr ? *ids : std::vector<std::string>{}),
+           ids == nullptr)) {
+    held[row[0].as<std::string>()] =
+        absl::StrCat("volume ", row[1].as<std::string>(), " is ", row[2].as<std::string>());
+  }
+  return held;
+}
+
+void ReadQueueHead(pqxx::work& txn, int limit, FleetView& view) {
   // The queue's head in queue order (migration 0093: read through the
   // queue index, whatever the planner's statistics say; 0099: its plan kept
   // per connection).
+  view.pending.clear();
   for (const auto& row : txn.exec_params(
            "SELECT id, tenant_id, gpu_count, max_leaves, priority, queue_seq, pin_node_id, "
            "  state_reason, queue_position FROM sv_queue_head($1)",
-           queue_max)) {
+           limit)) {
     view.pending.push_back({row[0].as<std::string>(), row[1].as<std::string>(),
                             row[2].as<int>(), row[3].as<int>(), row[4].as<int>(),
                             row[5].as<int64_t>(),
                             row[6].is_null() ? std::string() : row[6].as<std::string>(),
                             row[7].as<std::string>(), row[8].as<int>()});
   }
+}
+
+void LoadPending(pqxx::work& txn, int queue_max, FleetView& view) {
+  ReadQueueHead(txn, queue_max, view);
   if (view.pending.empty()) return;
-  // Held back while a volume it writes may still be mounted on a node it
-  // left: started elsewhere, it would be that volume's second writer
-  // (migration 0124; the partial index holds only fenced rows).
   std::vector<std::string> ids;
   for (const PendingRow& p : view.pending) ids.push_back(p.id);
-  std::map<std::string, std::string> held;
-  for (const auto& row : txn.exec_params(
-           "SELECT DISTINCT ON (a.instance_id) a.instance_id, a.volume_id, "
-           "  volume_fence_reason(a.fenced_nodes) FROM volume_attachments a "
-           "WHERE cardinality(a.fenced_nodes) > 0 AND a.instance_id = ANY($1::text[]) "
-           "  AND NOT a.read_only AND a.state <> 'detaching' "
-           "ORDER BY a.instance_id, a.volume_id",
-           TextArrayLiteral(ids))) {
-    held[row[0].as<std::string>()] =
-        absl::StrCat("volume ", row[1].as<std::string>(), " is ", row[2].as<std::string>());
+  std::map<std::string, std::string> held = HeldForVolumes(txn, &ids);
+  // Held starts are not decided on, so they must not take the head's rows
+  // from those that can be: a dead node's instances started again may be
+  // hundreds. A full head with some held is read again, longer by every
+  // held start in the queue.
+  if (!held.empty() && static_cast<int>(ids.size()) >= queue_max) {
+    held = HeldForVolumes(txn, nullptr);
+    ReadQueueHead(txn, queue_max + static_cast<int>(held.size()), view);
   }
   for (PendingRow& p : view.pending) {
     if (auto it = held.find(p.id); it != held.end()) p.held_reason = it->second;

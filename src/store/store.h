@@ -99,6 +99,9 @@ struct NodeRecord {
   // Its agent reports complete lists (RegisterNode.reports_complete_lists):
   // volumes stay fenced to it when an instance leaves (migration 0124).
   bool fences_mounts = false;
+  // The agent connection that registers (migration 0125): only heartbeats
+  // of the node's latest connection end its fences. Empty outside a stream.
+  std::string connection_id;
 };
 
 // ---- Instances -------------------------------------------------------------

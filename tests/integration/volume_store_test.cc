@@ -255,19 +255,26 @@ TEST_F(VolumeStoreTest, AVolumeStaysFencedUntilTheNodeItLeftSaysSo) {
   EXPECT_NE(StateReason(a).find("waiting for its volume: volume " + data), std::string::npos)
       << StateReason(a);
 
-  // Node a's agent registers again. A heartbeat that still lists a (its old
-  // process runs on), one from an agent whose lists are not complete, and
-  // one of another node end nothing.
-  ASSERT_TRUE(agents.RegisterNode(NodeRecordOf(node_a), now_).ok());
-  ASSERT_TRUE(agents.Heartbeat(node_a, now_, std::vector<std::string>{a}).ok());
-  ASSERT_TRUE(agents.Heartbeat(node_a, now_).ok());
+  // Node a's agent registers again, on one connection and then another (a
+  // second replica). A heartbeat that still lists a (its old process runs
+  // on), one from an agent whose lists are not complete, one of another
+  // node, and one left queued on the connection the agent moved on from end
+  // nothing.
+  NodeRecord first = NodeRecordOf(node_a), again = NodeRecordOf(node_a);
+  first.connection_id = "conn-first";
+  again.connection_id = "conn-second";
+  ASSERT_TRUE(agents.RegisterNode(first, now_).ok());
+  ASSERT_TRUE(agents.RegisterNode(again, now_).ok());
+  ASSERT_TRUE(agents.Heartbeat(node_a, now_, std::vector<std::string>{a}, "conn-second").ok());
+  ASSERT_TRUE(agents.Heartbeat(node_a, now_, std::nullopt, "conn-second").ok());
   ASSERT_TRUE(agents.Heartbeat(node_b, now_, std::vector<std::string>{}).ok());
+  ASSERT_TRUE(agents.Heartbeat(node_a, now_, std::vector<std::string>{}, "conn-first").ok());
   ASSERT_TRUE(scheduling.RunPass(now_).ok());
   EXPECT_EQ(State(a), "PENDING");
   EXPECT_EQ(AttachmentOf(work, a), "detaching false /mnt/work");
 
   // Its process gone, the node says so: the detach completes and a is placed.
-  ASSERT_TRUE(agents.Heartbeat(node_a, now_, std::vector<std::string>{}).ok());
+  ASSERT_TRUE(agents.Heartbeat(node_a, now_, std::vector<std::string>{}, "conn-second").ok());
   EXPECT_EQ(AttachmentOf(work, a), "");
   ASSERT_TRUE(scheduling.RunPass(now_).ok());
   EXPECT_EQ(State(a), "SCHEDULED");
@@ -324,6 +331,43 @@ TEST_F(VolumeStoreTest, ABatchDeleteFencesAndANodeThatCannotSayKeepsTheOldRule) 
   EXPECT_EQ(AttachmentOf(logs, b), "") << "node b's agent cannot say; nothing waits for it";
   ASSERT_TRUE(AgentStore(*db_).Heartbeat(node_a, now_, std::vector<std::string>{}).ok());
   EXPECT_EQ(AttachmentOf(work, a), "");
+}
+
+// Goal: starts held for their volumes do not take the queue head's rows.
+// A pass reads a bounded head; held rows are not decided on, so a dead
+// node's instances started again (hundreds) kept every later request
+// unread, and unplaced on a free fleet, until the node returned.
+TEST_F(VolumeStoreTest, StartsHeldForTheirVolumesLeaveTheQueueHeadToOthers) {
+  const std::string node_a = Query("SELECT id FROM nodes ORDER BY name LIMIT 1")[0][0]
+                                 .as<std::string>();
+  // More held than the head holds, with the rows a pass reads past it for
+  // each waiting tenant (migration 0123).
+  std::vector<std::string> held;
+  for (int i = 0; i < 10; ++i) {
+    const std::string name = absl::StrCat("held-", i);
+    auto created = store_->CreateInstance(tenant_, {name, 1, "RTX 4090", "ubuntu"}, "r-" + name,
+                                          "f-" + name, now_);
+    ASSERT_TRUE(created.ok()) << created.status();
+    const std::string volume = NewVolume(name, false);
+    ASSERT_TRUE(volumes_->Attach(tenant_, volume, created->id, false, "/mnt/data", now_).ok());
+    held.push_back(created->id);
+  }
+  // As left by a node that went silent under them.
+  Query(absl::StrCat("UPDATE volume_attachments SET fenced_nodes = '{", node_a, "}'"));
+  auto later = store_->CreateInstance(tenant_, {"later", 8, "RTX 4090", "ubuntu"}, "r-later",
+                                      "f-later", now_);
+  ASSERT_TRUE(later.ok()) << later.status();
+
+  control::SchedulingOptions options;
+  options.queue_max = 1;
+  control::Scheduling scheduling(*db_, options);
+  ASSERT_TRUE(scheduling.RunPass(now_).ok());
+  EXPECT_EQ(State(later->id), "SCHEDULED") << StateReason(later->id);
+  for (const std::string& id : held) {
+    EXPECT_EQ(State(id), "PENDING");
+    EXPECT_NE(StateReason(id).find("waiting for its volume"), std::string::npos)
+        << StateReason(id);
+  }
 }
 
 // Goal: a node-local volume attached to a waiting instance while a queue
