@@ -151,14 +151,20 @@ absl::StatusOr<int64_t> Billing::RecheckLateEvents(absl::Time now) {
         const int64_t main_avail = accounts[0][3].as<int64_t>();
         const bool trial_valid = accounts[0][4].as<bool>();
         std::vector<Leg> legs;
-        int64_t uncollected = 0;
+        // What stays uncollected of the minute once this posting is made.
+        int64_t shortfall_after = shortfall;
         if (diff < 0) {
           // Charged beyond the true RUNNING intervals: give back what was
-          // paid, the paid part first (trial credit is spent first, so it
-          // is the last to come back). Trial credit whose grants have all
-          // expired goes back to the promotion expense, as expiry would
-          // have moved it.
-          const int64_t refund = std::min(-diff, net);
+          // paid beyond what is owed, the paid part first (trial credit is
+          // spent first, so it is the last to come back). Trial credit
+          // whose grants have all expired goes back to the promotion
+          // expense, as expiry would have moved it. A minute that was
+          // capped is owed less, not nothing: what was paid counts
+          // against what is still owed, and the shortfall shrinks to the
+          // rest (it used to count as paid, and all of the charge came
+          // back).
+          const int64_t refund = std::clamp<int64_t>(net - owed, 0, net);
+          shortfall_after = std::max<int64_t>(0, owed - (net - refund));
           const int64_t main_back = std::clamp<int64_t>(net - net_trial, 0, refund);
           const int64_t trial_back = refund - main_back;
           // The paid part goes to the account the tenant's mode charges
@@ -175,9 +181,30 @@ absl::StatusOr<int64_t> Billing::RecheckLateEvents(absl::Time now) {
                                                         std::max<int64_t>(0, main_avail));
           if (from_trial > 0) legs.push_back({trial_id, revenue, from_trial});
           if (from_main > 0) legs.push_back({main_now, revenue, from_main});
-          uncollected = diff - from_trial - from_main;
+          shortfall_after = shortfall + diff - from_trial - from_main;
         }
-        if (legs.empty()) continue;
+        // The rest of the minute is recorded as uncollected, as a capped
+        // minute's is, even when nothing could be collected (it used to be
+        // recorded only next to a posting: a late run of a tenant with
+        // nothing left was neither charged nor recorded, and the auditor
+        // reported it for ever).
+        if (shortfall_after > 0 && shortfall_after != shortfall) {
+          txn.exec_params(
+              "INSERT INTO billing_shortfalls (instance_id, usage_minute, tenant_id, "
+              "gross_micros, charged_micros, shortfall_micros, at) "
+              "VALUES ($1, $2, $3, $4, $5, $6, $7::timestamptz) "
+              "ON CONFLICT (instance_id, usage_minute) DO UPDATE SET "
+              "gross_micros = EXCLUDED.gross_micros, charged_micros = EXCLUDED.charged_micros, "
+              "shortfall_micros = EXCLUDED.shortfall_micros, at = EXCLUDED.at",
+              instance, minute, tenant, owed, owed - shortfall_after, shortfall_after,
+              SqlTime(now));
+        } else if (shortfall_after == 0 && shortfall > 0) {
+          // Found not owed beyond what was paid: nothing is uncollected.
+          txn.exec_params(
+              "DELETE FROM billing_shortfalls WHERE instance_id = $1 AND usage_minute = $2",
+              instance, minute);
+        }
+        if (legs.empty() && shortfall_after == shortfall) continue;
         const std::string key = absl::StrCat("adjust:", instance, ":", minute, ":",
                                              row["adjustments"].as<int64_t>() + 1);
         std::string content = absl::StrCat(instance, "|", minute, "|", owed, "|", net);
@@ -198,15 +225,9 @@ absl::StatusOr<int64_t> Billing::RecheckLateEvents(absl::Time now) {
               SqlTime(now));
           postings++;
         }
-        if (uncollected > 0) {
-          txn.exec_params(
-              "INSERT INTO billing_shortfalls (instance_id, usage_minute, tenant_id, "
-              "gross_micros, charged_micros, shortfall_micros, at) "
-              "VALUES ($1, $2, $3, $4, $5, $6, $7::timestamptz) ON CONFLICT DO NOTHING",
-              instance, minute, tenant, owed, owed - uncollected, uncollected, SqlTime(now));
-        }
-        spdlog::info("billing: adjusted {} minute {} tenant={}: owed {}, had {} (+{} shortfall)",
-                     instance, minute, tenant, owed, net, shortfall);
+        spdlog::info(
+            "billing: adjusted {} minute {} tenant={}: owed {}, had {} (+{} shortfall, now {})",
+            instance, minute, tenant, owed, net, shortfall, shortfall_after);
       }
     }
     txn.exec_params("UPDATE billing_recheck_cursor SET events_seen_through = "

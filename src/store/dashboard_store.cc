@@ -58,6 +58,18 @@ WITH t AS (
     AS l (side, amount)
   WHERE c.minute >= $3 AND c.minute < $4 AND l.amount > 0
   UNION ALL
+  -- Late-event adjustments (docs/billing.md, "Late events") correct the
+  -- charges of their minute: a late charge adds, a refund subtracts, and a
+  -- refund of trial credit gone to the promotion expense is trial money.
+  SELECT 'charge', CASE WHEN ta.kind = 'platform_revenue' THEN t.amount_micros
+                        ELSE -t.amount_micros END,
+         CASE WHEN ta.kind = 'platform_revenue' THEN fa.kind
+              WHEN ta.kind = 'promotion_expense' THEN 'trial_wallet' ELSE ta.kind END,
+         to_timestamp(t.usage_minute * 60)
+  FROM ledger_transfers t JOIN ledger_accounts fa ON fa.id = t.from_account_id
+  JOIN ledger_accounts ta ON ta.id = t.to_account_id
+  WHERE t.kind = 'adjustment' AND t.usage_minute >= $3 AND t.usage_minute < $4
+  UNION ALL
   SELECT t.kind, t.amount_micros,
          CASE WHEN t.kind = 'sla_refund' THEN ta.kind ELSE fa.kind END AS side, t.at AS ts
   FROM ledger_transfers t JOIN ledger_accounts fa ON fa.id = t.from_account_id

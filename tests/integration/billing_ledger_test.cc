@@ -2131,6 +2131,17 @@ TEST_F(BillingTest, LateEndIsRefundedByAdjustments) {
   auto summary = billing.GetRevenueSummary(absl::InfinitePast(), absl::InfiniteFuture());
   EXPECT_EQ(summary->platform_revenue_balance_micros, 46 * 264'000);
   ExpectAuditClean(billing);
+  // The operator's dashboard agrees: its charges are net of the refunds.
+  store::DashboardStore dashboard(*db_);
+  auto points = dashboard.RevenueSeries(MinuteStart(m0), clock_.Now(), false);
+  ASSERT_TRUE(points.ok()) << points.status();
+  int64_t charged = 0, trial = 0;
+  for (const auto& p : *points) {
+    charged += p.charged_micros;
+    trial += p.trial_charged_micros;
+  }
+  EXPECT_EQ(charged, 46 * 264'000);
+  EXPECT_EQ(trial, 10 * kMicrosPerYuan);
 
   // The SLA judge refunds a share of the rent paid in the end, over the
   // minutes paid in the end: not of minutes already given back whole
@@ -2308,6 +2319,102 @@ TEST_F(BillingTest, LateRunIsChargedByAdjustments) {
   std::vector<int64_t> minutes = MinutesRange(m0, m0 + 5);
   for (int64_t m = m0 + 10; m <= m0 + 12; ++m) minutes.push_back(m);
   EXPECT_EQ(sla.minutes, minutes);
+}
+
+// Late corrections of a tenant whose credit ran out keep what is recorded
+// as uncollected exact. A late run it cannot pay is recorded as shortfall
+// (it used to be neither charged nor recorded, and the auditor reported it
+// for ever). A late resize down makes a capped minute owed less, not
+// nothing: what was paid still counts against it and the shortfall shrinks
+// (all of the minute's charge used to come back while the tenant still owed
+// more than it paid).
+TEST_F(BillingTest, LateCorrectionsOfAnUnpaidTenantKeepItsShortfallExact) {
+  Billing billing = MakeBilling();
+  auto [tenant, user] = NewTenant("unpaid");
+  ASSERT_TRUE(billing.EnsureTrialGrant(user, clock_.Now()).ok());
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-unpaid", 900'000, clock_.Now()).ok());
+  const absl::Time t0 = clock_.Now();  // 20 s into minute m0.
+  const int64_t m0 = MinuteOf(t0);
+  // 264,000 per minute: 10.9 CNY pays m0 .. m0+40 and 76,000 of m0+41.
+  const std::string id = Run(tenant, 8);
+  clock_.Advance(absl::Minutes(60));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());  // Stopped now, at t0+60m.
+  ASSERT_EQ(store_->GetInstance(tenant, id)->state, store::InstanceState::kStopped);
+  clock_.Advance(absl::Minutes(30));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());
+  auto shortfalls = [&] {
+    std::map<int64_t, std::pair<int64_t, int64_t>> out;  // minute -> (charged, shortfall)
+    EXPECT_TRUE(db_->Transact([&](pqxx::work& txn) {
+      for (const auto& row : txn.exec_params(
+               "SELECT usage_minute, charged_micros, shortfall_micros FROM billing_shortfalls "
+               "WHERE instance_id = $1", id)) {
+        out[row[0].as<int64_t>()] = {row[1].as<int64_t>(), row[2].as<int64_t>()};
+      }
+      return absl::OkStatus();
+    }).ok());
+    return out;
+  };
+  ASSERT_EQ(shortfalls()[m0 + 41], std::make_pair(int64_t{76'000}, int64_t{188'000}));
+  const size_t capped = shortfalls().size();
+  ExpectAuditClean(billing);
+
+  // Recorded now: it ran again from t0+70m to t0+72m30s (m0+70 .. m0+72).
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+    txn.exec_params(
+        "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) VALUES "
+        "($1, to_timestamp($2), 'STOPPED', 'RUNNING', 'late report'), "
+        "($1, to_timestamp($3), 'RUNNING', 'STOPPED', 'late report')",
+        id, absl::ToUnixSeconds(t0 + absl::Minutes(70)),
+        absl::ToUnixSeconds(t0 + absl::Minutes(72) + absl::Seconds(30)));
+    return absl::OkStatus();
+  }).ok());
+  clock_.Advance(absl::Minutes(1));
+  auto result = billing.RunOnce(clock_.Now());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->adjustment_legs, 0);
+  auto after_run = shortfalls();
+  EXPECT_EQ(after_run.size(), capped + 3);
+  for (int64_t m = m0 + 70; m <= m0 + 72; ++m) {
+    EXPECT_EQ(after_run[m], std::make_pair(int64_t{0}, int64_t{264'000})) << m;
+  }
+  ExpectAuditClean(billing);
+
+  // Recorded now: it was resized to 4 GPUs at t0+30m30s, in minute m0+30.
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+    // The event is older than the instance's latest; the trigger that keeps
+    // live writers' ends after their starts would move it.
+    txn.exec("ALTER TABLE instance_events DISABLE TRIGGER "
+             "instance_events_running_end_not_before_start");
+    const int64_t at = absl::ToUnixSeconds(t0 + absl::Minutes(30) + absl::Seconds(30));
+    txn.exec_params(
+        "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) VALUES "
+        "($1, to_timestamp($2), 'RUNNING', 'RUNNING', 'late resize')", id, at);
+    txn.exec_params(
+        "INSERT INTO instance_resizes (instance_id, at, from_gpu_count, to_gpu_count) "
+        "VALUES ($1, to_timestamp($2), 8, 4)", id, at);
+    txn.exec("ALTER TABLE instance_events ENABLE TRIGGER "
+             "instance_events_running_end_not_before_start");
+    return absl::OkStatus();
+  }).ok());
+  clock_.Advance(absl::Minutes(1));
+  result = billing.RunOnce(clock_.Now());
+  ASSERT_TRUE(result.ok()) << result.status();
+  auto after_resize = shortfalls();
+  // m0+41 is owed 132,000 and had 76,000 paid: nothing comes back.
+  EXPECT_EQ(after_resize[m0 + 41], std::make_pair(int64_t{76'000}, int64_t{56'000}));
+  for (const auto& [minute, row] : after_resize) {
+    if (minute > m0 + 41) EXPECT_EQ(row, std::make_pair(int64_t{0}, int64_t{132'000})) << minute;
+  }
+  auto adjustments = billing.ListTransfers(tenant, {.kind = "adjustment", .limit = 1000});
+  ASSERT_TRUE(adjustments.ok());
+  int64_t refunded = 0;
+  for (const auto& t : *adjustments) {
+    EXPECT_GE(*t.usage_minute, m0 + 31);
+    EXPECT_LE(*t.usage_minute, m0 + 40) << "only minutes paid beyond what they owe";
+    refunded += t.tenant_delta_micros;
+  }
+  EXPECT_EQ(refunded, 10 * 132'000);
+  ExpectAuditClean(billing);
 }
 
 // ListTransfers pages, in both orders, with every filter and several page
