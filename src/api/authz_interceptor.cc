@@ -36,7 +36,13 @@ std::string RequestIdOf(const google::protobuf::Message& message) {
     return "";
   }
   std::string id = message.GetReflection()->GetString(message, field);
-  if (id.size() > 128) id.resize(128);
+  if (id.size() > 128) {
+    // Cut on a character boundary: half a UTF-8 character is text
+    // PostgreSQL refuses, and the audit row of the call was lost with it.
+    size_t end = 128;
+    while (end > 0 && (static_cast<unsigned char>(id[end]) & 0xC0) == 0x80) --end;
+    id.resize(end);
+  }
   return id;
 }
 

@@ -144,6 +144,9 @@ class LibraryAdminServiceImpl final : public v1::LibraryAdminService::Service {
         return Invalid("INVALID_SOURCE",
                        "source is required; source and description hold at most 1000 characters");
       }
+      SV_RETURN_IF_ERROR(CheckFreeText("source", in.source(), "INVALID_SOURCE", false));
+      SV_RETURN_IF_ERROR(
+          CheckFreeText("description", in.description(), "INVALID_DESCRIPTION", true));
       store::LibraryItemRecord item{in.name(), in.kind() == v1::MODEL ? "model" : "dataset",
                                     in.size_bytes(), in.source(), in.description(), {}};
       SV_ASSIGN_OR_RETURN(auto created, market_.CreateLibraryItem(item, deps_.clock->Now()));
@@ -341,6 +344,8 @@ class MarketplaceServiceImpl final : public v1::MarketplaceService::Service {
     if (in.description().size() > kTextLengthMax) {
       return Invalid("INVALID_DESCRIPTION", "description holds at most 1000 characters");
     }
+    SV_RETURN_IF_ERROR(
+        CheckFreeText("description", in.description(), "INVALID_DESCRIPTION", true));
     std::vector<int> ports(in.ports().begin(), in.ports().end());
     SV_RETURN_IF_ERROR(CheckPorts(ports));
     SV_RETURN_IF_ERROR(ValidateGpuCount(in.gpu_count()));
@@ -469,6 +474,7 @@ class MarketplaceAdminServiceImpl final : public v1::MarketplaceAdminService::Se
       if (request->note().size() > kTextLengthMax) {
         return Invalid("INVALID_NOTE", "note holds at most 1000 characters");
       }
+      SV_RETURN_IF_ERROR(CheckFreeText("note", request->note(), "INVALID_NOTE", true));
       SV_ASSIGN_OR_RETURN(auto payout,
                           market_.RecordPayout(request->publisher_tenant_id(),
                                                request->amount_micros(), request->reference(),

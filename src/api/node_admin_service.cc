@@ -76,7 +76,8 @@ absl::StatusOr<std::string> DecodeNodePageToken(const std::string& token) {
   std::string name;
   if (!absl::StartsWith(token, kNodePageTokenPrefix) ||
       !absl::WebSafeBase64Unescape(token.substr(sizeof(kNodePageTokenPrefix) - 1), &name) ||
-      name.empty()) {
+      name.empty() || !IsValidUtf8(name) ||
+      !CheckFreeText("page_token", name, "INVALID_PAGE_TOKEN", false).ok()) {
     return Error(absl::StatusCode::kInvalidArgument, "INVALID_PAGE_TOKEN",
                  "page_token is not one this list returned");
   }

@@ -67,7 +67,7 @@ void ToProto(const store::MemberRow& m, v1::User* out) {
 }
 
 absl::Status CheckKeyName(const std::string& name) {
-  if (name.size() > 63 || name.find_first_of("\r\n\t") != std::string::npos) {
+  if (name.size() > 63 || !CheckFreeText("name", name, "INVALID_KEY_NAME", false).ok()) {
     return Error(absl::StatusCode::kInvalidArgument, "INVALID_KEY_NAME",
                  "name must have at most 63 characters and no control characters");
   }

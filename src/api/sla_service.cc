@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "api/errors.h"
 #include "api/internal/service_util.h"
+#include "api/validation.h"
 #include "common/status.h"
 #include "google/protobuf/util/time_util.h"
 #include "metrics/metrics.h"
@@ -602,7 +603,8 @@ class SlaServiceImpl final : public v1::SlaService::Service {
     absl::Time before = absl::InfiniteFuture();
     if (!r.page_token().empty()) {
       int64_t seconds = 0;
-      if (!absl::SimpleAtoi(r.page_token(), &seconds) || seconds % 3600 != 0) {
+      if (!absl::SimpleAtoi(r.page_token(), &seconds) || seconds % 3600 != 0 ||
+          seconds < kTimestampSecondsMin || seconds > kTimestampSecondsMax) {
         return Invalid("INVALID_PAGE_TOKEN", "page_token is not one this server returned");
       }
       before = absl::FromUnixSeconds(seconds);

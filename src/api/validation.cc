@@ -14,8 +14,6 @@ namespace sv::api {
 namespace {
 
 // 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z.
-constexpr int64_t kTimestampSecondsMin = -62'135'596'800;
-constexpr int64_t kTimestampSecondsMax = 253'402'300'799;
 
 absl::Status Invalid(absl::string_view reason, absl::string_view message) {
   return Error(absl::StatusCode::kInvalidArgument, reason, message);
@@ -47,9 +45,57 @@ absl::Status ValidateTenantId(const std::string& tenant_id) {
   return absl::OkStatus();
 }
 
+bool IsValidUtf8(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    int follow = 0;
+    uint32_t code = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      follow = 1, code = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      follow = 2, code = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      follow = 3, code = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + follow >= text.size()) return false;
+    for (int k = 1; k <= follow; ++k) {
+      const unsigned char f = static_cast<unsigned char>(text[i + k]);
+      if ((f & 0xC0) != 0x80) return false;
+      code = (code << 6) | (f & 0x3F);
+    }
+    // Overlong forms, surrogates and code points past U+10FFFF.
+    if ((follow == 2 && code < 0x800) || (follow == 3 && code < 0x10000) ||
+        (code >= 0xD800 && code <= 0xDFFF) || code > 0x10FFFF) {
+      return false;
+    }
+    i += follow + 1;
+  }
+  return true;
+}
+
+absl::Status CheckFreeText(const std::string& field, const std::string& text,
+                           const std::string& reason, bool lines) {
+  for (unsigned char c : text) {
+    const bool line_break = c == '\t' || c == '\n' || c == '\r';
+    if ((c < 0x20 && !(lines && line_break)) || c == 0x7f) {
+      return Invalid(reason, absl::StrCat(field, lines ? " may hold no control characters but "
+                                                         "tabs and line breaks"
+                                                       : " may hold no control characters"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateEmail(const std::string& field, const std::string& email) {
   if (email.size() < 3 || email.size() > 254 || email.find('@') == std::string::npos ||
-      email.find_first_of(" \t\r\n") != std::string::npos) {
+      email.find_first_of(" \t\r\n") != std::string::npos ||
+      !CheckFreeText(field, email, "INVALID_EMAIL", false).ok()) {
     return Invalid("INVALID_EMAIL",
                    absl::StrCat(field, " must be an e-mail address of at most 254 characters"));
   }

@@ -1,8 +1,10 @@
 #ifndef SV_API_VALIDATION_H_
 #define SV_API_VALIDATION_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -71,6 +73,18 @@ bool LooksLikeId(const std::string& id, const std::string& prefix);
 absl::Status ValidateTenantId(const std::string& tenant_id);
 // An e-mail address (`field` names it in the error): INVALID_EMAIL.
 absl::Status ValidateEmail(const std::string& field, const std::string& email);
+// The times a google.protobuf.Timestamp (and PostgreSQL) can hold: years
+// 0001 to 9999, in Unix seconds.
+inline constexpr int64_t kTimestampSecondsMin = -62'135'596'800;
+inline constexpr int64_t kTimestampSecondsMax = 253'402'300'799;
+// Whether `text` is well-formed UTF-8 (PostgreSQL refuses other text).
+bool IsValidUtf8(std::string_view text);
+// Free text a person wrote (a description, a note, a key's name): no NUL or
+// other control character, but tabs and line breaks where `lines`.
+// PostgreSQL's text stops at a NUL, so such text was stored cut short and
+// an identical retry no longer matched it. INVALID_ARGUMENT / `reason`.
+absl::Status CheckFreeText(const std::string& field, const std::string& text,
+                           const std::string& reason, bool lines);
 
 // A digest of the request's content, to tell a retry from a reuse.
 std::string InstanceFingerprint(const store::InstanceSpec& spec);

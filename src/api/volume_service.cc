@@ -96,8 +96,13 @@ absl::StatusOr<std::optional<store::VolumeListCursor>> DecodeToken(const std::st
   std::vector<std::string> parts;
   if (absl::WebSafeBase64Unescape(token, &raw)) parts = absl::StrSplit(raw, '|');
   store::VolumeListCursor c;
+  // The id and time are what this list returned: forged bytes that are not
+  // text, or a time PostgreSQL cannot hold, failed in the database
+  // (INTERNAL).
   if (parts.size() != 4 || parts[0] != "v1" || parts[1] != (show_deleted ? "1" : "0") ||
-      !absl::SimpleAtoi(parts[2], &c.created_at_micros)) {
+      !absl::SimpleAtoi(parts[2], &c.created_at_micros) ||
+      c.created_at_micros / 1'000'000 < kTimestampSecondsMin ||
+      c.created_at_micros / 1'000'000 > kTimestampSecondsMax || !LooksLikeId(parts[3], "vol")) {
     return Error(absl::StatusCode::kInvalidArgument, "INVALID_PAGE_TOKEN",
                  "page_token is not from this list");
   }

@@ -236,6 +236,9 @@ absl::StatusOr<std::vector<TransferRecord>> Billing::ListTransfers(
     std::vector<std::string> parts = absl::StrSplit(filter.after, '.');
     bool ok = parts.size() == 5;
     for (size_t i = 0; ok && i < parts.size(); ++i) ok = absl::SimpleAtoi(parts[i], &after[i]);
+    // The key is a time PostgreSQL can hold: the windows below add to it
+    // (a forged key near the int64 limit overflowed).
+    if (ok && (after[0] < -kMaxUs || after[0] > kMaxUs)) ok = false;
     if (!ok) {
       return Error(absl::StatusCode::kInvalidArgument, "INVALID_PAGE_TOKEN",
                    "page_token is not one this server returned");

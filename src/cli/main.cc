@@ -1,5 +1,8 @@
 // svctl: the command-line client of sv. Exit code 0 on success; otherwise
 // one line on stderr naming the cause (1: the call failed, 2: bad usage).
+#include <cstdio>
+#include <exception>
+
 #include "CLI/CLI.hpp"
 #include "cli/commands.h"
 
@@ -14,5 +17,12 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? sv::cli::kExitOk : sv::cli::kExitUsage;
   }
   if (!action) return sv::cli::kExitUsage;
-  return action(session);
+  try {
+    return action(session);
+  } catch (const std::exception& e) {
+    // A command's own checks should have caught it; still one line, not an
+    // abort.
+    std::fprintf(stderr, "svctl: error: %s\n", e.what());
+    return sv::cli::kExitUsage;
+  }
 }

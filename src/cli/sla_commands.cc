@@ -175,6 +175,21 @@ bool ParseOverrides(const std::string& text, v1::SetSlaOverridesRequest* out,
       *error = "each override must be an object";
       return false;
     }
+    // Each field of the type it must have: nlohmann's value() throws on
+    // another (svctl aborted), and an int field took a wrapped number.
+    for (const char* key : {"metric", "aggregation", "comparison"}) {
+      if (item.contains(key) && !item[key].is_string()) {
+        *error = std::string(key) + " must be a string";
+        return false;
+      }
+    }
+    if (item.contains("refund_basis_points") &&
+        (!item["refund_basis_points"].is_number_integer() ||
+         item["refund_basis_points"].get<int64_t>() < 0 ||
+         item["refund_basis_points"].get<int64_t>() > 10000)) {
+      *error = "refund_basis_points must be an integer from 0 to 10000";
+      return false;
+    }
     auto* d = out->add_definitions();
     const std::string metric = item.value("metric", "");
     if (metric == "gpu_usable") {

@@ -211,6 +211,16 @@ absl::StatusOr<ImageRecord> MarketplaceStore::RegisterImage(
     const std::string& request_id, absl::Time now) {
   ImageRecord result;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) -> absl::Status {
+    // Two registrations of one request (a retry racing its original), or
+    // of one app name, wait for each other, so the second sees the first's
+    // row: both used to find nothing, and the second's INSERT failed on a
+    // unique key (INTERNAL), or two publishers both took one name. Always
+    // in this order.
+    txn.exec_params("SELECT pg_advisory_xact_lock(hashtextextended('image-request:' || $1 || "
+                    "':' || $2, 0))",
+                    publisher_tenant_id, request_id);
+    txn.exec_params("SELECT pg_advisory_xact_lock(hashtextextended('image-name:' || $1, 0))",
+                    image.name);
     auto retry = txn.exec_params("SELECT " + kImageColumns +
                                      " FROM marketplace_images WHERE publisher_tenant_id = $1 "
                                      "AND request_id = $2",

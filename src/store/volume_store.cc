@@ -137,10 +137,11 @@ absl::StatusOr<std::string> NormalizeMountPath(const VolumeRecord& v, const std:
   while (p.size() > 2 && p.back() == '/') p.pop_back();  // "/mnt/a/" is "/mnt/a".
   if (p.size() > 255 || p.size() < 2 || p[0] != '/' || absl::StrContains(p, "/..") ||
       absl::StrContains(p, "//") || absl::StartsWith(p, "/public") ||
-      p.find_first_of(" :,\t\n\"'\\") != std::string::npos) {
+      p.find_first_of(" :,\t\n\"'\\") != std::string::npos ||
+      std::any_of(p.begin(), p.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; })) {
     return Error(absl::StatusCode::kInvalidArgument, "INVALID_MOUNT_PATH",
                  "mount_path must be an absolute path of at most 255 characters, without "
-                 "'..', spaces, ':' or ',', and outside /public");
+                 "'..', spaces, control characters, ':' or ',', and outside /public");
   }
   return p;
 }

@@ -2524,6 +2524,16 @@ TEST_F(BillingTest, TransferPagesMatchOnePlainQuery) {
   EXPECT_TRUE(std::find(all.begin(), all.end(), "trial:" + user + "/0") != all.end());
   EXPECT_GT(listed, 4 * all.size() / 2);
   for (const auto& key : all) EXPECT_EQ(key.find("pay-o"), std::string::npos) << key;
+  // A forged token whose time no window can start from is refused (one
+  // near the int64 limit overflowed the window's arithmetic).
+  for (bool newest_first : {false, true}) {
+    for (const char* forged : {"9223372036854775807.0.0.0.0", "-9223372036854775808.0.0.0.0",
+                               "1.2.3", "x.0.0.0.0"}) {
+      auto refused = billing.ListTransfers(
+          tenant, {.after = forged, .limit = 10, .newest_first = newest_first});
+      EXPECT_EQ(ReasonOf(refused.status()), "INVALID_PAGE_TOKEN") << forged;
+    }
+  }
 }
 
 }  // namespace

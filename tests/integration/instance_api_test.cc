@@ -14,6 +14,8 @@
 #include "sv/v1/account.grpc.pb.h"
 #include "sv/v1/admin.grpc.pb.h"
 #include "sv/v1/instance.grpc.pb.h"
+#include "sv/v1/sla.grpc.pb.h"
+#include "sv/v1/volume.grpc.pb.h"
 #include "tests/integration/harness.h"
 
 namespace sv::testing {
@@ -162,6 +164,26 @@ TEST_F(InstanceApiTest, ListPagesThroughEveryInstanceOnce) {
   request.set_page_size(-1);
   EXPECT_EQ(stub_->ListInstances(Context(token_).get(), request, &response).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
+
+  // The same for the other lists' forged tokens: bytes that are not text
+  // where an id goes, a time past year 9999 (both were INTERNAL).
+  v1::VolumeService::Stub volumes(svd_->channel());
+  for (const std::string& forged :
+       {std::string("v1|0|0|\xff"), std::string("v1|0|0|vol-aaaaaaaaaaaaaa\n"),
+        std::string("v1|0|300000000000000000|vol-aaaaaaaaaaaaaa")}) {
+    v1::ListVolumesRequest list;
+    list.set_page_token(absl::WebSafeBase64Escape(forged));
+    v1::ListVolumesResponse listed;
+    grpc::Status refused = volumes.ListVolumes(Context(token_).get(), list, &listed);
+    EXPECT_EQ(api::ReasonOf(refused), "INVALID_PAGE_TOKEN") << refused.error_message();
+  }
+  v1::SlaService::Stub sla(svd_->channel());
+  v1::ListSlaWindowsRequest windows;
+  windows.set_instance_id(*ids.begin());
+  windows.set_page_token("9223372036854770400");  // A whole hour, in the year 292 billion.
+  v1::ListSlaWindowsResponse listed_windows;
+  grpc::Status refused = sla.ListSlaWindows(Context(token_).get(), windows, &listed_windows);
+  EXPECT_EQ(api::ReasonOf(refused), "INVALID_PAGE_TOKEN") << refused.error_message();
 }
 
 TEST_F(InstanceApiTest, RetryWithSameRequestIdReturnsTheSameInstance) {

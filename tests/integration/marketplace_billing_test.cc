@@ -124,6 +124,18 @@ class MarketplaceBillingTest : public ::testing::Test {
   std::unique_ptr<v1::InstanceService::Stub> instances_;
 };
 
+// A registration of app "nul-text" whose description holds a NUL byte.
+v1::RegisterImageRequest RequestForNul(const std::string& publisher_id) {
+  v1::RegisterImageRequest reg;
+  reg.mutable_image()->set_name("nul-text");
+  reg.mutable_image()->set_version("1.0");
+  reg.mutable_image()->set_image(PrivateImage(publisher_id, "nul-text"));
+  reg.mutable_image()->set_gpu_count(1);
+  reg.mutable_image()->set_description(std::string("fast\0 model", 11));
+  reg.set_request_id("reg-nul-text");
+  return reg;
+}
+
 // Goal: a marketplace launch pays rent plus the app fee every minute, the
 // fee split exactly 70:30 in the ledger; the publisher's earnings report
 // and a payout agree with the ledger, and the auditor passes.
@@ -164,6 +176,12 @@ TEST_F(MarketplaceBillingTest, LaunchChargesRentAndSplitAppFeeEveryMinute) {
   grpc::Status reused = market->RegisterImage(Context(publisher).get(), retold, &dup);
   EXPECT_EQ(reused.error_code(), grpc::StatusCode::ALREADY_EXISTS);
   EXPECT_EQ(api::ReasonOf(reused), "REQUEST_ID_REUSED") << reused.error_message();
+  // Text with a NUL is refused: stored, it was cut at the NUL, and the same
+  // request again was then told its request_id was reused.
+  v1::RegisterImageRequest with_nul = RequestForNul(publisher_id_);
+  grpc::Status nul = market->RegisterImage(Context(publisher).get(), with_nul, &dup);
+  EXPECT_EQ(nul.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << nul.error_message();
+  EXPECT_EQ(api::ReasonOf(nul), "INVALID_DESCRIPTION") << nul.error_message();
 
   // App fees are paid from paid credit only, so the launch needs some.
   TopUpBuyer("pay-1", 100 * billing::kMicrosPerYuan);
@@ -503,6 +521,63 @@ TEST_F(MarketplaceBillingTest, TrialCreditPaysNoAppFee) {
 // Goal: while its publisher is suspended an app is out of the catalog and
 // cannot be launched (FAILED_PRECONDITION / PUBLISHER_SUSPENDED), and the
 // publisher registers nothing new; once resumed, both work again.
+// Goal: registrations that race are answered as if one came first. A
+// retry racing its original (one request_id), or two publishers taking one
+// app name at once, used to find no row, and then the second failed on a
+// unique key with INTERNAL, or both publishers got the name.
+TEST_F(MarketplaceBillingTest, RacingRegistrationsAreAnsweredAsIfOneCameFirst) {
+  const std::string buyer_id = TenantIdByName(*svd_, "buyer");
+  auto request = [](const std::string& tenant_id, const std::string& name,
+                    const std::string& version, const std::string& request_id) {
+    v1::RegisterImageRequest reg;
+    reg.mutable_image()->set_name(name);
+    reg.mutable_image()->set_version(version);
+    reg.mutable_image()->set_image(PrivateImage(tenant_id, name));
+    reg.mutable_image()->set_gpu_count(1);
+    reg.mutable_image()->set_price_per_hour_micros(kAppPerHourMicros);
+    reg.set_request_id(request_id);
+    return reg;
+  };
+  for (int round = 0; round < 4; ++round) {
+    const std::string name = absl::StrCat("race-", round);
+    // One request sent by eight clients at once.
+    std::vector<grpc::Status> statuses(8);
+    std::vector<v1::MarketplaceImage> images(8);
+    const v1::RegisterImageRequest same =
+        request(publisher_id_, name, "1.0", absl::StrCat("reg-race-", round));
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 8; ++i) {
+      threads.emplace_back([&, i] {
+        statuses[i] = market_->RegisterImage(Context(publisher_).get(), same, &images[i]);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int i = 0; i < 8; ++i) {
+      ASSERT_TRUE(statuses[i].ok()) << round << ": " << statuses[i].error_message();
+      EXPECT_EQ(images[i].id(), images[0].id());
+    }
+    // Two publishers take one new name at once: one gets it.
+    const std::string contested = absl::StrCat("contested-", round);
+    grpc::Status first, second;
+    v1::MarketplaceImage a, b;
+    std::thread one([&] {
+      first = market_->RegisterImage(Context(publisher_).get(),
+                                     request(publisher_id_, contested, "1.0", "c-" + contested),
+                                     &a);
+    });
+    std::thread two([&] {
+      second = market_->RegisterImage(Context(buyer_).get(),
+                                      request(buyer_id, contested, "2.0", "c-" + contested), &b);
+    });
+    one.join();
+    two.join();
+    EXPECT_NE(first.ok(), second.ok()) << first.error_message() << " / "
+                                       << second.error_message();
+    const grpc::Status& lost = first.ok() ? second : first;
+    EXPECT_EQ(api::ReasonOf(lost), "IMAGE_NAME_TAKEN") << lost.error_message();
+  }
+}
+
 TEST_F(MarketplaceBillingTest, SuspendedPublishersAppsAreNotOffered) {
   const v1::MarketplaceImage image =
       RegisterApp(*market_, publisher_, publisher_id_, "comfy", 1, kAppPerHourMicros, {8188});

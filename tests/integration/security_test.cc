@@ -417,11 +417,17 @@ TEST_F(SecurityTest, AuditLogRecordsMutatingCalls) {
   grpc::Status denied;
   CreateInstance(*svd_, viewer, "audit-b-denied", &denied);
   EXPECT_EQ(denied.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  // A request_id over 128 bytes is recorded cut on a character boundary
+  // (cut inside a character, the row was refused by PostgreSQL and lost).
+  std::string long_id = "a";
+  for (int i = 0; i < 64; ++i) long_id += "\u00e9";  // 2 bytes each: 129 in all.
+  CreateInstance(*svd_, viewer, long_id, &denied);
+  EXPECT_EQ(denied.error_code(), grpc::StatusCode::PERMISSION_DENIED);
 
   v1::ListAuditEntriesResponse b_entries;
   ASSERT_TRUE(audit.ListAuditEntries(Context(*owner_b_).get(), b_request, &b_entries).ok());
   const std::string b_tenant = Whoami(*owner_b_).tenant_id();
-  bool saw_denied = false;
+  bool saw_denied = false, saw_long_cut = false;
   std::multiset<std::string> b1_codes;
   int deletes = 0;
   for (const auto& e : b_entries.entries()) {
@@ -437,11 +443,13 @@ TEST_F(SecurityTest, AuditLogRecordsMutatingCalls) {
     if (e.request_id() == "audit-b-denied") {
       saw_denied = e.code() == "PERMISSION_DENIED" && e.user_email() == "viewer@b.example";
     }
+    saw_long_cut |= e.request_id() == long_id.substr(0, 127);
     EXPECT_NE(e.method(), "/sv.v1.InstanceService/ListInstances");  // Reads are not audited.
   }
   EXPECT_EQ(b1_codes, (std::multiset<std::string>{"OK", "OK", "ALREADY_EXISTS"}));
   EXPECT_EQ(deletes, deletes_before + 1);
   EXPECT_TRUE(saw_denied);
+  EXPECT_TRUE(saw_long_cut);
 
   v1::ListAuditEntriesResponse all;
   v1::ListAuditEntriesRequest request;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -231,6 +232,18 @@ TEST_F(SvctlTest, ErrorsAreOneLineAndNonZero) {
                      "cannot reach svd");
   RunResult usage = Svctl({"create"});
   EXPECT_EQ(usage.exit_code, 2);
+  // An overrides file with a field of the wrong type is told, not an abort
+  // (nlohmann threw through svctl), and a refund share out of range is not
+  // wrapped into another one.
+  const std::string file = home_ + "-overrides.json";
+  for (const auto& [json, needle] : std::vector<std::pair<std::string, std::string>>{
+           {R"([{"metric": 1, "threshold": 9900}])", "metric must be a string"},
+           {R"([{"metric": "gpu_usable", "threshold": 9900, "refund_basis_points": 4294968296}])",
+            "refund_basis_points must be an integer from 0 to 10000"}}) {
+    std::ofstream(file) << json;
+    ExpectOneLineError(Svctl({"admin", "sla-override", "acme", "--file", file}), needle);
+  }
+  std::remove(file.c_str());
 }
 
 TEST_F(SvctlTest, FlagsBeatEnvironmentWhichBeatsTheConfigFile) {

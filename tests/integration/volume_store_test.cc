@@ -157,6 +157,8 @@ TEST_F(VolumeStoreTest, PendingMovesHoldTheirPathAndKeepReadOnly) {
     auto refused = volumes_->Attach(tenant_, other, b, false, nested, now_);
     EXPECT_EQ(sv::ReasonOf(refused.status()), "MOUNT_PATH_IN_USE") << nested << refused.status();
   }
+  auto control = volumes_->Attach(tenant_, other, b, false, std::string("/mnt/o\0x", 8), now_);
+  EXPECT_EQ(sv::ReasonOf(control.status()), "INVALID_MOUNT_PATH") << control.status();
   EXPECT_TRUE(volumes_->Attach(tenant_, other, b, false, "/mnt/other", now_).ok());
   EXPECT_TRUE(volumes_->Attach(tenant_, NewVolume("side", false), b, false, "/mnt/data-2", now_)
                   .ok())
