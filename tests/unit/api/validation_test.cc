@@ -160,6 +160,26 @@ TEST(PageSizeTest, DefaultsCapsAndRejectsNegative) {
   EXPECT_FALSE(NormalizePageSize(-1).ok());
 }
 
+TEST(TextTest, Utf8AndControlCharacters) {
+  EXPECT_TRUE(IsValidUtf8(""));
+  EXPECT_TRUE(IsValidUtf8("plain"));
+  EXPECT_TRUE(IsValidUtf8("caf\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80"));
+  for (const std::string bad :
+       {"\xff", "\xc3", "a\xc3", "\xe4\xb8", "\xc0\xaf" /* overlong */,
+        "\xed\xa0\x80" /* surrogate */, "\xf4\x90\x80\x80" /* past U+10FFFF */,
+        "\x80"}) {
+    EXPECT_FALSE(IsValidUtf8(bad)) << bad.size();
+  }
+  EXPECT_TRUE(CheckFreeText("note", "two\nlines\tand a tab", "INVALID_NOTE", true).ok());
+  EXPECT_FALSE(CheckFreeText("name", "two\nlines", "INVALID_KEY_NAME", false).ok());
+  const absl::Status nul =
+      CheckFreeText("note", std::string("cut\0here", 8), "INVALID_NOTE", true);
+  EXPECT_EQ(nul.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReasonOf(nul), "INVALID_NOTE");
+  EXPECT_FALSE(CheckFreeText("note", "bell\x07", "INVALID_NOTE", true).ok());
+  EXPECT_FALSE(CheckFreeText("note", "del\x7f", "INVALID_NOTE", true).ok());
+}
+
 TEST(ApiKeyTest, GeneratedKeysParseBackAndOthersDoNot) {
   GeneratedKey key = NewApiKey();
   auto parsed = ParseApiKey(key.plaintext);
