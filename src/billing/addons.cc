@@ -313,16 +313,20 @@ std::vector<std::pair<std::string, std::string>> AddOnAuditChecks() {
            kPublisherSharePerMille, ") / 1000 "
            "OR count(*) FILTER (WHERE a.kind NOT IN ('publisher_payable', "
            "'platform_revenue')) > 0")},
+      // A minute carries a fee when metering charged its rent in full: read
+      // from the charge row, which never changes. Whether a shortfall row
+      // exists is not that: a late-event correction adds one (a late
+      // resize up nobody could pay) or removes one (a capped minute found
+      // owed no more than was paid), and the check then reported a fee
+      // for ever.
       {"app fees match paid rent minutes",
        absl::StrCat(
-           "WITH ", bounds, ", owed AS (SELECT c.instance_id, c.usage_minute AS minute, ",
-           MinuteFee("a.price_per_hour_micros", "c.usage_minute"),
-           " AS fee FROM (SELECT DISTINCT instance_id, usage_minute FROM ledger_charge_legs "
-           "WHERE kind = 'charge' AND usage_minute >= (SELECT lo FROM bounds) "
-           "AND usage_minute < (SELECT hi FROM bounds)) c "
-           "JOIN instance_apps a ON a.instance_id = c.instance_id "
-           "WHERE NOT EXISTS (SELECT 1 FROM billing_shortfalls s WHERE s.instance_id = "
-           "c.instance_id AND s.usage_minute = c.usage_minute)), "
+           "WITH ", bounds, ", owed AS (SELECT i.id AS instance_id, c.minute, ",
+           MinuteFee("a.price_per_hour_micros", "c.minute"),
+           " AS fee FROM ledger_charges c JOIN instances i ON i.billing_no = c.instance_no "
+           "JOIN instance_apps a ON a.instance_id = i.id "
+           "WHERE c.minute >= (SELECT lo FROM bounds) AND c.minute < (SELECT hi FROM bounds) "
+           "AND c.trial_micros + c.main_micros = c.gpu_count * c.unit_price), "
            "paid AS (SELECT instance_id, usage_minute AS minute, sum(amount_micros)::bigint "
            "AS amount FROM ledger_transfers WHERE kind = 'app_fee' GROUP BY 1, 2) "
            "SELECT 'instance ' || coalesce(o.instance_id, p.instance_id) || ' minute ' || "

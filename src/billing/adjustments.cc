@@ -195,7 +195,7 @@ absl::StatusOr<int64_t> Billing::RecheckLateEvents(absl::Time now) {
               "VALUES ($1, $2, $3, $4, $5, $6, $7::timestamptz) "
               "ON CONFLICT (instance_id, usage_minute) DO UPDATE SET "
               "gross_micros = EXCLUDED.gross_micros, charged_micros = EXCLUDED.charged_micros, "
-              "shortfall_micros = EXCLUDED.shortfall_micros, at = EXCLUDED.at",
+              "shortfall_micros = EXCLUDED.shortfall_micros",
               instance, minute, tenant, owed, owed - shortfall_after, shortfall_after,
               SqlTime(now));
         } else if (shortfall_after == 0 && shortfall > 0) {

@@ -19,6 +19,7 @@ using store::SqlTime;
 
 constexpr int kNoticesMax = 20;
 constexpr int64_t kMaxUs = 253'402'300'799'000'000;  // 9999-12-31, in µs.
+constexpr int64_t kMinUs = -62'135'596'800'000'000;  // 0001-01-01, in µs.
 constexpr int64_t kMinuteUs = 60'000'000;
 
 // Balances of one tenant from the columns of kFundsColumns.
@@ -237,8 +238,12 @@ absl::StatusOr<std::vector<TransferRecord>> Billing::ListTransfers(
     bool ok = parts.size() == 5;
     for (size_t i = 0; ok && i < parts.size(); ++i) ok = absl::SimpleAtoi(parts[i], &after[i]);
     // The key is a time PostgreSQL can hold: the windows below add to it
-    // (a forged key near the int64 limit overflowed).
-    if (ok && (after[0] < -kMaxUs || after[0] > kMaxUs)) ok = false;
+    // (a forged key near the int64 limit overflowed), and the database
+    // refused one before 4713 BC; the source and the leg are smallints.
+    if (ok && (after[0] < kMinUs || after[0] > kMaxUs || after[1] < 0 || after[1] > 1 ||
+               after[4] < 0 || after[4] > 32767)) {
+      ok = false;
+    }
     if (!ok) {
       return Error(absl::StatusCode::kInvalidArgument, "INVALID_PAGE_TOKEN",
                    "page_token is not one this server returned");

@@ -2528,6 +2528,7 @@ TEST_F(BillingTest, TransferPagesMatchOnePlainQuery) {
   // near the int64 limit overflowed the window's arithmetic).
   for (bool newest_first : {false, true}) {
     for (const char* forged : {"9223372036854775807.0.0.0.0", "-9223372036854775808.0.0.0.0",
+                               "-253402300799000000.0.0.0.0", "0.99999.0.0.0", "0.0.0.0.99999",
                                "1.2.3", "x.0.0.0.0"}) {
       auto refused = billing.ListTransfers(
           tenant, {.after = forged, .limit = 10, .newest_first = newest_first});
