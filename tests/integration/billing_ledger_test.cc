@@ -2417,6 +2417,64 @@ TEST_F(BillingTest, LateCorrectionsOfAnUnpaidTenantKeepItsShortfallExact) {
   ExpectAuditClean(billing);
 }
 
+// The auditor's app-fee check reads which minutes owe a fee from the
+// charge rows: metering charges a fee for a minute whose rent it charged in
+// full. It used to read it from whether the minute had a shortfall row, and
+// a late end that removed the capped minute's row then left the check
+// failing on every run.
+TEST_F(BillingTest, AnAppsCappedMinuteEndedLateKeepsTheAuditClean) {
+  Billing billing = MakeBilling();
+  auto [tenant, user] = NewTenant("appbuyer");
+  auto [publisher, publisher_user] = NewTenant("apppublisher");
+  ASSERT_TRUE(billing.EnsureTrialGrant(user, clock_.Now()).ok());
+  ASSERT_TRUE(billing.TopUp(tenant, "pay-appbuyer", 2 * kMicrosPerYuan, clock_.Now()).ok());
+  const absl::Time t0 = clock_.Now();
+  const std::string id = Run(tenant, 8);
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+    txn.exec_params(
+        "INSERT INTO marketplace_images (id, publisher_tenant_id, name, version, image, "
+        "gpu_count, price_per_hour_micros, request_id, created_at) VALUES ('img-capped', $1, "
+        "'capped', '1.0', 'registry.example/capped:1.0', 8, 600000, 'r-capped', now())",
+        publisher);
+    txn.exec_params(
+        "INSERT INTO instance_apps (instance_id, image_id, publisher_tenant_id, "
+        "price_per_hour_micros) VALUES ($1, 'img-capped', $2, 600000)",
+        id, publisher);
+    return absl::OkStatus();
+  }).ok());
+  clock_.Advance(absl::Minutes(90));
+  ASSERT_TRUE(billing.RunOnce(clock_.Now()).ok());  // Credit runs out; stopped now.
+  ASSERT_EQ(store_->GetInstance(tenant, id)->state, store::InstanceState::kStopped);
+  int64_t capped = 0;
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+    capped = txn.exec_params1("SELECT min(usage_minute) FROM billing_shortfalls "
+                              "WHERE instance_id = $1 AND charged_micros > 0", id)[0]
+                 .as<int64_t>();
+    return absl::OkStatus();
+  }).ok());
+  ASSERT_GT(capped, MinuteOf(t0));
+  ExpectAuditClean(billing);
+
+  // Recorded now: it ended in the minute before the capped one.
+  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+    txn.exec("ALTER TABLE instance_events DISABLE TRIGGER "
+             "instance_events_running_end_not_before_start");
+    txn.exec_params(
+        "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) VALUES "
+        "($1, to_timestamp($2), 'RUNNING', 'STOPPED', 'late report')",
+        id, capped * 60 - 10);
+    txn.exec("ALTER TABLE instance_events ENABLE TRIGGER "
+             "instance_events_running_end_not_before_start");
+    return absl::OkStatus();
+  }).ok());
+  clock_.Advance(absl::Minutes(1));
+  auto result = billing.RunOnce(clock_.Now());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_GT(result->adjustment_legs, 0);  // The capped minute's rent comes back.
+  EXPECT_EQ(CountFor("billing_shortfalls", id), 0);
+  ExpectAuditClean(billing);
+}
+
 // ListTransfers pages, in both orders, with every filter and several page
 // sizes, list exactly what one plain query over ledger_all_transfers lists
 // in the documented order: a transfer by its posting time, a minute charge
