@@ -459,12 +459,19 @@ class Agent::Session {
           return false;
         }
       } else if (!s.running) {
-        if (wanted && StartedUnderOtherRun(s.instance_id, desired)) {
+        if (!wanted) {
+          // Ended while svd no longer wants it (the node was away while it
+          // was stopped): forget it. Kept, with its run forgotten below, it
+          // was taken for the end of the next run svd started here, and
+          // that run was ended at once.
+          (void)a_.driver_->Stop(s.instance_id);
+          known.erase(s.instance_id);
+        } else if (StartedUnderOtherRun(s.instance_id, desired)) {
           // An earlier run's process ended; svd has started the instance
           // again since: not news, and the loop below starts the new run.
           (void)a_.driver_->Stop(s.instance_id);  // Forget it.
           known.erase(s.instance_id);
-        } else if (wanted) {
+        } else {
           // Kept past this connection (and, saved before the runtime
           // forgets it, past this process): a later one must neither start
           // it again nor leave svd unaware that it ended.

@@ -547,6 +547,48 @@ TEST_F(AgentLifecycleTest, StopAndStartAtOnceRestartsTheProcess) {
   EXPECT_EQ(CountTransitionsTo(created.id(), v1::RUNNING), 2);
 }
 
+// Goal: a process that ended while its node was away, of an instance svd
+// stopped meanwhile, does not end the instance's next run. The agent kept
+// the dead process's record and forgot its run; when the tenant started the
+// instance again on that node, the old exit was reported (run unknown) and
+// svd ended the new run at once, as FAILED.
+TEST_F(AgentLifecycleTest, AProcessThatEndedWhileTheNodeWasAwayDoesNotEndTheNextRun) {
+  AgentProcess* agent = &StartAgent("node-a");
+  Instance created = Create(2);
+  ASSERT_TRUE(WaitForState(created.id(), v1::RUNNING)) << Slurp(svd_->log_path());
+  const pid_t pid = agent->InstancePid(created.id());
+  ASSERT_TRUE(Alive(pid));
+
+  // The node goes silent, and the process dies while it is away.
+  agent->Kill();
+  kill(-pid, SIGKILL);
+  ASSERT_TRUE(WaitFor([&] { return !Alive(pid); }));
+  ASSERT_TRUE(WaitForState(created.id(), v1::STOPPED));
+  // It returns: svd no longer wants the instance there.
+  agent = &StartAgent("node-a");
+  pqxx::connection db(database_url_);
+  ASSERT_TRUE(WaitFor([&] {
+    pqxx::work t(db);
+    return t.exec1("SELECT state = 'ready' AND last_heartbeat_at > now() - interval '1 second' "
+                   "FROM nodes WHERE name = 'node-a'")[0]
+        .as<bool>();
+  }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // A few heartbeats.
+
+  // Started again, on the only node there is.
+  v1::StartInstanceRequest start;
+  start.set_id(created.id());
+  Instance out;
+  ASSERT_TRUE(stub_->StartInstance(Context(token_).get(), start, &out).ok());
+  ASSERT_TRUE(WaitForState(created.id(), v1::RUNNING)) << Get(created.id()).state_reason();
+  EXPECT_TRUE(WaitFor([&] {
+    const pid_t now = agent->InstancePid(created.id());
+    return now > 0 && now != pid && Alive(now);
+  })) << "no fresh process";
+  EXPECT_EQ(CountTransitionsTo(created.id(), v1::FAILED), 0);
+  EXPECT_EQ(Get(created.id()).state(), v1::RUNNING);
+}
+
 TEST_F(AgentLifecycleTest, AgentCrashAndReconnect) {
   auto* agent = &StartAgent("node-a");
   Instance created = Create(4);
