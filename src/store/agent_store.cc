@@ -777,15 +777,29 @@ absl::Status AgentStore::UpdateIdleStreaks(const std::map<std::string, bool>& id
   std::vector<std::string> idle_ids, busy_ids;
   for (const auto& [id, is_idle] : idle) (is_idle ? idle_ids : busy_ids).push_back(id);
   return db_.Transact([&](pqxx::work& txn) {
-    // The streak starts at the first idle batch and ends at a busy one. A
-    // row is written only when its streak starts or ends: every node sends
-    // a batch a second or so, and a streak in progress needs no write.
+    // The streak starts at the first idle batch and ends at a busy one; it
+    // counts only the time telemetry saw it (migration 0126): idle_seen_at
+    // is when an idle batch last said it goes on, and an idle batch after a
+    // silence of more than kIdleGap moves the start forward by the
+    // silence. Every node sends a batch a second or so, so a streak in
+    // progress writes its row only every kIdleSeenEvery, and once more when
+    // it has lasted its policy's duration, for the monitor to stop it.
     txn.exec_params(
-        "UPDATE instances SET idle_since = CASE WHEN id = ANY($1::text[]) "
-        "THEN $3::timestamptz END "
-        "WHERE (id = ANY($1::text[]) AND state = 'RUNNING' AND idle_since IS NULL) "
+        "UPDATE instances SET "
+        "idle_since = CASE WHEN id = ANY($2::text[]) THEN NULL "
+        "  WHEN idle_since IS NULL THEN $3::timestamptz "
+        "  WHEN $3::timestamptz - coalesce(idle_seen_at, idle_since) > make_interval(secs => $5) "
+        "  THEN idle_since + ($3::timestamptz - coalesce(idle_seen_at, idle_since)) "
+        "  ELSE idle_since END, "
+        "idle_seen_at = CASE WHEN id = ANY($2::text[]) THEN NULL ELSE $3::timestamptz END "
+        "WHERE (id = ANY($1::text[]) AND state = 'RUNNING' AND (idle_since IS NULL "
+        "  OR $3::timestamptz - coalesce(idle_seen_at, idle_since) >= make_interval(secs => $4) "
+        "  OR ($3::timestamptz >= idle_since + make_interval(secs => idle_seconds) "
+        "      AND coalesce(idle_seen_at, idle_since) "
+        "          < idle_since + make_interval(secs => idle_seconds)))) "
         "OR (id = ANY($2::text[]) AND idle_since IS NOT NULL)",
-        TextArrayLiteral(idle_ids), TextArrayLiteral(busy_ids), SqlTime(now));
+        TextArrayLiteral(idle_ids), TextArrayLiteral(busy_ids), SqlTime(now),
+        absl::ToInt64Seconds(kIdleSeenEvery), absl::ToInt64Seconds(kIdleGap));
     return absl::OkStatus();
   });
 }
@@ -797,7 +811,8 @@ absl::StatusOr<std::vector<std::string>> AgentStore::StopIdleInstances(absl::Tim
     auto rows = txn.exec_params(
         "SELECT id, idle_seconds, idle_utilization_pct FROM instances "
         "WHERE state = 'RUNNING' AND idle_seconds > 0 AND idle_since IS NOT NULL "
-        "AND idle_since + make_interval(secs => idle_seconds) <= $1::timestamptz "
+        "AND idle_since + make_interval(secs => idle_seconds) <= idle_seen_at "
+        "AND idle_seen_at <= $1::timestamptz "
         "ORDER BY id FOR UPDATE",
         SqlTime(now));
     for (const auto& row : rows) {

@@ -191,6 +191,11 @@ class AgentStore {
   absl::StatusOr<std::vector<NodeGpuHolder>> RunningOnNode(const std::string& node_name);
   // Idle streaks from one telemetry batch: an idle batch starts the streak
   // (if none runs), a busy one ends it. `idle` maps instance id -> idle.
+  // A streak counts only the time telemetry saw it: an idle batch more than
+  // kIdleGap after the streak was last written moves its start forward by
+  // the silence (migration 0126).
+  static constexpr absl::Duration kIdleSeenEvery = absl::Seconds(15);
+  static constexpr absl::Duration kIdleGap = absl::Seconds(45);
   absl::Status UpdateIdleStreaks(const std::map<std::string, bool>& idle, absl::Time now);
   // Stops RUNNING instances whose idle streak reached their policy.
   absl::StatusOr<std::vector<std::string>> StopIdleInstances(absl::Time now);

@@ -83,5 +83,34 @@ TEST_F(IdleStreakTest, OnlyAStartOrAnEndWritesTheRow) {
   EXPECT_EQ(Row("ins-stop"), stopped);
 }
 
+// Goal: a streak counts only the time telemetry saw it. It was the time
+// since its first idle batch, so after an outage of svd or the database (the
+// busy batches lost), or while a node's telemetry was cut off, a busy
+// instance was stopped as soon as the monitor ran again.
+TEST_F(IdleStreakTest, AStreakDoesNotGrowWhileNoTelemetryArrives) {
+  Sql("UPDATE instances SET idle_seconds = 60, idle_utilization_pct = 10 WHERE id = 'ins-run'");
+  store::AgentStore agents(*db_);
+  auto stopped_at = [&](absl::Time t) {
+    auto stopped = agents.StopIdleInstances(t);
+    EXPECT_TRUE(stopped.ok()) << stopped.status();
+    return stopped.ok() && !stopped->empty();
+  };
+  ASSERT_TRUE(agents.UpdateIdleStreaks({{"ins-run", true}}, kT0).ok());
+  // Ten minutes with no telemetry: nothing says it stayed idle.
+  EXPECT_FALSE(stopped_at(kT0 + absl::Minutes(10)));
+  // Telemetry resumes, idle: the silence does not count, so a busy batch
+  // soon after still ends the streak in time.
+  absl::Time t = kT0 + absl::Minutes(10);
+  ASSERT_TRUE(agents.UpdateIdleStreaks({{"ins-run", true}}, t).ok());
+  EXPECT_EQ(Row("ins-run").first, absl::ToUnixSeconds(t));
+  EXPECT_FALSE(stopped_at(t + absl::Seconds(1)));
+  // Idle batches every second for the policy's minute: stopped.
+  for (int i = 1; i <= 60; ++i) {
+    ASSERT_TRUE(agents.UpdateIdleStreaks({{"ins-run", true}}, t + absl::Seconds(i)).ok());
+    if (i < 60) EXPECT_FALSE(stopped_at(t + absl::Seconds(i))) << i;
+  }
+  EXPECT_TRUE(stopped_at(t + absl::Seconds(60)));
+}
+
 }  // namespace
 }  // namespace sv::testing
