@@ -28,28 +28,68 @@ void TakePlacementLock(pqxx::work& txn) {
 
 namespace {
 
-// The instances of `ids` held back while a volume they write may still be
-// mounted on a node they left: started elsewhere, each would be that
-// volume's second writer (migration 0124; the partial index holds only
-// fenced rows). Instance -> why. With no ids, every waiting instance held.
+// Why some of the waiting instances `ids` are not decided on this pass
+// (docs/storage.md). Instance -> why.
+// - A volume it writes may still be mounted on a node it left: started
+//   elsewhere, it would be that volume's second writer (migration 0124; the
+//   partial index holds only fenced rows).
+// - It shares a node-local volume that is on no node yet with an instance
+//   ahead of it in the queue: the volume goes where that one is placed. Two
+//   such instances decided in one pass could be placed on two nodes; the
+//   second was then left out when the pass wrote, and if the pass had moved
+//   instances for it, the pass was rolled back, the same every time, and
+//   placed nothing for anyone.
 std::map<std::string, std::string> HeldForVolumes(pqxx::work& txn,
-                                                  const std::vector<std::string>* ids) {
+                                                  const std::vector<PendingRow>& pending) {
+  std::vector<std::string> ids;
+  for (const PendingRow& p : pending) ids.push_back(p.id);
   std::map<std::string, std::string> held;
+  std::multimap<std::string, std::string> unbound;  // Instance -> volume.
   for (const auto& row : txn.exec_params(
-           "SELECT DISTINCT ON (a.instance_id) a.instance_id, a.volume_id, "
+           "(SELECT DISTINCT ON (a.instance_id) a.instance_id, a.volume_id, "
            "  volume_fence_reason(a.fenced_nodes) FROM volume_attachments a "
-           "WHERE cardinality(a.fenced_nodes) > 0 AND NOT a.read_only "
-           "  AND a.state <> 'detaching' "
-           "  AND ($2 OR a.instance_id = ANY($1::text[])) "
-           "  AND EXISTS (SELECT 1 FROM instances i "
-           "              WHERE i.id = a.instance_id AND i.state = 'PENDING') "
-           "ORDER BY a.instance_id, a.volume_id",
-           TextArrayLiteral(ids != nullptr ? *ids : std::vector<std::string>{}),
-           ids == nullptr)) {
-    held[row[0].as<std::string>()] =
-        absl::StrCat("volume ", row[1].as<std::string>(), " is ", row[2].as<std::string>());
+           " WHERE cardinality(a.fenced_nodes) > 0 AND NOT a.read_only "
+           "  AND a.state <> 'detaching' AND a.instance_id = ANY($1::text[]) "
+           " ORDER BY a.instance_id, a.volume_id) "
+           "UNION ALL "
+           "(SELECT a.instance_id, a.volume_id, NULL FROM volume_attachments a "
+           " JOIN volumes v ON v.id = a.volume_id "
+           " WHERE a.instance_id = ANY($1::text[]) AND v.kind = 'node_local' "
+           "  AND v.node_id IS NULL)",
+           TextArrayLiteral(ids))) {
+    if (row[2].is_null()) {
+      unbound.emplace(row[0].as<std::string>(), row[1].as<std::string>());
+    } else {
+      held[row[0].as<std::string>()] =
+          absl::StrCat("volume ", row[1].as<std::string>(), " is ", row[2].as<std::string>());
+    }
+  }
+  if (unbound.empty()) return held;
+  std::map<std::string, std::string> first;  // Volume -> its first instance, queue order.
+  for (const PendingRow& p : pending) {
+    if (held.count(p.id)) continue;
+    auto [from, to] = unbound.equal_range(p.id);
+    for (auto it = from; it != to; ++it) {
+      auto [claim, fresh] = first.try_emplace(it->second, p.id);
+      if (!fresh && !held.count(p.id)) {
+        held[p.id] = absl::StrCat("volume ", it->second, " is node-local and on no node yet: ",
+                                  "it goes to the node instance ", claim->second,
+                                  " is placed on first");
+      }
+    }
   }
   return held;
+}
+
+// How many waiting instances are held for a fenced volume, in the whole
+// queue.
+int FencedStarts(pqxx::work& txn) {
+  return txn
+      .exec("SELECT count(DISTINCT a.instance_id) FROM volume_attachments a "
+            "WHERE cardinality(a.fenced_nodes) > 0 AND NOT a.read_only "
+            "  AND a.state <> 'detaching' AND EXISTS (SELECT 1 FROM instances i "
+            "  WHERE i.id = a.instance_id AND i.state = 'PENDING')")[0][0]
+      .as<int>();
 }
 
 void ReadQueueHead(pqxx::work& txn, int limit, FleetView& view) {
@@ -72,16 +112,14 @@ void ReadQueueHead(pqxx::work& txn, int limit, FleetView& view) {
 void LoadPending(pqxx::work& txn, int queue_max, FleetView& view) {
   ReadQueueHead(txn, queue_max, view);
   if (view.pending.empty()) return;
-  std::vector<std::string> ids;
-  for (const PendingRow& p : view.pending) ids.push_back(p.id);
-  std::map<std::string, std::string> held = HeldForVolumes(txn, &ids);
-  // Held starts are not decided on, so they must not take the head's rows
-  // from those that can be: a dead node's instances started again may be
-  // hundreds. A full head with some held is read again, longer by every
-  // held start in the queue.
-  if (!held.empty() && static_cast<int>(ids.size()) >= queue_max) {
-    held = HeldForVolumes(txn, nullptr);
-    ReadQueueHead(txn, queue_max + static_cast<int>(held.size()), view);
+  std::map<std::string, std::string> held = HeldForVolumes(txn, view.pending);
+  // Starts held for a fenced volume are not decided on, so they must not
+  // take the head's rows from those that can be: a dead node's instances
+  // started again may be hundreds. A full head with some held is read
+  // again, longer by every such start in the queue.
+  if (!held.empty() && static_cast<int>(view.pending.size()) >= queue_max) {
+    ReadQueueHead(txn, queue_max + FencedStarts(txn), view);
+    held = HeldForVolumes(txn, view.pending);
   }
   for (PendingRow& p : view.pending) {
     if (auto it = held.find(p.id); it != held.end()) p.held_reason = it->second;

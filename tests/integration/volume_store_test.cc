@@ -431,12 +431,70 @@ TEST_F(VolumeStoreTest, AnUnboundNodeLocalVolumeKeepsItsInstancesOnOneNode) {
   ASSERT_TRUE(scheduling.RunPass(now_).ok());
   EXPECT_EQ(State(ids[0]), "SCHEDULED");
   EXPECT_EQ(State(ids[1]), "PENDING");
+  EXPECT_NE(StateReason(ids[1]).find("is node-local and on no node yet"), std::string::npos)
+      << StateReason(ids[1]);
   EXPECT_EQ(Query(absl::StrCat("SELECT node_id FROM volumes WHERE id = '", local->record.id,
                                "'"))[0][0]
                 .as<std::string>(),
             NodeOf(ids[0]));
   ASSERT_TRUE(scheduling.RunPass(now_).ok());
   EXPECT_EQ(State(ids[1]), "PENDING") << StateReason(ids[1]);
+}
+
+// Goal: two waiting instances of one node-local volume on no node yet are
+// not decided on in one pass. They could be placed on two nodes; the pass
+// then left the second out when it wrote, and when it had moved instances
+// to make room for it, it was rolled back (MOVE_RACED), the same on every
+// pass: nothing was placed for anyone.
+TEST_F(VolumeStoreTest, SharersOfAnUnboundNodeLocalVolumeDoNotStallThePass) {
+  ASSERT_TRUE(sv::testing::AddSimulatedNodes(*store_, 3, 1, now_).ok());
+  sv::testing::ExecSql(url_, "UPDATE nodes SET fences_mounts = true");
+  // Halves of node-0 and node-1, movable and running for an hour; node-2
+  // is free.
+  std::vector<std::string> smalls;
+  for (const char* name : {"m1", "m2", "m3", "m4"}) {
+    auto created = store_->CreateInstance(tenant_, {name, 4, "RTX 4090", "ubuntu"},
+                                          absl::StrCat("r-", name), absl::StrCat("f-", name),
+                                          now_);
+    ASSERT_TRUE(created.ok()) << created.status();
+    smalls.push_back(created->id);
+  }
+  control::Scheduling scheduling(*db_, control::SchedulingOptions{});
+  ASSERT_TRUE(scheduling.RunPass(now_).ok());
+  ASSERT_EQ(NodeOf(smalls[0]), NodeOf(smalls[1]));
+  ASSERT_EQ(NodeOf(smalls[2]), NodeOf(smalls[3]));
+  ASSERT_TRUE(store_->DeleteInstance(tenant_, smalls[1], now_).ok());
+  ASSERT_TRUE(store_->DeleteInstance(tenant_, smalls[3], now_).ok());
+  sv::testing::ExecSql(url_, absl::StrCat(
+      "UPDATE instances SET state = 'RUNNING', movable = true, "
+      "running_since = to_timestamp(", absl::ToUnixSeconds(now_ - absl::Hours(1)), ") "
+      "WHERE id IN ('", smalls[0], "', '", smalls[2], "')"));
+
+  VolumeSpec spec{"shared-local", 10, VolumeKind::kNodeLocal, true, ""};
+  auto local = volumes_->Create(tenant_, spec, "v-shared-local", "f-shared-local", now_);
+  ASSERT_TRUE(local.ok()) << local.status();
+  std::vector<std::string> ids;
+  for (const char* name : {"first", "second"}) {
+    auto created = store_->CreateInstance(tenant_, {name, 8, "RTX 4090", "ubuntu"},
+                                          absl::StrCat("r-", name), absl::StrCat("f-", name),
+                                          now_);
+    ASSERT_TRUE(created.ok()) << created.status();
+    ids.push_back(created->id);
+    ASSERT_TRUE(
+        volumes_->Attach(tenant_, local->record.id, created->id, true, "/mnt/shared", now_)
+            .ok());
+  }
+  auto pass = scheduling.RunPass(now_);
+  ASSERT_TRUE(pass.ok()) << pass.status();
+  EXPECT_EQ(State(ids[0]), "SCHEDULED") << StateReason(ids[0]);
+  EXPECT_EQ(State(ids[1]), "PENDING");
+  EXPECT_NE(StateReason(ids[1]).find("waiting for its volume: volume " + local->record.id +
+                                     " is node-local and on no node yet"),
+            std::string::npos)
+      << StateReason(ids[1]);
+  pass = scheduling.RunPass(now_);
+  ASSERT_TRUE(pass.ok()) << pass.status();
+  EXPECT_EQ(State(ids[1]), "PENDING") << "its volume's node is full";
 }
 
 // Goal: an instance that a node-local volume is moving to is not grown
