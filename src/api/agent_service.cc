@@ -253,6 +253,7 @@ class AgentSession {
     node.simulated = registration.driver() == "simulated";
     node.fences_mounts = registration.reports_complete_lists();
     node.connection_id = connection_id_;
+    numbers_sets_ = registration.reports_complete_lists();
     auto node_id = api_.agents.RegisterNode(node, api_.clock.Now());
     if (!node_id.ok()) return ToGrpcStatus(node_id.status());
     node_id_ = *node_id;
@@ -416,8 +417,9 @@ class AgentSession {
         // Only lists that reflect the last set sent: one in flight may name
         // an instance they do not, which the agent is about to start.
         std::optional<std::vector<std::string>> listed;
-        if (m.heartbeat().lists_complete() &&
-            api_.IsLastSetSent(node_id_, m.heartbeat().applied_set_number())) {
+        const bool of_last_set =
+            api_.IsLastSetSent(node_id_, m.heartbeat().applied_set_number());
+        if (m.heartbeat().lists_complete() && of_last_set) {
           listed.emplace(m.heartbeat().running_instance_ids().begin(),
                          m.heartbeat().running_instance_ids().end());
           listed->insert(listed->end(), m.heartbeat().desired_instance_ids().begin(),
@@ -429,7 +431,12 @@ class AgentSession {
           context_.TryCancel();
           return;
         }
-        ConfirmRunning(m.heartbeat().running_instance_ids());
+        // The same for what it confirms: a heartbeat composed before the
+        // agent took in a set that started an instance again (a stop and a
+        // start on this node) lists the old run's process, which confirmed
+        // the new run before it was started. Agents that number their sets
+        // are believed only of the last set; others as before.
+        if (of_last_set || !numbers_sets_) ConfirmRunning(m.heartbeat().running_instance_ids());
         return;
       }
       case v1::AgentMessage::kReport:
@@ -525,6 +532,9 @@ class AgentSession {
   // fences (a heartbeat left queued on one the agent has moved on from
   // may predate a set another replica sent since).
   const std::string connection_id_ = NewId("conn", 22);
+  // The agent echoes set numbers in its heartbeats (it says it reports
+  // complete lists, which came with them).
+  bool numbers_sets_ = false;
   std::set<std::pair<std::string, std::string>> ever_sent_mounts_;  // (instance, volume)
   std::mutex write_mutex_;
   AgentApi::Impl::DesiredSignal::Bell bell_;

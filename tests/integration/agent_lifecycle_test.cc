@@ -971,6 +971,37 @@ TEST_F(AgentLifecycleTest, OnlyListsOfTheLastSetSentEndAFence) {
   (void)agent.stream->Finish();
 }
 
+// Goal: a heartbeat confirms what runs only when it reflects the last set
+// svd sent. One composed before the agent took in the set that started an
+// instance (after a stop, on the same node) lists the old run's process:
+// it made the new run RUNNING, and billed, before it was started.
+TEST_F(AgentLifecycleTest, OnlyHeartbeatsOfTheLastSetSentConfirmWhatRuns) {
+  RawAgent agent;
+  ASSERT_NO_FATAL_FAILURE(
+      ConnectRegistered("node-a", &agent, std::chrono::seconds(30), false, true));
+  v1::DesiredInstances before;
+  ASSERT_TRUE(NextSet(
+      agent, [](const v1::DesiredInstances& d) { return d.instances_size() == 0; }, &before));
+  const Instance created = Create(2);
+  v1::DesiredInstances with;
+  ASSERT_TRUE(NextSet(
+      agent, [](const v1::DesiredInstances& d) { return d.instances_size() == 1; }, &with));
+  ASSERT_EQ(Get(created.id()).state(), v1::STARTING);
+
+  v1::AgentMessage heartbeat;
+  heartbeat.mutable_heartbeat()->add_running_instance_ids(created.id());
+  heartbeat.mutable_heartbeat()->set_lists_complete(true);
+  heartbeat.mutable_heartbeat()->set_applied_set_number(before.set_number());
+  ASSERT_TRUE(agent.stream->Write(heartbeat));
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));  // A bound, not a timing.
+  EXPECT_EQ(Get(created.id()).state(), v1::STARTING) << "an older set's heartbeat confirmed it";
+  heartbeat.mutable_heartbeat()->set_applied_set_number(with.set_number());
+  ASSERT_TRUE(agent.stream->Write(heartbeat));
+  EXPECT_TRUE(WaitForState(created.id(), v1::RUNNING));
+  agent.context->TryCancel();
+  (void)agent.stream->Finish();
+}
+
 // A report that arrives after the instance changed (here: started, then
 // deleted while the agent's report was on its way) is not the agent's
 // fault: svd neither answers it with an error nor logs it as a bad
