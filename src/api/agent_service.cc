@@ -425,7 +425,9 @@ class AgentSession {
           listed->insert(listed->end(), m.heartbeat().desired_instance_ids().begin(),
                          m.heartbeat().desired_instance_ids().end());
         }
-        auto alive = api_.agents.Heartbeat(node_id_, now, listed, connection_id_);
+        auto alive = api_.agents.Heartbeat(
+            node_id_, now, listed, connection_id_,
+            numbers_sets_ ? std::optional<bool>(m.heartbeat().lists_complete()) : std::nullopt);
         if (alive.ok() && !*alive) {
           node_down_ = true;
           context_.TryCancel();

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "common/ids.h"
 #include "common/status.h"
+#include "spdlog/spdlog.h"
 #include "store/instance_events.h"
 #include "store/scheduling_store.h"
 #include "store/sql_arrays.h"
@@ -237,26 +238,41 @@ absl::StatusOr<std::string> AgentStore::RegisterNode(const NodeRecord& node, abs
 
 absl::StatusOr<bool> AgentStore::Heartbeat(
     const std::string& node_id, absl::Time now,
-    const std::optional<std::vector<std::string>>& listed, const std::string& connection_id) {
+    const std::optional<std::vector<std::string>>& listed, const std::string& connection_id,
+    std::optional<bool> runtime_listed) {
   bool alive = false;
+  bool began_failing = false;
   SV_RETURN_IF_ERROR(db_.Transact([&](pqxx::work& txn) {
     // A heartbeat after the node was declared down does not revive it. The
     // fences are looked at in the same round trip; the partial index says
     // at once when no volume is fenced anywhere. Only the node's latest
     // connection ends them (migration 0125).
+    // Whether its runtime could be listed, when the agent says (migration
+    // 0127): the queue pass places nothing on a node that cannot.
     pqxx::row row = txn.exec_params1(
-        "WITH hb AS (UPDATE nodes SET last_heartbeat_at = $2::timestamptz "
+        "WITH hb AS (UPDATE nodes SET last_heartbeat_at = $2::timestamptz, "
+        "  runtime_failing_since = CASE WHEN $6 = '' THEN runtime_failing_since "
+        "    WHEN $6 = 't' THEN NULL ELSE coalesce(runtime_failing_since, $2::timestamptz) END "
         "  WHERE id = $1 AND state <> 'down' "
-        "  RETURNING agent_connection IS NOT DISTINCT FROM NULLIF($5, '') AS latest) "
+        "  RETURNING agent_connection IS NOT DISTINCT FROM NULLIF($5, '') AS latest, "
+        "    runtime_failing_since = $2::timestamptz AS began_failing) "
         "SELECT EXISTS (SELECT 1 FROM hb), (SELECT volume_attachments_unfence($1, "
         "  $4::text[], $2::timestamptz) WHERE $3 AND EXISTS (SELECT 1 FROM hb WHERE latest) "
         "  AND EXISTS (SELECT 1 FROM volume_attachments WHERE cardinality(fenced_nodes) > 0 "
-        "   AND fenced_nodes @> ARRAY[$1]))",
+        "   AND fenced_nodes @> ARRAY[$1])), "
+        "  coalesce((SELECT began_failing FROM hb), false)",
         node_id, SqlTime(now), listed.has_value(),
-        TextArrayLiteral(listed.value_or(std::vector<std::string>{})), connection_id);
+        TextArrayLiteral(listed.value_or(std::vector<std::string>{})), connection_id,
+        std::string(!runtime_listed.has_value() ? "" : *runtime_listed ? "t" : "f"));
     alive = row[0].as<bool>();
+    began_failing = row[2].as<bool>();
     return absl::OkStatus();
   }));
+  if (began_failing) {
+    spdlog::warn("agent: node {} cannot list its container runtime; nothing is placed there "
+                 "until it can",
+                 node_id);
+  }
   return alive;
 }
 

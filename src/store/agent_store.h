@@ -135,10 +135,14 @@ class AgentStore {
   // the fences of the node on the volumes of every other instance end
   // (migration 0124), if `connection_id` is that of the node's latest
   // registration (NodeRecord::connection_id, migration 0125).
+  // `runtime_listed`, when the agent says, is whether it could list its
+  // container runtime: a node that cannot is given no placements
+  // (migration 0127).
   absl::StatusOr<bool> Heartbeat(const std::string& node_id, absl::Time now,
                                  const std::optional<std::vector<std::string>>& listed =
                                      std::nullopt,
-                                 const std::string& connection_id = "");
+                                 const std::string& connection_id = "",
+                                 std::optional<bool> runtime_listed = std::nullopt);
 
   // The instances that must run on the node. Instances still SCHEDULED move
   // to STARTING here, because this is the moment their agent is told.

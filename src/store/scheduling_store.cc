@@ -127,9 +127,12 @@ void LoadPending(pqxx::work& txn, int queue_max, FleetView& view) {
 }
 
 void LoadFleet(pqxx::work& txn, FleetView& view) {
+  // A node whose agent cannot list its container runtime could start
+  // nothing placed there (migration 0127): for placement it is down.
   for (const auto& row : txn.exec(
-           "SELECT id, name, zone, pod, leaf_switch, gpu_count, state FROM nodes "
-           "ORDER BY name")) {
+           "SELECT id, name, zone, pod, leaf_switch, gpu_count, "
+           "  CASE WHEN runtime_failing_since IS NOT NULL THEN 'down' ELSE state END "
+           "FROM nodes ORDER BY name")) {
     view.nodes.push_back({row[0].as<std::string>(), row[1].as<std::string>(),
                           row[2].as<std::string>(), row[3].as<std::string>(),
                           row[4].as<std::string>(), row[5].as<int>(),

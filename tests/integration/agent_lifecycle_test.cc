@@ -1002,6 +1002,40 @@ TEST_F(AgentLifecycleTest, OnlyHeartbeatsOfTheLastSetSentConfirmWhatRuns) {
   (void)agent.stream->Finish();
 }
 
+// Goal: a node whose agent cannot list its container runtime gets no new
+// instances. Its heartbeats kept it ready, and instances placed there stayed
+// STARTING for good: the agent could start none. Once the runtime answers
+// again, the node takes placements.
+TEST_F(AgentLifecycleTest, ANodeWhoseRuntimeCannotBeListedGetsNoPlacements) {
+  RawAgent agent;
+  ASSERT_NO_FATAL_FAILURE(
+      ConnectRegistered("node-a", &agent, std::chrono::seconds(30), false, true));
+  v1::AgentMessage failing;
+  failing.mutable_heartbeat();  // Lists not complete: the runtime could not be listed.
+  ASSERT_TRUE(agent.stream->Write(failing));
+  pqxx::connection db(database_url_);
+  ASSERT_TRUE(WaitFor([&] {
+    pqxx::work t(db);
+    return !t.exec1("SELECT runtime_failing_since IS NULL FROM nodes WHERE name = 'node-a'")[0]
+                .as<bool>();
+  }));
+  const Instance created = Create(2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));  // A bound, not a timing.
+  const Instance waiting = Get(created.id());
+  EXPECT_EQ(waiting.state(), v1::PENDING);
+  EXPECT_NE(waiting.state_reason().find("1 node down"), std::string::npos) << waiting.state_reason();
+
+  v1::AgentMessage healthy;
+  healthy.mutable_heartbeat()->set_lists_complete(true);
+  ASSERT_TRUE(agent.stream->Write(healthy));
+  v1::DesiredInstances with;
+  ASSERT_TRUE(NextSet(
+      agent, [](const v1::DesiredInstances& d) { return d.instances_size() == 1; }, &with));
+  EXPECT_EQ(Get(created.id()).state(), v1::STARTING);
+  agent.context->TryCancel();
+  (void)agent.stream->Finish();
+}
+
 // A report that arrives after the instance changed (here: started, then
 // deleted while the agent's report was on its way) is not the agent's
 // fault: svd neither answers it with an error nor logs it as a bad
