@@ -170,6 +170,32 @@ class BillingTest : public ::testing::Test {
     return out;
   }
 
+  // An event of `id` at `at` (Unix seconds) older than the instance's
+  // latest, as a late report records it: the trigger that keeps live
+  // writers' ends after their starts would move it. With `resize_to`, a
+  // resize from `resize_from` GPUs at the same time.
+  void InsertLateEvent(const std::string& id, int64_t at, const std::string& from,
+                       const std::string& to, const std::string& reason, int resize_from = 0,
+                       int resize_to = 0) {
+    ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
+      txn.exec("ALTER TABLE instance_events DISABLE TRIGGER "
+               "instance_events_running_end_not_before_start");
+      txn.exec_params(
+          "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) VALUES "
+          "($1, to_timestamp($2), $3, $4, $5)",
+          id, at, from, to, reason);
+      if (resize_to > 0) {
+        txn.exec_params(
+            "INSERT INTO instance_resizes (instance_id, at, from_gpu_count, to_gpu_count) "
+            "VALUES ($1, to_timestamp($2), $3, $4)",
+            id, at, resize_from, resize_to);
+      }
+      txn.exec("ALTER TABLE instance_events ENABLE TRIGGER "
+               "instance_events_running_end_not_before_start");
+      return absl::OkStatus();
+    }).ok());
+  }
+
   void ExpectAuditClean(Billing& billing) {
     auto failures = billing.Audit();
     ASSERT_TRUE(failures.ok()) << failures.status();
@@ -2380,22 +2406,8 @@ TEST_F(BillingTest, LateCorrectionsOfAnUnpaidTenantKeepItsShortfallExact) {
   ExpectAuditClean(billing);
 
   // Recorded now: it was resized to 4 GPUs at t0+30m30s, in minute m0+30.
-  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
-    // The event is older than the instance's latest; the trigger that keeps
-    // live writers' ends after their starts would move it.
-    txn.exec("ALTER TABLE instance_events DISABLE TRIGGER "
-             "instance_events_running_end_not_before_start");
-    const int64_t at = absl::ToUnixSeconds(t0 + absl::Minutes(30) + absl::Seconds(30));
-    txn.exec_params(
-        "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) VALUES "
-        "($1, to_timestamp($2), 'RUNNING', 'RUNNING', 'late resize')", id, at);
-    txn.exec_params(
-        "INSERT INTO instance_resizes (instance_id, at, from_gpu_count, to_gpu_count) "
-        "VALUES ($1, to_timestamp($2), 8, 4)", id, at);
-    txn.exec("ALTER TABLE instance_events ENABLE TRIGGER "
-             "instance_events_running_end_not_before_start");
-    return absl::OkStatus();
-  }).ok());
+  InsertLateEvent(id, absl::ToUnixSeconds(t0 + absl::Minutes(30) + absl::Seconds(30)),
+                  "RUNNING", "RUNNING", "late resize", 8, 4);
   clock_.Advance(absl::Minutes(1));
   result = billing.RunOnce(clock_.Now());
   ASSERT_TRUE(result.ok()) << result.status();
@@ -2456,17 +2468,7 @@ TEST_F(BillingTest, AnAppsCappedMinuteEndedLateKeepsTheAuditClean) {
   ExpectAuditClean(billing);
 
   // Recorded now: it ended in the minute before the capped one.
-  ASSERT_TRUE(db_->Transact([&](pqxx::work& txn) {
-    txn.exec("ALTER TABLE instance_events DISABLE TRIGGER "
-             "instance_events_running_end_not_before_start");
-    txn.exec_params(
-        "INSERT INTO instance_events (instance_id, at, from_state, to_state, reason) VALUES "
-        "($1, to_timestamp($2), 'RUNNING', 'STOPPED', 'late report')",
-        id, capped * 60 - 10);
-    txn.exec("ALTER TABLE instance_events ENABLE TRIGGER "
-             "instance_events_running_end_not_before_start");
-    return absl::OkStatus();
-  }).ok());
+  InsertLateEvent(id, capped * 60 - 10, "RUNNING", "STOPPED", "late report");
   clock_.Advance(absl::Minutes(1));
   auto result = billing.RunOnce(clock_.Now());
   ASSERT_TRUE(result.ok()) << result.status();

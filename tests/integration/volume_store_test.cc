@@ -70,6 +70,28 @@ class VolumeStoreTest : public ::testing::Test {
     return created.ok() ? created->record.id : "";
   }
 
+  // A read-many node-local volume on no node yet, attached read-only at
+  // /mnt/shared to new waiting 8-GPU instances named `names` (their ids
+  // go to `ids`). Returns the volume's id.
+  std::string SharedLocalVolume(const std::vector<std::string>& names,
+                                std::vector<std::string>* ids) {
+    VolumeSpec spec{"shared-local", 10, VolumeKind::kNodeLocal, true, ""};
+    auto local = volumes_->Create(tenant_, spec, "v-shared-local", "f-shared-local", now_);
+    EXPECT_TRUE(local.ok()) << local.status();
+    if (!local.ok()) return "";
+    for (const std::string& name : names) {
+      auto created = store_->CreateInstance(tenant_, {name, 8, "RTX 4090", "ubuntu"},
+                                            "r-" + name, "f-" + name, now_);
+      EXPECT_TRUE(created.ok()) << created.status();
+      if (!created.ok()) continue;
+      ids->push_back(created->id);
+      EXPECT_TRUE(
+          volumes_->Attach(tenant_, local->record.id, created->id, true, "/mnt/shared", now_)
+              .ok());
+    }
+    return local->record.id;
+  }
+
   pqxx::result Query(const std::string& sql) {
     pqxx::connection c(url_);
     pqxx::nontransaction n(c);
@@ -413,27 +435,16 @@ TEST_F(VolumeStoreTest, AnAttachDuringAPassKeepsTheInstanceOnTheVolumesNode) {
 // other node, waits. Both used to be placed, on two nodes, and the second
 // ran without its data.
 TEST_F(VolumeStoreTest, AnUnboundNodeLocalVolumeKeepsItsInstancesOnOneNode) {
-  VolumeSpec spec{"shared-local", 10, VolumeKind::kNodeLocal, true, ""};
-  auto local = volumes_->Create(tenant_, spec, "v-shared-local", "f-shared-local", now_);
-  ASSERT_TRUE(local.ok()) << local.status();
   std::vector<std::string> ids;
-  for (const char* name : {"p1", "p2"}) {
-    auto created = store_->CreateInstance(tenant_, {name, 8, "RTX 4090", "ubuntu"},
-                                          absl::StrCat("r-", name), absl::StrCat("f-", name),
-                                          now_);
-    ASSERT_TRUE(created.ok()) << created.status();
-    ids.push_back(created->id);
-    ASSERT_TRUE(
-        volumes_->Attach(tenant_, local->record.id, created->id, true, "/mnt/shared", now_)
-            .ok());
-  }
+  const std::string local = SharedLocalVolume({"p1", "p2"}, &ids);
+  ASSERT_EQ(ids.size(), 2u);
   control::Scheduling scheduling(*db_, control::SchedulingOptions{});
   ASSERT_TRUE(scheduling.RunPass(now_).ok());
   EXPECT_EQ(State(ids[0]), "SCHEDULED");
   EXPECT_EQ(State(ids[1]), "PENDING");
   EXPECT_NE(StateReason(ids[1]).find("is node-local and on no node yet"), std::string::npos)
       << StateReason(ids[1]);
-  EXPECT_EQ(Query(absl::StrCat("SELECT node_id FROM volumes WHERE id = '", local->record.id,
+  EXPECT_EQ(Query(absl::StrCat("SELECT node_id FROM volumes WHERE id = '", local,
                                "'"))[0][0]
                 .as<std::string>(),
             NodeOf(ids[0]));
@@ -470,25 +481,14 @@ TEST_F(VolumeStoreTest, SharersOfAnUnboundNodeLocalVolumeDoNotStallThePass) {
       "running_since = to_timestamp(", absl::ToUnixSeconds(now_ - absl::Hours(1)), ") "
       "WHERE id IN ('", smalls[0], "', '", smalls[2], "')"));
 
-  VolumeSpec spec{"shared-local", 10, VolumeKind::kNodeLocal, true, ""};
-  auto local = volumes_->Create(tenant_, spec, "v-shared-local", "f-shared-local", now_);
-  ASSERT_TRUE(local.ok()) << local.status();
   std::vector<std::string> ids;
-  for (const char* name : {"first", "second"}) {
-    auto created = store_->CreateInstance(tenant_, {name, 8, "RTX 4090", "ubuntu"},
-                                          absl::StrCat("r-", name), absl::StrCat("f-", name),
-                                          now_);
-    ASSERT_TRUE(created.ok()) << created.status();
-    ids.push_back(created->id);
-    ASSERT_TRUE(
-        volumes_->Attach(tenant_, local->record.id, created->id, true, "/mnt/shared", now_)
-            .ok());
-  }
+  const std::string local = SharedLocalVolume({"first", "second"}, &ids);
+  ASSERT_EQ(ids.size(), 2u);
   auto pass = scheduling.RunPass(now_);
   ASSERT_TRUE(pass.ok()) << pass.status();
   EXPECT_EQ(State(ids[0]), "SCHEDULED") << StateReason(ids[0]);
   EXPECT_EQ(State(ids[1]), "PENDING");
-  EXPECT_NE(StateReason(ids[1]).find("waiting for its volume: volume " + local->record.id +
+  EXPECT_NE(StateReason(ids[1]).find("waiting for its volume: volume " + local +
                                      " is node-local and on no node yet"),
             std::string::npos)
       << StateReason(ids[1]);
