@@ -164,7 +164,7 @@ class Agent::Session {
                                            : before->second.volumes != instance.volumes);
           if (mounts_changed) mounts_told_[a.instance_id()] = ++mounts_told_count_;
         }
-        applied_set_number_ = m.desired().set_number();
+        received_set_number_ = m.desired().set_number();
         desired_changed_ = true;
         have_desired_ = true;
         lock.unlock();
@@ -438,9 +438,11 @@ class Agent::Session {
 
   bool Reconcile(Stream& stream, bool desired_changed) {
     std::map<std::string, RuntimeInstance> desired;
+    uint64_t set_number = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       desired = desired_;
+      set_number = received_set_number_;
     }
     auto list = a_.driver_->List();
     if (!list.ok()) {
@@ -574,6 +576,12 @@ class Agent::Session {
       if (!a_.ended_.count(id)) busy.insert(instance.gpu_indices.begin(), instance.gpu_indices.end());
     }
     if (auto* sim = dynamic_cast<SimulatedTelemetry*>(a_.telemetry_.get())) sim->SetBusyGpus(busy);
+    // Heartbeats echo this set from now on: its stops and starts are done.
+    // Echoed as soon as it arrived, a heartbeat listing the runtime before
+    // this pass applied it said a process of an old run was of the set's,
+    // and svd confirmed (and billed) a new run before it was started.
+    std::lock_guard<std::mutex> lock(mutex_);
+    applied_set_number_ = set_number;
     return true;
   }
 
@@ -603,7 +611,8 @@ class Agent::Session {
   std::map<std::string, RuntimeInstance> desired_;
   bool desired_changed_ = false;
   bool have_desired_ = false;  // This connection's first desired set came.
-  uint64_t applied_set_number_ = 0;  // Of desired_ (DesiredInstances.set_number).
+  uint64_t received_set_number_ = 0;  // Of desired_ (DesiredInstances.set_number).
+  uint64_t applied_set_number_ = 0;   // Of the last set a Reconcile pass applied.
   bool stream_ended_ = false;  // The reader saw the stream end.
   // A pass stopped an instance svd no longer wants; the next heartbeat
   // goes at once (the loop's thread only).

@@ -277,7 +277,11 @@ class AgentSession {
         static_cast<int>(absl::ToInt64Milliseconds(api_.options.telemetry_interval)));
     registered.mutable_registered()->set_accepts_report_batches(true);
     if (!Write(registered)) return grpc::Status::OK;
-    ConfirmRunning(registration.running_instance_ids());
+    // What runs, as the agent found it before any set of this connection:
+    // an agent that numbers its sets confirms through them instead (its
+    // first set's pass reports STARTED for what runs unconfirmed), since
+    // this list may hold an old run's process of an instance started again.
+    if (!numbers_sets_) ConfirmRunning(registration.running_instance_ids());
     api_.desired_signal.Add(node_id_, &bell_);
     std::thread poller([this] { PollDesired(); });
     v1::AgentMessage message;

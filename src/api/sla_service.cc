@@ -509,7 +509,7 @@ absl::Status SlaApi::Impl::IngestBatch(const std::string& node,
       const store::NodeGpuHolder& row = *holders.target_rows[t];
       idle[row.instance_id] = sum < static_cast<int64_t>(row.idle_utilization_pct) * samples;
     }
-    absl::Status s = agents.UpdateIdleStreaks(idle, now);
+    absl::Status s = agents.UpdateIdleStreaks(idle, now, options.telemetry_interval);
     if (!s.ok()) spdlog::warn("sla: node {}: idle streaks not updated: {}", node, s.ToString());
   }
   return absl::OkStatus();

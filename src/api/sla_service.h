@@ -26,6 +26,9 @@ struct SlaApiOptions {
   // Takes every GPU sample's utilization per node and hour (dashboard);
   // may be null.
   sla::FleetUtilization* fleet_utilization = nullptr;
+  // How often agents send telemetry (svd --agent-telemetry-interval-ms): a
+  // silence in an idle streak is judged against it.
+  absl::Duration telemetry_interval = absl::Seconds(10);
 };
 
 class SlaApi {

@@ -310,6 +310,7 @@ int RunServer(const ServerOptions& options) {
   sla::FleetUtilization fleet_utilization(db, clock, sla_options.checkpoint_interval);
   api::SlaApiOptions sla_api_options;
   sla_api_options.fleet_utilization = &fleet_utilization;
+  sla_api_options.telemetry_interval = agent_options.telemetry_interval;
   api::SlaApi sla_api(store, clock, sla_runtime, agent_api, api_deps.auth, fake_clock.get(),
                       sla_api_options);
 

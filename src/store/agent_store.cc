@@ -224,6 +224,7 @@ absl::StatusOr<std::string> AgentStore::RegisterNode(const NodeRecord& node, abs
         "leaf_switch = EXCLUDED.leaf_switch, gpu_model = EXCLUDED.gpu_model, "
         "gpu_count = EXCLUDED.gpu_count, simulated = EXCLUDED.simulated, "
         "fences_mounts = EXCLUDED.fences_mounts, agent_connection = EXCLUDED.agent_connection, "
+        "runtime_failing_since = NULL, "
         "last_heartbeat_at = EXCLUDED.last_heartbeat_at, "
         "state = CASE WHEN nodes.state = 'down' THEN coalesce(nodes.state_when_back, 'ready') "
         "ELSE nodes.state END, state_when_back = NULL "
@@ -251,8 +252,8 @@ absl::StatusOr<bool> AgentStore::Heartbeat(
     // 0127): the queue pass places nothing on a node that cannot.
     pqxx::row row = txn.exec_params1(
         "WITH hb AS (UPDATE nodes SET last_heartbeat_at = $2::timestamptz, "
-        "  runtime_failing_since = CASE WHEN $6 = '' THEN runtime_failing_since "
-        "    WHEN $6 = 't' THEN NULL ELSE coalesce(runtime_failing_since, $2::timestamptz) END "
+        "  runtime_failing_since = CASE WHEN $6 = 'f' "
+        "    THEN coalesce(runtime_failing_since, $2::timestamptz) END "
         "  WHERE id = $1 AND state <> 'down' "
         "  RETURNING agent_connection IS NOT DISTINCT FROM NULLIF($5, '') AS latest, "
         "    runtime_failing_since = $2::timestamptz AS began_failing) "
@@ -788,7 +789,11 @@ absl::StatusOr<std::vector<NodeGpuHolder>> AgentStore::RunningOnNode(
 }
 
 absl::Status AgentStore::UpdateIdleStreaks(const std::map<std::string, bool>& idle,
-                                           absl::Time now) {
+                                           absl::Time now, absl::Duration telemetry_interval) {
+  // Longer than the writes' spacing plus a batch interval, so a streak
+  // reported without pause is never taken for one with a silence.
+  const absl::Duration gap =
+      std::max(kIdleGap, kIdleSeenEvery + 3 * telemetry_interval);
   if (idle.empty()) return absl::OkStatus();
   std::vector<std::string> idle_ids, busy_ids;
   for (const auto& [id, is_idle] : idle) (is_idle ? idle_ids : busy_ids).push_back(id);
@@ -796,10 +801,11 @@ absl::Status AgentStore::UpdateIdleStreaks(const std::map<std::string, bool>& id
     // The streak starts at the first idle batch and ends at a busy one; it
     // counts only the time telemetry saw it (migration 0126): idle_seen_at
     // is when an idle batch last said it goes on, and an idle batch after a
-    // silence of more than kIdleGap moves the start forward by the
-    // silence. Every node sends a batch a second or so, so a streak in
-    // progress writes its row only every kIdleSeenEvery, and once more when
-    // it has lasted its policy's duration, for the monitor to stop it.
+    // silence of more than `gap` moves the start forward by the silence.
+    // Every node sends a batch every few seconds (10 s by default), so a
+    // streak in progress writes its row only at the first batch at least
+    // kIdleSeenEvery after the last write, and once more when it has lasted
+    // its policy's duration, for the monitor to stop it.
     txn.exec_params(
         "UPDATE instances SET "
         "idle_since = CASE WHEN id = ANY($2::text[]) THEN NULL "
@@ -815,7 +821,7 @@ absl::Status AgentStore::UpdateIdleStreaks(const std::map<std::string, bool>& id
         "          < idle_since + make_interval(secs => idle_seconds)))) "
         "OR (id = ANY($2::text[]) AND idle_since IS NOT NULL)",
         TextArrayLiteral(idle_ids), TextArrayLiteral(busy_ids), SqlTime(now),
-        absl::ToInt64Seconds(kIdleSeenEvery), absl::ToInt64Seconds(kIdleGap));
+        absl::ToInt64Seconds(kIdleSeenEvery), absl::ToDoubleSeconds(gap));
     return absl::OkStatus();
   });
 }

@@ -196,11 +196,13 @@ class AgentStore {
   // Idle streaks from one telemetry batch: an idle batch starts the streak
   // (if none runs), a busy one ends it. `idle` maps instance id -> idle.
   // A streak counts only the time telemetry saw it: an idle batch more than
-  // kIdleGap after the streak was last written moves its start forward by
-  // the silence (migration 0126).
+  // a gap (kIdleGap, or three telemetry intervals if longer) after the
+  // streak was last written moves its start forward by the silence
+  // (migration 0126).
   static constexpr absl::Duration kIdleSeenEvery = absl::Seconds(15);
   static constexpr absl::Duration kIdleGap = absl::Seconds(45);
-  absl::Status UpdateIdleStreaks(const std::map<std::string, bool>& idle, absl::Time now);
+  absl::Status UpdateIdleStreaks(const std::map<std::string, bool>& idle, absl::Time now,
+                                 absl::Duration telemetry_interval = absl::Seconds(10));
   // Stops RUNNING instances whose idle streak reached their policy.
   absl::StatusOr<std::vector<std::string>> StopIdleInstances(absl::Time now);
 

@@ -28,57 +28,70 @@ void TakePlacementLock(pqxx::work& txn) {
 
 namespace {
 
-// Why some of the waiting instances `ids` are not decided on this pass
-// (docs/storage.md). Instance -> why.
+// Why some of the waiting instances are not decided on this pass
+// (docs/storage.md).
 // - A volume it writes may still be mounted on a node it left: started
 //   elsewhere, it would be that volume's second writer (migration 0124; the
 //   partial index holds only fenced rows).
 // - It shares a node-local volume that is on no node yet with an instance
-//   ahead of it in the queue: the volume goes where that one is placed. Two
-//   such instances decided in one pass could be placed on two nodes; the
-//   second was then left out when the pass wrote, and if the pass had moved
-//   instances for it, the pass was rolled back, the same every time, and
-//   placed nothing for anyone.
-std::map<std::string, std::string> HeldForVolumes(pqxx::work& txn,
-                                                  const std::vector<PendingRow>& pending) {
+//   ahead of it in the queue, or with one already placed: the volume goes
+//   where that one is placed. Two such instances decided in one pass could
+//   be placed on two nodes; the second was then left out when the pass
+//   wrote, and if the pass had moved instances for it, the pass was rolled
+//   back, the same every time, and placed nothing for anyone.
+struct VolumeHolds {
+  std::map<std::string, std::string> reasons;  // Instance -> why.
+  int fenced = 0;                              // Of them, held for a fence.
+};
+
+VolumeHolds HeldForVolumes(pqxx::work& txn, const std::vector<PendingRow>& pending) {
   std::vector<std::string> ids;
   for (const PendingRow& p : pending) ids.push_back(p.id);
-  std::map<std::string, std::string> held;
-  std::multimap<std::string, std::string> unbound;  // Instance -> volume.
+  VolumeHolds holds;
+  // Instance -> (volume, an instance of it already placed, or "").
+  std::multimap<std::string, std::pair<std::string, std::string>> unbound;
   for (const auto& row : txn.exec_params(
            "(SELECT DISTINCT ON (a.instance_id) a.instance_id, a.volume_id, "
-           "  volume_fence_reason(a.fenced_nodes) FROM volume_attachments a "
+           "  volume_fence_reason(a.fenced_nodes), NULL FROM volume_attachments a "
            " WHERE cardinality(a.fenced_nodes) > 0 AND NOT a.read_only "
            "  AND a.state <> 'detaching' AND a.instance_id = ANY($1::text[]) "
            " ORDER BY a.instance_id, a.volume_id) "
            "UNION ALL "
-           "(SELECT a.instance_id, a.volume_id, NULL FROM volume_attachments a "
-           " JOIN volumes v ON v.id = a.volume_id "
+           "(SELECT a.instance_id, a.volume_id, NULL, "
+           "  (SELECT min(o.instance_id) FROM volume_attachments o "
+           "   WHERE o.volume_id = a.volume_id AND o.instance_id <> a.instance_id "
+           "     AND EXISTS (SELECT 1 FROM gpu_reservations r "
+           "                 WHERE r.instance_id = o.instance_id)) "
+           " FROM volume_attachments a JOIN volumes v ON v.id = a.volume_id "
            " WHERE a.instance_id = ANY($1::text[]) AND v.kind = 'node_local' "
            "  AND v.node_id IS NULL)",
            TextArrayLiteral(ids))) {
     if (row[2].is_null()) {
-      unbound.emplace(row[0].as<std::string>(), row[1].as<std::string>());
+      unbound.emplace(row[0].as<std::string>(),
+                      std::make_pair(row[1].as<std::string>(),
+                                     row[3].is_null() ? std::string() : row[3].as<std::string>()));
     } else {
-      held[row[0].as<std::string>()] =
+      holds.reasons[row[0].as<std::string>()] =
           absl::StrCat("volume ", row[1].as<std::string>(), " is ", row[2].as<std::string>());
     }
   }
-  if (unbound.empty()) return held;
+  holds.fenced = static_cast<int>(holds.reasons.size());
+  if (unbound.empty()) return holds;
   std::map<std::string, std::string> first;  // Volume -> its first instance, queue order.
   for (const PendingRow& p : pending) {
-    if (held.count(p.id)) continue;
+    if (holds.reasons.count(p.id)) continue;
     auto [from, to] = unbound.equal_range(p.id);
-    for (auto it = from; it != to; ++it) {
-      auto [claim, fresh] = first.try_emplace(it->second, p.id);
-      if (!fresh && !held.count(p.id)) {
-        held[p.id] = absl::StrCat("volume ", it->second, " is node-local and on no node yet: ",
-                                  "it goes to the node instance ", claim->second,
-                                  " is placed on first");
+    for (auto it = from; it != to && !holds.reasons.count(p.id); ++it) {
+      const auto& [volume, placed] = it->second;
+      auto [claim, fresh] = first.try_emplace(volume, placed.empty() ? p.id : placed);
+      if (!fresh || !placed.empty()) {
+        holds.reasons[p.id] =
+            absl::StrCat("volume ", volume, " is node-local and on no node yet: it goes to ",
+                         "the node instance ", claim->second, " is placed on first");
       }
     }
   }
-  return held;
+  return holds;
 }
 
 // How many waiting instances are held for a fenced volume, in the whole
@@ -112,17 +125,21 @@ void ReadQueueHead(pqxx::work& txn, int limit, FleetView& view) {
 void LoadPending(pqxx::work& txn, int queue_max, FleetView& view) {
   ReadQueueHead(txn, queue_max, view);
   if (view.pending.empty()) return;
-  std::map<std::string, std::string> held = HeldForVolumes(txn, view.pending);
+  VolumeHolds holds = HeldForVolumes(txn, view.pending);
   // Starts held for a fenced volume are not decided on, so they must not
   // take the head's rows from those that can be: a dead node's instances
-  // started again may be hundreds. A full head with some held is read
-  // again, longer by every such start in the queue.
-  if (!held.empty() && static_cast<int>(view.pending.size()) >= queue_max) {
-    ReadQueueHead(txn, queue_max + FencedStarts(txn), view);
-    held = HeldForVolumes(txn, view.pending);
+  // started again may be hundreds. A full head with some of them is read
+  // again, longer by every such start in the queue and by the head's
+  // other holds.
+  if (holds.fenced > 0 && static_cast<int>(view.pending.size()) >= queue_max) {
+    const int others = static_cast<int>(holds.reasons.size()) - holds.fenced;
+    ReadQueueHead(txn, queue_max + FencedStarts(txn) + others, view);
+    holds = HeldForVolumes(txn, view.pending);
   }
   for (PendingRow& p : view.pending) {
-    if (auto it = held.find(p.id); it != held.end()) p.held_reason = it->second;
+    if (auto it = holds.reasons.find(p.id); it != holds.reasons.end()) {
+      p.held_reason = it->second;
+    }
   }
 }
 

@@ -148,7 +148,8 @@ class AgentLifecycleTest : public ::testing::Test {
   void ConnectRegistered(const std::string& node, RawAgent* agent,
                          std::chrono::seconds deadline = std::chrono::seconds(30),
                          bool reports_mounts_on_connect = false,
-                         bool reports_complete_lists = false) {
+                         bool reports_complete_lists = false,
+                         const std::vector<std::string>& running = {}) {
     agent->stub = v1::AgentService::NewStub(svd_->channel());
     agent->context = Context(MintCredential(node));
     agent->context->set_deadline(std::chrono::system_clock::now() + deadline);
@@ -156,6 +157,9 @@ class AgentLifecycleTest : public ::testing::Test {
     v1::AgentMessage registration = AgentRegistration(node);
     registration.mutable_register_()->set_reports_mounts_on_connect(reports_mounts_on_connect);
     registration.mutable_register_()->set_reports_complete_lists(reports_complete_lists);
+    for (const std::string& id : running) {
+      registration.mutable_register_()->add_running_instance_ids(id);
+    }
     ASSERT_TRUE(agent->stream->Write(registration));
     v1::ServerMessage m;
     ASSERT_TRUE(agent->stream->Read(&m));
@@ -995,11 +999,23 @@ TEST_F(AgentLifecycleTest, OnlyHeartbeatsOfTheLastSetSentConfirmWhatRuns) {
   ASSERT_TRUE(agent.stream->Write(heartbeat));
   std::this_thread::sleep_for(std::chrono::milliseconds(800));  // A bound, not a timing.
   EXPECT_EQ(Get(created.id()).state(), v1::STARTING) << "an older set's heartbeat confirmed it";
-  heartbeat.mutable_heartbeat()->set_applied_set_number(with.set_number());
-  ASSERT_TRUE(agent.stream->Write(heartbeat));
-  EXPECT_TRUE(WaitForState(created.id(), v1::RUNNING));
+
+  // Nor does a registration listing it (the connection broke before the
+  // agent applied the set): the list predates every set of the connection.
   agent.context->TryCancel();
   (void)agent.stream->Finish();
+  RawAgent again;
+  ASSERT_NO_FATAL_FAILURE(ConnectRegistered("node-a", &again, std::chrono::seconds(30), false,
+                                            true, {created.id()}));
+  ASSERT_TRUE(NextSet(
+      again, [](const v1::DesiredInstances& d) { return d.instances_size() == 1; }, &with));
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));  // A bound, not a timing.
+  EXPECT_EQ(Get(created.id()).state(), v1::STARTING) << "the registration's list confirmed it";
+  heartbeat.mutable_heartbeat()->set_applied_set_number(with.set_number());
+  ASSERT_TRUE(again.stream->Write(heartbeat));
+  EXPECT_TRUE(WaitForState(created.id(), v1::RUNNING));
+  again.context->TryCancel();
+  (void)again.stream->Finish();
 }
 
 // Goal: a node whose agent cannot list its container runtime gets no new

@@ -110,6 +110,20 @@ TEST_F(IdleStreakTest, AStreakDoesNotGrowWhileNoTelemetryArrives) {
     if (i < 60) EXPECT_FALSE(stopped_at(t + absl::Seconds(i))) << i;
   }
   EXPECT_TRUE(stopped_at(t + absl::Seconds(60)));
+
+  // Agents told to send telemetry once a minute: their batches are a
+  // streak without pause, not silences (a fixed 45 s gap kept moving the
+  // start, and such instances were never stopped).
+  Sql("UPDATE instances SET state = 'RUNNING', idle_since = NULL, idle_seen_at = NULL, "
+      "idle_seconds = 120 WHERE id = 'ins-run'");
+  const absl::Time u = t + absl::Hours(1);
+  for (int i = 0; i <= 2; ++i) {
+    ASSERT_TRUE(
+        agents.UpdateIdleStreaks({{"ins-run", true}}, u + absl::Minutes(i), absl::Minutes(1))
+            .ok());
+    if (i < 2) EXPECT_FALSE(stopped_at(u + absl::Minutes(i))) << i;
+  }
+  EXPECT_TRUE(stopped_at(u + absl::Minutes(2)));
 }
 
 }  // namespace

@@ -450,6 +450,15 @@ TEST_F(VolumeStoreTest, AnUnboundNodeLocalVolumeKeepsItsInstancesOnOneNode) {
             NodeOf(ids[0]));
   ASSERT_TRUE(scheduling.RunPass(now_).ok());
   EXPECT_EQ(State(ids[1]), "PENDING") << StateReason(ids[1]);
+  // A bind the pass skipped (another transaction held the volume's row)
+  // leaves the volume on no node with the first already placed: the second
+  // still follows it, and is not placed on the other node.
+  Query(absl::StrCat("UPDATE volumes SET node_id = NULL WHERE id = '", local, "'"));
+  ASSERT_TRUE(scheduling.RunPass(now_).ok());
+  EXPECT_EQ(State(ids[1]), "PENDING");
+  EXPECT_NE(StateReason(ids[1]).find("the node instance " + ids[0] + " is placed on first"),
+            std::string::npos)
+      << StateReason(ids[1]);
 }
 
 // Goal: two waiting instances of one node-local volume on no node yet are

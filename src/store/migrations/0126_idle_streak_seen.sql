@@ -8,6 +8,7 @@
 -- ran again. A streak now counts only the time telemetry saw it: the
 -- monitor stops an instance when idle_seen_at is idle_seconds past
 -- idle_since, and an idle batch after a silence moves idle_since forward
--- by the silence. Streaks in progress continue from their start.
+-- by the silence. A streak in progress at the upgrade counts as seen at its
+-- start, so its next idle batch, after more than the gap, starts it again.
 ALTER TABLE instances ADD COLUMN idle_seen_at timestamptz;
 UPDATE instances SET idle_seen_at = idle_since WHERE idle_since IS NOT NULL;
